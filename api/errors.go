@@ -1,0 +1,95 @@
+// Package api holds the wire contract of sbx's REST API v1: request and
+// response types and the error codes of ../docs/api.md. It imports only the
+// standard library so that every client can depend on it.
+package api
+
+import "net/http"
+
+// Code is a stable snake_case error code carried in every error body
+// ({"error":{"code":...,"message":...}}) and in NDJSON error lines.
+type Code string
+
+// Error codes. The HTTP status of each is given by [Code.HTTPStatus].
+const (
+	// CodeInvalidArgument: a field is malformed or out of range; the message
+	// names the field. 400.
+	CodeInvalidArgument Code = "invalid_argument"
+	// CodeUnauthorized: missing or wrong API key. 401.
+	CodeUnauthorized Code = "unauthorized"
+	// CodeSandboxNotFound: no sandbox has that name or id. 404.
+	CodeSandboxNotFound Code = "sandbox_not_found"
+	// CodeCheckpointNotFound: the sandbox has no checkpoint with that id. 404.
+	CodeCheckpointNotFound Code = "checkpoint_not_found"
+	// CodeSnapshotNotFound: no snapshot has that id (or it expired). 404.
+	CodeSnapshotNotFound Code = "snapshot_not_found"
+	// CodeImageNotFound: no image has that name. 404.
+	CodeImageNotFound Code = "image_not_found"
+	// CodeFileNotFound: the path does not exist inside the sandbox. 404.
+	// An sbx extension of API.md, documented in docs/api.md.
+	CodeFileNotFound Code = "file_not_found"
+	// CodeNotFound: the route does not exist. 404.
+	CodeNotFound Code = "not_found"
+	// CodeNameTaken: create with a name already in use. 409.
+	CodeNameTaken Code = "name_taken"
+	// CodeConflict: another operation on the sandbox is in progress, or its
+	// state forbids the request; the message says which. 409.
+	CodeConflict Code = "conflict"
+	// CodeSandboxHasVolume: memory snapshot, fork or suspend of a sandbox
+	// with a volume attached. 409.
+	CodeSandboxHasVolume Code = "sandbox_has_volume"
+	// CodeTooLarge: the request body is larger than the endpoint accepts. 413.
+	CodeTooLarge Code = "too_large"
+	// CodeQuotaExceeded: a spending or resource limit would be passed. 429.
+	CodeQuotaExceeded Code = "quota_exceeded"
+	// CodeCheckpointFailed: a disk checkpoint failed; nothing was changed. 500.
+	CodeCheckpointFailed Code = "checkpoint_failed"
+	// CodeRestoreFailed: a restore failed; the disk is as it was. 500.
+	CodeRestoreFailed Code = "restore_failed"
+	// CodeSnapshotFailed: a memory snapshot failed; nothing was changed. 500.
+	CodeSnapshotFailed Code = "snapshot_failed"
+	// CodeForkFailed: a fork failed; nothing was changed. 500.
+	CodeForkFailed Code = "fork_failed"
+	// CodeInternal: anything else; logged by sbxd with the request id. 500.
+	CodeInternal Code = "internal"
+	// CodeUnavailable: sbxd is shutting down or a dependency (runsc, the
+	// image builder) is not ready. 503.
+	CodeUnavailable Code = "unavailable"
+)
+
+// HTTPStatus returns the HTTP status code that goes with c; unknown codes
+// map to 500.
+func (c Code) HTTPStatus() int {
+	switch c {
+	case CodeInvalidArgument:
+		return http.StatusBadRequest
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodeSandboxNotFound, CodeCheckpointNotFound, CodeSnapshotNotFound,
+		CodeImageNotFound, CodeFileNotFound, CodeNotFound:
+		return http.StatusNotFound
+	case CodeNameTaken, CodeConflict, CodeSandboxHasVolume:
+		return http.StatusConflict
+	case CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeQuotaExceeded:
+		return http.StatusTooManyRequests
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// ErrorBody is the object under "error" in a non-streamed error response.
+type ErrorBody struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	// RequestID identifies the request in sbxd's log; set on 5xx answers.
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// ErrorResponse is the body of every non-2xx, non-streamed answer:
+// {"error":{"code":"snake_case_code","message":"human text"}}.
+type ErrorResponse struct {
+	Error ErrorBody `json:"error"`
+}

@@ -1,0 +1,243 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// State is a sandbox's lifecycle state. The engine moves a sandbox
+// creating → running ⇄ paused → stopped → suspended → deleting.
+type State string
+
+// Sandbox states, as in API.md.
+const (
+	StateCreating  State = "creating"
+	StateRunning   State = "running"
+	StatePaused    State = "paused"
+	StateStopped   State = "stopped"
+	StateSuspended State = "suspended"
+	StateDeleting  State = "deleting"
+)
+
+// NameMaxLen is the longest sandbox or image name, in bytes.
+const NameMaxLen = 63
+
+// Sandbox is the sandbox object of GET /v1/sandboxes/{name}.
+type Sandbox struct {
+	// ID is immutable, "sbx_" and 16 lowercase hex digits.
+	ID string `json:"id"`
+	// Name is unique among live sandboxes: [a-z0-9][a-z0-9-]{0,62}.
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// StateReason says why the sandbox is in its state when that was not
+	// asked for, e.g. "oom_killed: the sandbox passed its 512 MB memory limit".
+	StateReason string `json:"state_reason,omitempty"`
+	// Image is the name of the image whose root filesystem is the base layer.
+	Image string `json:"image"`
+	// CPUs is the CPU limit in cores (a cgroup CPU quota; fractions allowed).
+	CPUs float64 `json:"cpus"`
+	// MemoryMB is the memory limit in MiB (a cgroup memory limit).
+	MemoryMB int `json:"memory_mb"`
+	// Env is merged into the environment of every exec.
+	Env    map[string]string `json:"env"`
+	Labels map[string]string `json:"labels"`
+	// Network holds the sandbox's network rules.
+	Network NetworkRules `json:"network"`
+	// TimeoutMS is the idle time before auto-suspend; 0 means never.
+	TimeoutMS  int64     `json:"timeout_ms"`
+	CreateTime time.Time `json:"create_time"`
+	// Source is what the sandbox was forked or started from, or null.
+	Source *Source `json:"source"`
+}
+
+// Source names the sandbox and snapshot a sandbox was forked or started from.
+type Source struct {
+	Sandbox  string `json:"sandbox,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// NetworkRules are a sandbox's egress rules: {internet, allow, deny, connect}.
+type NetworkRules struct {
+	// Internet false cuts all egress.
+	Internet bool `json:"internet"`
+	// Allow, when non-empty, is the only egress allowed: domain names
+	// (with "*." wildcards) and CIDRs.
+	Allow []string `json:"allow"`
+	// Deny wins over Allow.
+	Deny []string `json:"deny"`
+	// Connect lists the names of other sandboxes this one may reach.
+	Connect []string `json:"connect"`
+}
+
+// Volume attaches a named host directory, which outlives sandboxes, at Path.
+type Volume struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Every field is
+// optional.
+type CreateSandboxRequest struct {
+	Name     string            `json:"name,omitempty"`
+	Image    string            `json:"image,omitempty"`
+	Snapshot string            `json:"snapshot,omitempty"`
+	CPUs     float64           `json:"cpus,omitempty"`
+	MemoryMB int               `json:"memory_mb,omitempty"`
+	DiskMB   int               `json:"disk_mb,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Network  *NetworkRules     `json:"network,omitempty"`
+	Volumes  []Volume          `json:"volumes,omitempty"`
+	// TimeoutMS is the idle time before auto-suspend in ms; 0 = never.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{name}/exec.
+type ExecRequest struct {
+	// Cmd is the argv; Cmd[0] is looked up in PATH when it has no slash.
+	Cmd []string `json:"cmd"`
+	// Cwd is the working directory; default /workspace.
+	Cwd string `json:"cwd,omitempty"`
+	// Env is merged over the sandbox's env for this process only.
+	Env map[string]string `json:"env,omitempty"`
+	// TimeoutMS kills the process group after this many ms (exit code 124);
+	// default 600000, 0 means the default.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Stdin is written to the process's standard input, which is then closed.
+	Stdin string `json:"stdin,omitempty"`
+}
+
+// ExecResult is the buffered answer of exec.
+type ExecResult struct {
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	ExitCode int    `json:"exit_code"`
+	// DurationMS is the wall time from process start to exit, in ms.
+	DurationMS int64 `json:"duration_ms"`
+	// TimedOut is true when the process was killed by its timeout (exit 124).
+	TimedOut bool `json:"timed_out,omitempty"`
+	// Truncated is true when stdout or stderr passed the buffered-output
+	// limit (MaxBufferedOutput bytes each) and was cut.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// MaxBufferedOutput is the most bytes of stdout, and of stderr, that a
+// buffered exec answer carries; stream with NDJSON for more.
+const MaxBufferedOutput = 16 << 20
+
+// Exec stream line types.
+const (
+	ExecStdout = "stdout"
+	ExecStderr = "stderr"
+	ExecExit   = "exit"
+	ExecError  = "error"
+)
+
+// ExecEvent is one NDJSON line of a streamed exec: stdout and stderr lines
+// carry Data; the last line is "exit" (ExitCode, DurationMS) or "error"
+// (Error, Code).
+type ExecEvent struct {
+	Type       string `json:"type"`
+	Data       string `json:"data,omitempty"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Code       Code   `json:"code,omitempty"`
+}
+
+// FileType names the kind of a directory entry.
+type FileType string
+
+// File types in a listing.
+const (
+	FileRegular FileType = "file"
+	FileDir     FileType = "dir"
+	FileSymlink FileType = "symlink"
+	FileOther   FileType = "other"
+)
+
+// FileInfo is one entry of GET .../files?path=DIR&list=1.
+type FileInfo struct {
+	Name string   `json:"name"`
+	Path string   `json:"path"`
+	Type FileType `json:"type"`
+	// Size in bytes.
+	Size int64 `json:"size"`
+	// Mode is the permission bits, e.g. 0644 (decimal in JSON).
+	Mode    uint32    `json:"mode"`
+	ModTime time.Time `json:"mod_time"`
+	// LinkTarget is set for symlinks.
+	LinkTarget string `json:"link_target,omitempty"`
+}
+
+// Image is an image: a read-only root filesystem shared by every sandbox
+// made from it.
+type Image struct {
+	Name string `json:"name"`
+	// Digest is the OCI manifest digest for pulled and imported images, or
+	// the sha256 of the build recipe for built ones.
+	Digest string `json:"digest"`
+	// Source says where the image came from: "build:<recipe>",
+	// "registry:<ref>", "archive", "oci-layout".
+	Source string `json:"source"`
+	// SizeBytes is the size of the unpacked root filesystem.
+	SizeBytes  int64     `json:"size_bytes"`
+	CreateTime time.Time `json:"create_time"`
+	// Env is the image config's environment (KEY=VALUE), the base of every
+	// exec's environment.
+	Env []string `json:"env"`
+}
+
+// BuildImageRequest is the body of POST /v1/images/build.
+type BuildImageRequest struct {
+	// Name of the image to build. "default" builds Debian bookworm minbase
+	// with DefaultPackages.
+	Name string `json:"name"`
+	// Suite is the Debian suite; default "bookworm".
+	Suite string `json:"suite,omitempty"`
+	// Packages are included besides minbase; default DefaultPackages.
+	Packages []string `json:"packages,omitempty"`
+	// NoCache rebuilds even when the build cache holds the same recipe.
+	NoCache bool `json:"no_cache,omitempty"`
+}
+
+// DefaultPackages are the Debian packages of the default image, besides
+// the minbase variant.
+var DefaultPackages = []string{"ca-certificates", "curl", "git", "python3", "procps", "iproute2"}
+
+// PullImageRequest is the body of POST /v1/images/pull.
+type PullImageRequest struct {
+	Name string `json:"name"`
+	// Ref is an OCI reference, e.g. "registry.example.org/team/app:1.2".
+	Ref string `json:"ref"`
+	// Insecure allows plain HTTP to the registry.
+	Insecure bool `json:"insecure,omitempty"`
+	// Platform selects from a multi-platform index, "linux/amd64" by default.
+	Platform string `json:"platform,omitempty"`
+}
+
+// Progress line types of NDJSON long operations.
+const (
+	LineInfo     = "info"
+	LineComplete = "complete"
+	LineError    = "error"
+)
+
+// StreamLine is one line of a long operation's NDJSON answer:
+// {"type":"info","data":"...","time":...}, then one final
+// {"type":"complete","data":{...}} or {"type":"error","error":"...","code":"..."}.
+type StreamLine struct {
+	Type  string          `json:"type"`
+	Data  json.RawMessage `json:"data,omitempty"`
+	Error string          `json:"error,omitempty"`
+	Code  Code            `json:"code,omitempty"`
+	Time  time.Time       `json:"time"`
+}
+
+// Health is the answer of GET /v1/health.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+	Runtime string `json:"runtime"`
+}

@@ -1,0 +1,345 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Client is the host side of the channel: it dials the agent's socket
+// (the host path of /.sbx/run/agent.sock) once per operation.
+type Client struct {
+	sock string
+}
+
+// NewClient returns a client of the agent listening at the host path sock.
+func NewClient(sock string) *Client { return &Client{sock: sock} }
+
+// op is one connection carrying one operation. Cancelling ctx closes it.
+type op struct {
+	c    net.Conn
+	stop func() bool
+	buf  []byte
+}
+
+func (cl *Client) start(ctx context.Context, req *Request) (*op, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", cl.sock)
+	if err != nil {
+		return nil, fmt.Errorf("dial agent: %w", err)
+	}
+	o := &op{c: c, stop: context.AfterFunc(ctx, func() { c.Close() })}
+	b, err := json.Marshal(req)
+	if err == nil {
+		err = WriteFrame(c, FrameRequest, b)
+	}
+	if err != nil {
+		o.close()
+		return nil, ctxErr(ctx, err)
+	}
+	return o, nil
+}
+
+func (o *op) close() {
+	o.stop()
+	o.c.Close()
+}
+
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// next reads a frame; an agent Failure is returned as *Error.
+func (o *op) next() (byte, []byte, error) {
+	typ, p, err := ReadFrame(o.c, o.buf)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, fmt.Errorf("agent connection: %w", err)
+	}
+	o.buf = p[:0]
+	if typ == FrameFail {
+		var f Failure
+		if err := json.Unmarshal(p, &f); err != nil {
+			return 0, nil, fmt.Errorf("%w: bad failure frame", ErrProtocol)
+		}
+		return typ, nil, &Error{f}
+	}
+	return typ, p, nil
+}
+
+// result reads one FrameResult into v.
+func (o *op) result(v any) error {
+	typ, p, err := o.next()
+	if err != nil {
+		return err
+	}
+	if typ != FrameResult {
+		return fmt.Errorf("%w: got frame %q, want result", ErrProtocol, typ)
+	}
+	if v == nil {
+		return nil
+	}
+	return json.Unmarshal(p, v)
+}
+
+func (cl *Client) simple(ctx context.Context, req *Request, v any) error {
+	o, err := cl.start(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer o.close()
+	return ctxErr(ctx, o.result(v))
+}
+
+// Ping checks that the agent answers.
+func (cl *Client) Ping(ctx context.Context) error {
+	return cl.simple(ctx, &Request{Op: OpPing}, nil)
+}
+
+// WaitReady pings until the agent answers or ctx ends, every 2 ms at first.
+func (cl *Client) WaitReady(ctx context.Context) error {
+	delay := 2 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := cl.Ping(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent did not answer: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 50*time.Millisecond)
+	}
+}
+
+// SetHostname sets the sandbox's hostname (its UTS namespace).
+func (cl *Client) SetHostname(ctx context.Context, name string) error {
+	return cl.simple(ctx, &Request{Op: OpHostname, Hostname: name}, nil)
+}
+
+// Process is an exec whose process has started.
+type Process struct {
+	o   *op
+	ctx context.Context
+	// PID is the process id inside the sandbox.
+	PID int
+}
+
+// Start starts req.Cmd in the sandbox. When stdin is not nil it is copied to
+// the process's standard input, which is closed at its EOF. Failures to
+// start (no such executable, bad cwd) come back as *Error before any output.
+func (cl *Client) Start(ctx context.Context, req *Request, stdin io.Reader) (*Process, error) {
+	req.Op = OpExec
+	req.Stdin = stdin != nil
+	o, err := cl.start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	typ, p, err := o.next()
+	if err != nil {
+		o.close()
+		return nil, ctxErr(ctx, err)
+	}
+	var st Started
+	if typ != FrameStarted || json.Unmarshal(p, &st) != nil {
+		o.close()
+		return nil, fmt.Errorf("%w: got frame %q, want started", ErrProtocol, typ)
+	}
+	if stdin != nil {
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := stdin.Read(buf)
+				if n > 0 && WriteFrame(o.c, FrameStdin, buf[:n]) != nil {
+					return
+				}
+				if err != nil {
+					_ = WriteFrame(o.c, FrameStdin, nil)
+					return
+				}
+			}
+		}()
+	}
+	return &Process{o: o, ctx: ctx, PID: st.PID}, nil
+}
+
+// Wait copies the process's output to stdout and stderr until it exits and
+// returns its exit. A write error on stdout or stderr cancels the process.
+// Cancelling the context given to Start kills the process group.
+func (p *Process) Wait(stdout, stderr io.Writer) (*Exit, error) {
+	defer p.o.close()
+	for {
+		typ, b, err := p.o.next()
+		if err != nil {
+			return nil, ctxErr(p.ctx, err)
+		}
+		switch typ {
+		case FrameStdout, FrameStderr:
+			w := stdout
+			if typ == FrameStderr {
+				w = stderr
+			}
+			if _, err := w.Write(b); err != nil {
+				return nil, fmt.Errorf("write output: %w", err)
+			}
+		case FrameExit:
+			var ex Exit
+			if err := json.Unmarshal(b, &ex); err != nil {
+				return nil, fmt.Errorf("%w: bad exit frame", ErrProtocol)
+			}
+			return &ex, nil
+		default:
+			return nil, fmt.Errorf("%w: unexpected frame %q during exec", ErrProtocol, typ)
+		}
+	}
+}
+
+// Close abandons the process: the agent kills its process group if it
+// still runs.
+func (p *Process) Close() { p.o.close() }
+
+// fileReader yields the FrameData payloads of a read or tar_out.
+type fileReader struct {
+	o   *op
+	ctx context.Context
+	cur []byte
+	eof bool
+}
+
+func (r *fileReader) Read(b []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.eof {
+			return 0, io.EOF
+		}
+		typ, p, err := r.o.next()
+		if err != nil {
+			return 0, ctxErr(r.ctx, err)
+		}
+		if typ != FrameData {
+			return 0, fmt.Errorf("%w: got frame %q, want data", ErrProtocol, typ)
+		}
+		if len(p) == 0 {
+			r.eof = true
+			continue
+		}
+		r.cur = p
+	}
+	n := copy(b, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+func (r *fileReader) Close() error { r.o.close(); return nil }
+
+// Open opens the file at path for reading. The caller closes the reader; a
+// read that ends early returns an error, never a short file with io.EOF.
+func (cl *Client) Open(ctx context.Context, path string) (FileStat, io.ReadCloser, error) {
+	o, err := cl.start(ctx, &Request{Op: OpRead, Path: path})
+	if err != nil {
+		return FileStat{}, nil, err
+	}
+	var st FileStat
+	if err := o.result(&st); err != nil {
+		o.close()
+		return FileStat{}, nil, ctxErr(ctx, err)
+	}
+	return st, &fileReader{o: o, ctx: ctx}, nil
+}
+
+// sendData streams r as FrameData frames ending with the empty one.
+func sendData(c net.Conn, r io.Reader) error {
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if werr := WriteFrame(c, FrameData, buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return WriteFrame(c, FrameData, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// upload sends r after req and reads the result into v. The agent reads the
+// whole body even when it fails, so the result is read after sending.
+func (cl *Client) upload(ctx context.Context, req *Request, r io.Reader, v any) error {
+	o, err := cl.start(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer o.close()
+	sendErr := make(chan error, 1)
+	go func() {
+		err := sendData(o.c, r)
+		if err != nil {
+			o.c.Close() // the agent would wait for the rest of the body
+		}
+		sendErr <- err
+	}()
+	rerr := o.result(v)
+	var ae *Error
+	if errors.As(rerr, &ae) {
+		return rerr
+	}
+	if serr := <-sendErr; serr != nil && rerr != nil {
+		return ctxErr(ctx, serr)
+	}
+	return ctxErr(ctx, rerr)
+}
+
+// WriteFile writes r to path (created with mode, default 0644, parents
+// created), atomically: the agent writes a temp file and renames it.
+func (cl *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader) (FileStat, error) {
+	var st FileStat
+	err := cl.upload(ctx, &Request{Op: OpWrite, Path: path, Mode: mode}, r, &st)
+	return st, err
+}
+
+// List lists the directory at path.
+func (cl *Client) List(ctx context.Context, path string) ([]Entry, error) {
+	var out []Entry
+	err := cl.simple(ctx, &Request{Op: OpList, Path: path}, &out)
+	return out, err
+}
+
+// Remove deletes path; a non-empty directory needs recursive.
+func (cl *Client) Remove(ctx context.Context, path string, recursive bool) error {
+	return cl.simple(ctx, &Request{Op: OpRemove, Path: path, Recursive: recursive}, nil)
+}
+
+// TarOut streams the directory (or file) at path as a tar archive.
+func (cl *Client) TarOut(ctx context.Context, path string) (io.ReadCloser, error) {
+	o, err := cl.start(ctx, &Request{Op: OpTarOut, Path: path})
+	if err != nil {
+		return nil, err
+	}
+	if err := o.result(nil); err != nil {
+		o.close()
+		return nil, ctxErr(ctx, err)
+	}
+	return &fileReader{o: o, ctx: ctx}, nil
+}
+
+// TarIn extracts the tar archive r into the directory path, creating it.
+func (cl *Client) TarIn(ctx context.Context, path string, r io.Reader) (TarResult, error) {
+	var res TarResult
+	err := cl.upload(ctx, &Request{Op: OpTarIn, Path: path}, r, &res)
+	return res, err
+}

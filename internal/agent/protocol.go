@@ -1,0 +1,156 @@
+// Package agent is the channel between sbxd and the small agent that runs as
+// init (PID 1) inside every sandbox and spawns processes on request.
+//
+// The agent listens on a Unix socket that it creates in a host directory
+// bind-mounted at /.sbx/run (runsc --host-uds=create lets a guest socket be a
+// host socket). The channel works whatever the sandbox's network rules are,
+// costs ~0.3 ms a round trip, and processes it starts are descendants of the
+// container's init, so they survive a gVisor checkpoint and restore (those
+// started by `runsc exec` do not; see PLATFORM.md).
+//
+// Wire format: every message is a frame, one type byte, a 4-byte big-endian
+// payload length, then the payload (at most MaxFrame bytes). A connection
+// carries one operation: the host sends a FrameRequest (JSON [Request]),
+// the two sides exchange data frames, and the agent ends with FrameResult,
+// FrameExit or FrameFail. Closing the connection early cancels the operation
+// (an exec's process group is killed).
+package agent
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Frame types.
+const (
+	FrameRequest  byte = 'Q' // host → agent: JSON Request
+	FrameStdin    byte = 'I' // host → agent: stdin bytes; empty payload = EOF
+	FrameData     byte = 'D' // either way: file or tar bytes; empty payload = EOF
+	FrameStdout   byte = 'O' // agent → host
+	FrameStderr   byte = 'E' // agent → host
+	FrameStarted  byte = 'S' // agent → host: JSON Started, the process runs
+	FrameExit     byte = 'X' // agent → host: JSON Exit, last frame of an exec
+	FrameResult   byte = 'R' // agent → host: JSON result of a non-exec op
+	FrameFail     byte = 'F' // agent → host: JSON Failure, ends any op
+	FrameSignal   byte = 'K' // host → agent: JSON {"signal":N} to the process group
+	MaxFrame           = 1 << 20
+	frameHeaderSz      = 5
+)
+
+// Operations of a Request.
+const (
+	OpPing     = "ping"
+	OpExec     = "exec"
+	OpRead     = "read"
+	OpWrite    = "write"
+	OpList     = "list"
+	OpRemove   = "remove"
+	OpTarOut   = "tar_out"
+	OpTarIn    = "tar_in"
+	OpHostname = "hostname"
+)
+
+// Request is the first frame of a connection.
+type Request struct {
+	Op string `json:"op"`
+	// Exec fields.
+	Cmd       []string `json:"cmd,omitempty"`
+	Cwd       string   `json:"cwd,omitempty"`
+	Env       []string `json:"env,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+	// Stdin is true when the host sends FrameStdin frames; otherwise the
+	// process's stdin is /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+	// File fields.
+	Path      string `json:"path,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+	// Hostname field.
+	Hostname string `json:"hostname,omitempty"`
+}
+
+// Started is sent once an exec's process runs.
+type Started struct {
+	PID int `json:"pid"`
+}
+
+// Exit ends an exec.
+type Exit struct {
+	ExitCode int `json:"exit_code"`
+	// Signal is the signal that killed the process, 0 if it exited.
+	Signal     int   `json:"signal,omitempty"`
+	DurationMS int64 `json:"duration_ms"`
+	TimedOut   bool  `json:"timed_out,omitempty"`
+}
+
+// Failure kinds, the Kind of a Failure.
+const (
+	FailNotFound   = "not_found"
+	FailInvalid    = "invalid"
+	FailExists     = "exists"
+	FailIsDir      = "is_dir"
+	FailNotDir     = "not_dir"
+	FailNotEmpty   = "not_empty"
+	FailPermission = "permission"
+	FailInternal   = "internal"
+)
+
+// Failure is an operation's error as the agent reports it.
+type Failure struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	// Field names the request field at fault ("cmd", "cwd"), if one is.
+	Field string `json:"field,omitempty"`
+}
+
+// Error is a Failure received by the host; it satisfies error.
+type Error struct{ Failure }
+
+func (e *Error) Error() string { return e.Message }
+
+// ErrProtocol reports a malformed or unexpected frame.
+var ErrProtocol = errors.New("agent protocol error")
+
+// WriteFrame writes one frame. Payloads longer than MaxFrame are an error.
+func WriteFrame(w io.Writer, typ byte, payload []byte) error {
+	if len(payload) > MaxFrame {
+		return fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrProtocol, len(payload), MaxFrame)
+	}
+	var hdr [frameHeaderSz]byte
+	hdr[0] = typ
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
+	if len(payload) == 0 {
+		_, err := w.Write(hdr[:])
+		return err
+	}
+	buf := make([]byte, 0, frameHeaderSz+len(payload))
+	buf = append(append(buf, hdr[:]...), payload...)
+	_, err := w.Write(buf)
+	return err
+}
+
+// ReadFrame reads one frame into buf (grown as needed) and returns its
+// type and payload, which aliases buf.
+func ReadFrame(r io.Reader, buf []byte) (byte, []byte, error) {
+	var hdr [frameHeaderSz]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > MaxFrame {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrProtocol, n, MaxFrame)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return hdr[0], buf, nil
+}

@@ -1,0 +1,253 @@
+// Package engine is the one place for sandbox lifecycle rules: it owns the
+// state machine (creating → running ⇄ paused → stopped → suspended →
+// deleting), serialises lifecycle operations per sandbox, and wires the
+// runtime, disk, network and store layers together. It knows nothing of
+// HTTP.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/network"
+	"github.com/sbxhq/sbx/internal/runtime"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// Config holds the engine's settings.
+type Config struct {
+	// DataDir holds layers/, sandboxes/, volumes/ and bin/.
+	DataDir string
+	// AgentBin is the host path of the static sbx-agent binary; it is
+	// copied to DataDir/bin and bind-mounted read-only at /.sbx/bin.
+	AgentBin string
+	// PoolSize is how many warm sandboxes of the default image and shape
+	// are kept booted ahead of creates; 0 disables the pool.
+	PoolSize int
+	// DefaultCPUs and DefaultMemoryMB are the shape of a sandbox created
+	// without cpus or memory_mb.
+	DefaultCPUs     float64
+	DefaultMemoryMB int
+	// MaxCPUs and MaxMemoryMB bound what a create may ask for.
+	MaxCPUs     float64
+	MaxMemoryMB int
+	// BootTimeout bounds a boot, from runsc run to the agent's first answer.
+	BootTimeout time.Duration
+}
+
+// Engine runs sandboxes.
+type Engine struct {
+	cfg    Config
+	st     store.Store
+	rt     runtime.Runtime
+	images *disk.Images
+	layers *disk.Layers
+	net    *network.Manager
+	log    *slog.Logger
+
+	sandboxesDir string
+	volumesDir   string
+	agentDir     string
+
+	mu    sync.Mutex
+	locks map[string]*opLock
+
+	pool *pool
+
+	monMu    sync.Mutex
+	monitors map[string]context.CancelFunc
+
+	bg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New returns an engine. Call Start before serving requests and Close when
+// done.
+func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, netm *network.Manager, log *slog.Logger) (*Engine, error) {
+	if cfg.DefaultCPUs == 0 {
+		cfg.DefaultCPUs = 1
+	}
+	if cfg.DefaultMemoryMB == 0 {
+		cfg.DefaultMemoryMB = 1024
+	}
+	if cfg.MaxCPUs == 0 {
+		cfg.MaxCPUs = 64
+	}
+	if cfg.MaxMemoryMB == 0 {
+		cfg.MaxMemoryMB = 64 << 10
+	}
+	if cfg.BootTimeout == 0 {
+		cfg.BootTimeout = 60 * time.Second
+	}
+	e := &Engine{
+		cfg: cfg, st: st, rt: rt, images: images, net: netm, log: log,
+		layers:       disk.NewLayers(filepath.Join(cfg.DataDir, "layers")),
+		sandboxesDir: filepath.Join(cfg.DataDir, "sandboxes"),
+		volumesDir:   filepath.Join(cfg.DataDir, "volumes"),
+		agentDir:     filepath.Join(cfg.DataDir, "bin"),
+		locks:        map[string]*opLock{},
+		monitors:     map[string]context.CancelFunc{},
+	}
+	// The agent's socket path on the host must fit in sun_path (108 bytes).
+	if n := len(e.socketPath("sbx_0123456789abcdef")); n >= 108 {
+		return nil, fmt.Errorf("data dir %s is too long: agent socket paths would be %d bytes, more than a Unix socket allows", cfg.DataDir, n)
+	}
+	for _, d := range []string{e.sandboxesDir, e.volumesDir, e.agentDir, filepath.Join(cfg.DataDir, "layers")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.installAgent(); err != nil {
+		return nil, err
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.pool = newPool(e, cfg.PoolSize)
+	return e, nil
+}
+
+// Start reconciles records with what runsc reports (reattaching running
+// sandboxes, finishing or rolling back interrupted operations, removing
+// orphans) and starts background work: the warm pool and the monitors.
+func (e *Engine) Start(ctx context.Context) error {
+	if err := e.reconcile(ctx); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	e.pool.start()
+	return nil
+}
+
+// Close stops background work. Sandboxes keep running; a later Start
+// reattaches them.
+func (e *Engine) Close() {
+	e.cancel()
+	e.bg.Wait()
+}
+
+// Runtime is the name of the runtime in use.
+func (e *Engine) Runtime() string { return e.rt.Name() }
+
+// Images is the engine's image manager.
+func (e *Engine) Images() *disk.Images { return e.images }
+
+// installAgent copies the agent binary into DataDir/bin (atomically, only
+// when it changed), after checking that it is statically linked.
+func (e *Engine) installAgent() error {
+	if e.cfg.AgentBin == "" {
+		return fmt.Errorf("no sbx-agent binary configured")
+	}
+	src, err := os.ReadFile(e.cfg.AgentBin)
+	if err != nil {
+		return fmt.Errorf("read sbx-agent: %w", err)
+	}
+	if err := checkStatic(src); err != nil {
+		return fmt.Errorf("%s: %w", e.cfg.AgentBin, err)
+	}
+	dst := filepath.Join(e.agentDir, "sbx-agent")
+	if cur, err := os.ReadFile(dst); err == nil && string(cur) == string(src) {
+		return nil
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, src, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// newID returns a sandbox id: "sbx_" and 16 hex digits. The underscore
+// keeps ids out of the name space, so {name} paths are unambiguous.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "sbx_" + hex.EncodeToString(b[:])
+}
+
+func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.sandboxesDir, id) }
+func (e *Engine) bundleDir(id string) string  { return filepath.Join(e.sandboxDir(id), "bundle") }
+func (e *Engine) runDir(id string) string     { return filepath.Join(e.sandboxDir(id), "run") }
+func (e *Engine) socketPath(id string) string { return filepath.Join(e.runDir(id), "agent.sock") }
+
+// opLock serialises lifecycle operations on one sandbox. It is a channel
+// semaphore so that a waiter can give up with its context.
+type opLock struct {
+	ch chan struct{}
+	op string // what holds it, for conflict messages
+}
+
+func (e *Engine) lockFor(id string) *opLock {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l, ok := e.locks[id]
+	if !ok {
+		l = &opLock{ch: make(chan struct{}, 1)}
+		e.locks[id] = l
+	}
+	return l
+}
+
+// tryLock takes id's lock for op, or fails with ErrConflict naming the
+// operation in progress.
+func (e *Engine) tryLock(id, name, op string) (func(), error) {
+	l := e.lockFor(id)
+	select {
+	case l.ch <- struct{}{}:
+		e.mu.Lock()
+		l.op = op
+		e.mu.Unlock()
+		return func() { <-l.ch }, nil
+	default:
+		e.mu.Lock()
+		cur := l.op
+		e.mu.Unlock()
+		return nil, errdefs.Conflictf("sandbox %q: %s is in progress", name, cur)
+	}
+}
+
+// waitLock takes id's lock for op, waiting for the operation in progress.
+func (e *Engine) waitLock(ctx context.Context, id, op string) (func(), error) {
+	l := e.lockFor(id)
+	select {
+	case l.ch <- struct{}{}:
+		e.mu.Lock()
+		l.op = op
+		e.mu.Unlock()
+		return func() { <-l.ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (e *Engine) forgetLock(id string) {
+	e.mu.Lock()
+	delete(e.locks, id)
+	e.mu.Unlock()
+}
+
+// cleanup is a stack of undo steps for a half-done operation.
+type cleanup []func()
+
+func (c *cleanup) add(f func()) { *c = append(*c, f) }
+
+func (c *cleanup) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+	*c = nil
+}
+
+// stateForbids is the error for a request that the sandbox's state does not
+// allow.
+func stateForbids(sb *store.Sandbox, what string) error {
+	return errdefs.Conflictf("sandbox %q is %s: cannot %s", sb.Name, sb.State, what)
+}
+
+var storeAll = store.SandboxFilter{All: true}

@@ -1,0 +1,266 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/agent"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// Exec limits.
+const (
+	// DefaultExecTimeoutMS is an exec's timeout when none is given: 10 min.
+	DefaultExecTimeoutMS = 600_000
+	// MaxExecTimeoutMS is the longest timeout an exec may ask for: 24 h.
+	MaxExecTimeoutMS = 24 * 3600 * 1000
+	// MaxArgs bounds the argv length and total bytes of a command.
+	MaxArgs     = 4096
+	MaxArgBytes = 1 << 20
+)
+
+// Process is a running exec.
+type Process struct {
+	*agent.Process
+	// Sandbox is the sandbox it runs in.
+	Sandbox *store.Sandbox
+}
+
+// Exec starts req.Cmd in sandbox idOrName, booting it if it is stopped.
+// stdin, when not nil, becomes the process's standard input. Failures to
+// start come back before any output: a missing executable or cwd is
+// ErrInvalidArgument naming "cmd" or "cwd". The caller must Wait or Close
+// the process; cancelling ctx kills it (exit 137 reported as an error).
+func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest, stdin io.Reader) (*Process, error) {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return nil, errdefs.Invalid("cmd", "is empty: give the argv, e.g. [\"sh\", \"-c\", \"ls\"]")
+	}
+	if len(req.Cmd) > MaxArgs {
+		return nil, errdefs.Invalid("cmd", "%d arguments, at most %d", len(req.Cmd), MaxArgs)
+	}
+	total := 0
+	for i, a := range req.Cmd {
+		total += len(a)
+		if strings.ContainsRune(a, 0) {
+			return nil, errdefs.Invalid("cmd", "argument %d contains a NUL byte", i)
+		}
+	}
+	if total > MaxArgBytes {
+		return nil, errdefs.Invalid("cmd", "%d bytes of arguments, at most %d", total, MaxArgBytes)
+	}
+	cwd := "/workspace"
+	if req.Cwd != "" {
+		c, err := CleanPath("cwd", req.Cwd)
+		if err != nil {
+			return nil, err
+		}
+		cwd = c
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return nil, err
+	}
+	timeout := req.TimeoutMS
+	switch {
+	case timeout == 0:
+		timeout = DefaultExecTimeoutMS
+	case timeout < 0 || timeout > MaxExecTimeoutMS:
+		return nil, errdefs.Invalid("timeout_ms", "%d is out of range [1, %d]", timeout, MaxExecTimeoutMS)
+	}
+	sb, err := e.ensureRunning(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	env, err := e.execEnv(ctx, sb, req.Env)
+	if err != nil {
+		return nil, err
+	}
+	p, err := e.agentFor(sb).Start(ctx, &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout}, stdin)
+	if err != nil {
+		return nil, e.sandboxErr(ctx, sb, errAgent(err, "cmd"))
+	}
+	return &Process{Process: p, Sandbox: sb}, nil
+}
+
+// execEnv is the environment of a process: the image's, then defaults
+// (HOME, HOSTNAME), then the sandbox's, then the request's.
+func (e *Engine) execEnv(ctx context.Context, sb *store.Sandbox, extra map[string]string) ([]string, error) {
+	env := map[string]string{}
+	if img, err := e.images.Get(ctx, sb.Image); err == nil && img.ID == sb.ImageID {
+		for _, kv := range img.Env {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	if env["PATH"] == "" {
+		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	env["HOME"] = "/root"
+	env["HOSTNAME"] = sb.Name
+	maps.Copy(env, sb.Env)
+	maps.Copy(env, extra)
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out, nil
+}
+
+func (e *Engine) agentFor(sb *store.Sandbox) *agent.Client {
+	return agent.NewClient(e.socketPath(sb.ID))
+}
+
+// sandboxErr explains a failure to reach the agent: when the sandbox died
+// meanwhile (an OOM kill, a delete), say so.
+func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) error {
+	if _, ok := err.(*agent.Error); ok || errdefs.Public(err) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	cur, gerr := e.Get(context.WithoutCancel(ctx), sb.ID)
+	if gerr != nil {
+		return gerr
+	}
+	st, serr := e.rt.State(context.WithoutCancel(ctx), sb.ID)
+	if serr == nil && st.Status != "running" {
+		if e.rt.OOMKilled(sb.ID) {
+			return errdefs.Conflictf("sandbox %q was killed: it passed its %d MB memory limit", cur.Name, cur.MemoryMB)
+		}
+		return errdefs.Conflictf("sandbox %q stopped while the request ran", cur.Name)
+	}
+	return fmt.Errorf("sandbox %s: agent: %w", cur.Name, err)
+}
+
+// --- files ---
+
+// filePath validates a files-API path.
+func filePath(p string) (string, error) {
+	c, err := CleanPath("path", p)
+	if err != nil {
+		return "", err
+	}
+	if underReserved(c) {
+		return "", errdefs.Invalid("path", "%s is reserved by sbx (/.sbx, /proc, /sys, /dev)", c)
+	}
+	return c, nil
+}
+
+func (e *Engine) fileTarget(ctx context.Context, idOrName, p string) (*store.Sandbox, string, error) {
+	path, err := filePath(p)
+	if err != nil {
+		return nil, "", err
+	}
+	sb, err := e.ensureRunning(ctx, idOrName)
+	if err != nil {
+		return nil, "", err
+	}
+	return sb, path, nil
+}
+
+// OpenFile opens a file in the sandbox for reading. The reader fails rather
+// than end early if the transfer breaks.
+func (e *Engine) OpenFile(ctx context.Context, idOrName, p string) (int64, io.ReadCloser, error) {
+	sb, path, err := e.fileTarget(ctx, idOrName, p)
+	if err != nil {
+		return 0, nil, err
+	}
+	st, rc, err := e.agentFor(sb).Open(ctx, path)
+	if err != nil {
+		return 0, nil, e.sandboxErr(ctx, sb, errAgent(err, "path"))
+	}
+	return st.Size, rc, nil
+}
+
+// WriteFile writes r to path in the sandbox with mode (0 = 0644), creating
+// parent directories; the file is replaced atomically.
+func (e *Engine) WriteFile(ctx context.Context, idOrName, p string, mode uint32, r io.Reader) (int64, error) {
+	if mode > 0o7777 {
+		return 0, errdefs.Invalid("mode", "%o is not a permission mode", mode)
+	}
+	sb, path, err := e.fileTarget(ctx, idOrName, p)
+	if err != nil {
+		return 0, err
+	}
+	if path == "/" {
+		return 0, errdefs.Invalid("path", "/ is a directory")
+	}
+	st, err := e.agentFor(sb).WriteFile(ctx, path, mode, r)
+	if err != nil {
+		return 0, e.sandboxErr(ctx, sb, errAgent(err, "path"))
+	}
+	return st.Size, nil
+}
+
+// ListDir lists a directory in the sandbox, by name.
+func (e *Engine) ListDir(ctx context.Context, idOrName, p string) ([]api.FileInfo, error) {
+	sb, path, err := e.fileTarget(ctx, idOrName, p)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := e.agentFor(sb).List(ctx, path)
+	if err != nil {
+		return nil, e.sandboxErr(ctx, sb, errAgent(err, "path"))
+	}
+	out := make([]api.FileInfo, 0, len(ents))
+	for _, en := range ents {
+		full := strings.TrimSuffix(path, "/") + "/" + en.Name
+		if underReserved(full) {
+			continue
+		}
+		out = append(out, api.FileInfo{Name: en.Name, Path: full, Type: api.FileType(en.Type), Size: en.Size,
+			Mode: en.Mode, ModTime: en.ModTime, LinkTarget: en.LinkTarget})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// RemoveFile deletes a file or directory (recursive for a non-empty one).
+func (e *Engine) RemoveFile(ctx context.Context, idOrName, p string, recursive bool) error {
+	sb, path, err := e.fileTarget(ctx, idOrName, p)
+	if err != nil {
+		return err
+	}
+	if path == "/" {
+		return errdefs.Invalid("path", "refusing to delete /")
+	}
+	if err := e.agentFor(sb).Remove(ctx, path, recursive); err != nil {
+		return e.sandboxErr(ctx, sb, errAgent(err, "path"))
+	}
+	return nil
+}
+
+// TarOut streams the directory (or file) at p as a tar archive whose names
+// are relative to it.
+func (e *Engine) TarOut(ctx context.Context, idOrName, p string) (io.ReadCloser, error) {
+	sb, path, err := e.fileTarget(ctx, idOrName, p)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := e.agentFor(sb).TarOut(ctx, path)
+	if err != nil {
+		return nil, e.sandboxErr(ctx, sb, errAgent(err, "path"))
+	}
+	return rc, nil
+}
+
+// TarIn extracts the tar archive r into the directory p, creating it.
+func (e *Engine) TarIn(ctx context.Context, idOrName, p string, r io.Reader) (files int, bytes int64, err error) {
+	sb, path, err := e.fileTarget(ctx, idOrName, p)
+	if err != nil {
+		return 0, 0, err
+	}
+	res, err := e.agentFor(sb).TarIn(ctx, path, r)
+	if err != nil {
+		return 0, 0, e.sandboxErr(ctx, sb, errAgent(err, "path"))
+	}
+	return res.Files, res.Bytes, nil
+}

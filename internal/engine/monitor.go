@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/runtime"
+)
+
+// watch starts a monitor of sandbox id's host process: when it ends without
+// sbxd asking (an OOM kill by the memory cgroup, a crash), the sandbox is
+// marked stopped with the reason, and its container is cleaned up. runsc
+// sends no event for an OOM kill (PLATFORM.md), so the monitor waits on a
+// pidfd of the sandbox process and reads the cgroup's oom_kill counter.
+func (e *Engine) watch(id string) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.monMu.Lock()
+	if old, ok := e.monitors[id]; ok {
+		old()
+	}
+	e.monitors[id] = cancel
+	e.monMu.Unlock()
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		e.monitor(ctx, id)
+	}()
+}
+
+// unwatch stops the monitor of id: sbxd itself is about to stop it.
+func (e *Engine) unwatch(id string) {
+	e.monMu.Lock()
+	if cancel, ok := e.monitors[id]; ok {
+		cancel()
+		delete(e.monitors, id)
+	}
+	e.monMu.Unlock()
+}
+
+func (e *Engine) monitor(ctx context.Context, id string) {
+	st, err := e.rt.State(ctx, id)
+	if err != nil || st.PID <= 0 {
+		return
+	}
+	fd, err := unix.PidfdOpen(st.PID, 0)
+	if err != nil {
+		// The process is already gone.
+		e.handleExit(ctx, id)
+		return
+	}
+	defer unix.Close(fd)
+	for ctx.Err() == nil {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 1000)
+		if err == unix.EINTR || n == 0 {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		e.handleExit(ctx, id)
+		return
+	}
+}
+
+// handleExit records that sandbox id stopped on its own.
+func (e *Engine) handleExit(ctx context.Context, id string) {
+	unlock, err := e.waitLock(ctx, id, "stop")
+	if err != nil {
+		return
+	}
+	defer unlock()
+	if ctx.Err() != nil {
+		return // unwatched meanwhile: the stop was sbxd's own
+	}
+	sb, err := e.st.GetSandbox(ctx, id)
+	if err != nil || sb.State != api.StateRunning {
+		return
+	}
+	st, err := e.rt.State(ctx, id)
+	if err != nil || st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused {
+		return
+	}
+	reason := "exited: the sandbox's init ended"
+	if e.rt.OOMKilled(id) {
+		reason = fmt.Sprintf("oom_killed: the sandbox passed its %d MB memory limit", sb.MemoryMB)
+	}
+	e.log.Warn("sandbox stopped on its own", "sandbox", sb.Name, "id", id, "reason", reason)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	e.monMu.Lock()
+	delete(e.monitors, id)
+	e.monMu.Unlock()
+	if err := e.stopLocked(dctx, sb, reason); err != nil {
+		e.log.Error("record stopped sandbox", "sandbox", sb.Name, "err", err)
+	}
+	if sb.Pooled {
+		_ = e.deleteSandboxLocked(dctx, sb)
+		e.pool.remove(id)
+	}
+}

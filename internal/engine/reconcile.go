@@ -1,0 +1,122 @@
+package engine
+
+import (
+	"context"
+	"os"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/runtime"
+)
+
+// reconcile makes the host match the records after sbxd starts: running
+// sandboxes are reattached (a paused one, left by an interrupted operation,
+// is resumed), sandboxes whose container is gone are marked stopped,
+// interrupted creates are rolled back and interrupted deletes finished, and
+// containers, layers, namespaces and directories that no record owns are
+// removed. Nothing half-made stays listed.
+func (e *Engine) reconcile(ctx context.Context) error {
+	recs, err := e.st.ListSandboxes(ctx, storeAll)
+	if err != nil {
+		return err
+	}
+	conts, err := e.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	status := map[string]runtime.Status{}
+	for _, c := range conts {
+		status[c.ID] = c.Status
+	}
+	known := map[string]bool{}
+	imageIDs := map[string]bool{}
+	for _, sb := range recs {
+		switch sb.State {
+		case api.StateCreating, api.StateDeleting:
+			e.log.Info("reconcile: removing a sandbox whose create or delete was interrupted", "sandbox", sb.Name, "id", sb.ID, "state", sb.State)
+			e.removeAll(ctx, sb.ID)
+			if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
+				return err
+			}
+			continue
+		case api.StateRunning, api.StatePaused:
+			st := status[sb.ID]
+			if st == runtime.StatusPaused {
+				e.log.Info("reconcile: resuming a sandbox left paused", "sandbox", sb.Name)
+				if err := e.rt.Resume(ctx, sb.ID); err == nil {
+					st = runtime.StatusRunning
+				}
+			}
+			if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) {
+				if sb.State != api.StateRunning {
+					sb.State = api.StateRunning
+					if err := e.st.UpdateSandbox(ctx, sb); err != nil {
+						return err
+					}
+				}
+				e.watch(sb.ID)
+				if sb.Pooled {
+					e.pool.adopt(sb)
+				}
+				e.log.Info("reconcile: reattached", "sandbox", sb.Name, "id", sb.ID)
+				break
+			}
+			reason := "stopped while sbxd was not running"
+			if e.rt.OOMKilled(sb.ID) {
+				reason = "oom_killed: the sandbox passed its memory limit"
+			}
+			if sb.Pooled {
+				e.removeAll(ctx, sb.ID)
+				if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
+					return err
+				}
+				continue
+			}
+			e.log.Info("reconcile: marking stopped", "sandbox", sb.Name, "reason", reason)
+			if err := e.stopLocked(ctx, sb, reason); err != nil {
+				return err
+			}
+		case api.StateStopped:
+			if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
+				if err := e.rt.Delete(ctx, sb.ID); err != nil {
+					return err
+				}
+			}
+			if err := e.net.Delete(sb.ID); err != nil {
+				return err
+			}
+		}
+		known[sb.ID] = true
+		imageIDs[sb.ImageID] = true
+	}
+	for _, c := range conts {
+		if !known[c.ID] {
+			e.log.Info("reconcile: removing orphan container", "id", c.ID)
+			e.removeAll(ctx, c.ID)
+		}
+	}
+	nss, err := e.net.List()
+	if err != nil {
+		return err
+	}
+	for _, id := range nss {
+		if !known[id] {
+			e.log.Info("reconcile: removing orphan netns", "id", id)
+			if err := e.net.Delete(id); err != nil {
+				return err
+			}
+		}
+	}
+	for _, dir := range []string{e.sandboxesDir, e.layers.Dir()} {
+		des, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, de := range des {
+			if !known[de.Name()] {
+				e.log.Info("reconcile: removing orphan directory", "dir", dir, "id", de.Name())
+				e.removeAll(ctx, de.Name())
+			}
+		}
+	}
+	return e.images.GC(ctx, imageIDs)
+}

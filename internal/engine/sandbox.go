@@ -1,0 +1,386 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/agent"
+	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/runtime"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// CreateOptions are a validated create request.
+type CreateOptions struct {
+	api.CreateSandboxRequest
+	// Progress receives lines about slow steps (an image build).
+	Progress disk.Progress
+}
+
+// shape is what makes warm sandboxes interchangeable.
+type shape struct {
+	imageID  string
+	cpus     float64
+	memoryMB int
+}
+
+// Create validates req, then creates and boots a sandbox, taking a warm one
+// from the pool when one of the same image and shape is ready.
+//
+// Errors: ErrInvalidArgument (the message names the field), ErrNameTaken,
+// ErrImageNotFound, or a boot failure; a failed create leaves nothing behind.
+func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox, error) {
+	req := opts.CreateSandboxRequest
+	if opts.Progress == nil {
+		opts.Progress = func(string) {}
+	}
+	if req.Name == "" {
+		req.Name = generateName()
+	} else if err := ValidateName("name", req.Name); err != nil {
+		return nil, err
+	}
+	if req.Image == "" {
+		req.Image = disk.DefaultImage
+	} else if err := disk.ValidateImageName(req.Image); err != nil {
+		return nil, errdefs.Invalid("image", "%q is not an image name", req.Image)
+	}
+	if req.Snapshot != "" {
+		return nil, errdefs.Invalid("snapshot", "starting from a memory snapshot is not available in this version of sbxd")
+	}
+	if req.CPUs == 0 {
+		req.CPUs = e.cfg.DefaultCPUs
+	}
+	if req.CPUs < 0.1 || req.CPUs > e.cfg.MaxCPUs || math.IsNaN(req.CPUs) {
+		return nil, errdefs.Invalid("cpus", "%g is out of range [0.1, %g]", req.CPUs, e.cfg.MaxCPUs)
+	}
+	if req.MemoryMB == 0 {
+		req.MemoryMB = e.cfg.DefaultMemoryMB
+	}
+	if req.MemoryMB < 64 || req.MemoryMB > e.cfg.MaxMemoryMB {
+		return nil, errdefs.Invalid("memory_mb", "%d is out of range [64, %d]", req.MemoryMB, e.cfg.MaxMemoryMB)
+	}
+	if req.DiskMB != 0 {
+		return nil, errdefs.Invalid("disk_mb", "disk limits are not available in this version of sbxd")
+	}
+	if req.TimeoutMS != 0 {
+		return nil, errdefs.Invalid("timeout_ms", "idle suspend is not available in this version of sbxd")
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return nil, err
+	}
+	if err := validateLabels(req.Labels); err != nil {
+		return nil, err
+	}
+	if err := validateNetwork(req.Network); err != nil {
+		return nil, err
+	}
+	if err := e.validateVolumes(req.Volumes); err != nil {
+		return nil, err
+	}
+	if _, err := e.st.GetSandbox(ctx, req.Name); err == nil {
+		return nil, fmt.Errorf("sandbox name %q: %w", req.Name, errdefs.ErrNameTaken)
+	}
+	img, err := e.images.Ensure(ctx, req.Image, opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+	sb := &store.Sandbox{
+		ID: newID(), Name: req.Name, State: api.StateCreating, Image: img.Name, ImageID: img.ID,
+		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Env: req.Env, Labels: req.Labels,
+		Network: api.NetworkRules{Internet: false, Allow: []string{}, Deny: []string{}, Connect: []string{}},
+		Volumes: req.Volumes,
+	}
+	if len(req.Volumes) == 0 {
+		if warm, err := e.pool.claim(ctx, shape{img.ID, req.CPUs, req.MemoryMB}, sb); err != nil || warm != nil {
+			return warm, err
+		}
+	}
+	if err := e.createCold(ctx, sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// createCold records sb as creating, makes its layer and boots it. On
+// failure everything made is undone, the record included; a crash of sbxd
+// meanwhile leaves a creating record, which reconcile rolls back.
+func (e *Engine) createCold(ctx context.Context, sb *store.Sandbox) error {
+	unlock, err := e.tryLock(sb.ID, sb.Name, "create")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sb.CreateTime = time.Now().UTC()
+	if err := e.st.CreateSandbox(ctx, sb); err != nil {
+		return err
+	}
+	var undo cleanup
+	undo.add(func() {
+		if err := e.st.DeleteSandbox(context.WithoutCancel(ctx), sb.ID); err != nil {
+			e.log.Error("create: remove record", "sandbox", sb.ID, "err", err)
+		}
+	})
+	undo.add(func() { e.removeAll(context.WithoutCancel(ctx), sb.ID) })
+	if err := e.layers.Create(sb.ID); err != nil {
+		undo.run()
+		return err
+	}
+	if err := e.boot(ctx, sb); err != nil {
+		undo.run()
+		return err
+	}
+	sb.State = api.StateRunning
+	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
+		undo.run()
+		return err
+	}
+	return nil
+}
+
+// boot starts sb's runsc container on its layer: mount the overlay, make
+// the network namespace, run runsc, wait for the agent. The caller holds
+// sb's lock and records the new state. On failure what boot made is undone.
+func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
+	defer cancel()
+	// A stale container of this id (a sandbox that died) must go first.
+	if err := e.rt.Delete(ctx, sb.ID); err != nil {
+		return err
+	}
+	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
+		return err
+	}
+	if err := e.makeVolumes(sb.Volumes); err != nil {
+		return err
+	}
+	netns, err := e.net.Create(sb.ID)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(e.runDir(sb.ID), 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(e.socketPath(sb.ID))
+	spec := e.spec(sb, netns)
+	if err := e.rt.Start(ctx, spec, e.bundleDir(sb.ID)); err != nil {
+		return fmt.Errorf("boot sandbox %s: %w", sb.Name, err)
+	}
+	if err := agent.NewClient(e.socketPath(sb.ID)).WaitReady(ctx); err != nil {
+		_ = e.rt.Delete(context.WithoutCancel(ctx), sb.ID)
+		return fmt.Errorf("boot sandbox %s: %w", sb.Name, err)
+	}
+	e.watch(sb.ID)
+	e.log.Debug("booted", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// spec is the runtime spec of sb.
+func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
+	rootfs := e.layers.Paths(sb.ID).RootFS
+	mounts := []runtime.Mount{
+		{Source: e.agentDir, Destination: "/.sbx/bin", ReadOnly: true},
+		{Source: e.runDir(sb.ID), Destination: "/.sbx/run"},
+		// /tmp on the writable layer, as on a disk: without a mount, runsc
+		// puts a tmpfs (memory) on an empty /tmp.
+		{Source: filepath.Join(rootfs, "tmp"), Destination: "/tmp"},
+	}
+	for _, v := range sb.Volumes {
+		mounts = append(mounts, runtime.Mount{Source: e.volumeDir(v.Name), Destination: v.Path})
+	}
+	return &runtime.Spec{
+		ID:          sb.ID,
+		RootFS:      rootfs,
+		Hostname:    sb.Name,
+		Args:        []string{"/.sbx/bin/sbx-agent"},
+		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Mounts:      mounts,
+		NetNS:       netns,
+		CPUs:        sb.CPUs,
+		MemoryBytes: int64(sb.MemoryMB) << 20,
+		PidsLimit:   4096,
+	}
+}
+
+// stopLocked stops sb's container and releases its netns; its disk stays.
+// The caller holds sb's lock.
+func (e *Engine) stopLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
+	e.unwatch(sb.ID)
+	if err := e.rt.Delete(ctx, sb.ID); err != nil {
+		return err
+	}
+	if err := e.net.Delete(sb.ID); err != nil {
+		return err
+	}
+	sb.State = api.StateStopped
+	sb.StateReason = reason
+	return e.st.UpdateSandbox(ctx, sb)
+}
+
+// removeAll deletes everything sandbox id owns on the host: its container,
+// layer, netns and sandbox dir. Each step is idempotent; errors are logged.
+func (e *Engine) removeAll(ctx context.Context, id string) {
+	e.unwatch(id)
+	if err := e.rt.Delete(ctx, id); err != nil {
+		e.log.Error("remove container", "sandbox", id, "err", err)
+	}
+	if err := e.net.Delete(id); err != nil {
+		e.log.Error("remove netns", "sandbox", id, "err", err)
+	}
+	if err := e.layers.Remove(id); err != nil {
+		e.log.Error("remove layer", "sandbox", id, "err", err)
+	}
+	if err := os.RemoveAll(e.sandboxDir(id)); err != nil {
+		e.log.Error("remove sandbox dir", "sandbox", id, "err", err)
+	}
+}
+
+// Get returns the sandbox with that name or id.
+func (e *Engine) Get(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, err := e.st.GetSandbox(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Pooled && sb.ID == idOrName {
+		return nil, fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrSandboxNotFound)
+	}
+	return sb, nil
+}
+
+// List returns the sandboxes whose labels include all of labels.
+func (e *Engine) List(ctx context.Context, labels map[string]string) ([]*store.Sandbox, error) {
+	return e.st.ListSandboxes(ctx, store.SandboxFilter{Labels: labels})
+}
+
+// Delete stops sandbox idOrName and deletes everything it owns. A second
+// delete while one runs fails with ErrConflict; after it, ErrSandboxNotFound.
+func (e *Engine) Delete(ctx context.Context, idOrName string) error {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return err
+	}
+	return e.deleteSandbox(ctx, sb)
+}
+
+// deleteSandbox deletes sb (a warm one too).
+func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox) error {
+	unlock, err := e.tryLock(sb.ID, sb.Name, "delete")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return e.deleteSandboxLocked(ctx, sb)
+}
+
+// deleteSandboxLocked deletes sb; the caller holds its lock.
+func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) error {
+	// The record may have changed (or gone) while the lock was taken.
+	sb, err := e.st.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	sb.State = api.StateDeleting
+	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
+		return err
+	}
+	e.removeAll(ctx, sb.ID)
+	if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
+		return err
+	}
+	e.forgetLock(sb.ID)
+	e.log.Info("deleted", "sandbox", sb.Name, "id", sb.ID)
+	return nil
+}
+
+// ensureRunning returns sb running: a stopped sandbox is booted (on the
+// disk it has), waiting for any lifecycle operation in progress.
+func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == api.StateRunning {
+		return sb, nil
+	}
+	unlock, err := e.waitLock(ctx, sb.ID, "boot")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb, err = e.Get(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	switch sb.State {
+	case api.StateRunning:
+		return sb, nil
+	case api.StateStopped:
+		if err := e.boot(ctx, sb); err != nil {
+			return nil, err
+		}
+		sb.State, sb.StateReason = api.StateRunning, ""
+		if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
+			return nil, err
+		}
+		return sb, nil
+	default:
+		return nil, stateForbids(sb, "run commands")
+	}
+}
+
+// Stop stops a running sandbox; its disk is kept and the next exec boots
+// it again.
+func (e *Engine) Stop(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := e.tryLock(sb.ID, sb.Name, "stop")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb, err = e.Get(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	if sb.State == api.StateStopped {
+		return sb, nil
+	}
+	if sb.State != api.StateRunning {
+		return nil, stateForbids(sb, "stop")
+	}
+	if err := e.stopLocked(context.WithoutCancel(ctx), sb, ""); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// errAgent maps an agent failure to an error class; field names the
+// request field it concerns.
+func errAgent(err error, field string) error {
+	var ae *agent.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	if ae.Field != "" {
+		field = ae.Field
+	}
+	switch ae.Kind {
+	case agent.FailNotFound:
+		if field == "path" {
+			return fmt.Errorf("%s: %w", ae.Message, errdefs.ErrFileNotFound)
+		}
+		return errdefs.Invalid(field, "%s", ae.Message)
+	case agent.FailInternal:
+		return fmt.Errorf("agent: %s", ae.Message)
+	default:
+		return errdefs.Invalid(field, "%s", ae.Message)
+	}
+}

@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
+)
+
+// MaxVolumes is the most volumes one sandbox may attach.
+const MaxVolumes = 16
+
+func (e *Engine) volumeDir(name string) string { return filepath.Join(e.volumesDir, name) }
+
+// validateVolumes checks volume names and mount paths: names like sandbox
+// names, absolute clean paths outside sbx's reserved paths, each path once.
+func (e *Engine) validateVolumes(vols []api.Volume) error {
+	if len(vols) > MaxVolumes {
+		return errdefs.Invalid("volumes", "%d volumes, at most %d", len(vols), MaxVolumes)
+	}
+	seen := map[string]bool{}
+	for i, v := range vols {
+		if err := ValidateName("volumes", v.Name); err != nil {
+			return err
+		}
+		p, err := CleanPath("volumes", v.Path)
+		if err != nil {
+			return err
+		}
+		if p == "/" || underReserved(p) {
+			return errdefs.Invalid("volumes", "volume %d: cannot mount at %s", i, p)
+		}
+		if seen[p] {
+			return errdefs.Invalid("volumes", "two volumes at %s", p)
+		}
+		seen[p] = true
+		vols[i].Path = p
+	}
+	return nil
+}
+
+// makeVolumes creates the host directories of vols.
+func (e *Engine) makeVolumes(vols []api.Volume) error {
+	for _, v := range vols {
+		if err := os.MkdirAll(e.volumeDir(v.Name), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}

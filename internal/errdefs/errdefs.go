@@ -1,0 +1,103 @@
+// Package errdefs holds the error classes that sbx's layers return and the
+// server maps to API error codes (api.Code), in the manner of containerd's
+// errdefs. Wrap a class with context, the class last:
+//
+//	fmt.Errorf("sandbox %q: %w", name, errdefs.ErrSandboxNotFound)
+//
+// and test with errors.Is. The server's one mapper, [Code], turns a class
+// into its code.
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+// Error classes. The more specific not-found classes wrap ErrNotFound, and
+// the operation-failed classes wrap ErrFailed, so errors.Is works on both
+// levels.
+var (
+	ErrInvalidArgument = errors.New("invalid argument")
+	ErrUnauthorized    = errors.New("unauthorized")
+	ErrNotFound        = errors.New("not found")
+	ErrNameTaken       = errors.New("name taken")
+	ErrConflict        = errors.New("conflict")
+	ErrHasVolume       = errors.New("sandbox has a volume")
+	ErrTooLarge        = errors.New("too large")
+	ErrQuota           = errors.New("quota exceeded")
+	ErrUnavailable     = errors.New("unavailable")
+	ErrFailed          = errors.New("operation failed")
+
+	ErrSandboxNotFound    = fmt.Errorf("sandbox %w", ErrNotFound)
+	ErrImageNotFound      = fmt.Errorf("image %w", ErrNotFound)
+	ErrCheckpointNotFound = fmt.Errorf("checkpoint %w", ErrNotFound)
+	ErrSnapshotNotFound   = fmt.Errorf("snapshot %w", ErrNotFound)
+	ErrFileNotFound       = fmt.Errorf("file %w", ErrNotFound)
+
+	ErrCheckpointFailed = fmt.Errorf("checkpoint %w", ErrFailed)
+	ErrRestoreFailed    = fmt.Errorf("restore %w", ErrFailed)
+	ErrSnapshotFailed   = fmt.Errorf("snapshot %w", ErrFailed)
+	ErrForkFailed       = fmt.Errorf("fork %w", ErrFailed)
+)
+
+// Invalid returns an ErrInvalidArgument error whose message names field.
+func Invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidArgument)
+}
+
+// Conflictf returns an ErrConflict error with a message.
+func Conflictf(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrConflict)
+}
+
+// IsNotFound reports whether err is of any not-found class.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsInvalidArgument reports whether err is ErrInvalidArgument.
+func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+
+// IsConflict reports whether err is ErrConflict.
+func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
+
+// codes lists the classes from most to least specific.
+var codes = []struct {
+	err  error
+	code api.Code
+}{
+	{ErrSandboxNotFound, api.CodeSandboxNotFound},
+	{ErrImageNotFound, api.CodeImageNotFound},
+	{ErrCheckpointNotFound, api.CodeCheckpointNotFound},
+	{ErrSnapshotNotFound, api.CodeSnapshotNotFound},
+	{ErrFileNotFound, api.CodeFileNotFound},
+	{ErrNotFound, api.CodeNotFound},
+	{ErrInvalidArgument, api.CodeInvalidArgument},
+	{ErrUnauthorized, api.CodeUnauthorized},
+	{ErrNameTaken, api.CodeNameTaken},
+	{ErrHasVolume, api.CodeSandboxHasVolume},
+	{ErrConflict, api.CodeConflict},
+	{ErrTooLarge, api.CodeTooLarge},
+	{ErrQuota, api.CodeQuotaExceeded},
+	{ErrUnavailable, api.CodeUnavailable},
+	{ErrCheckpointFailed, api.CodeCheckpointFailed},
+	{ErrRestoreFailed, api.CodeRestoreFailed},
+	{ErrSnapshotFailed, api.CodeSnapshotFailed},
+	{ErrForkFailed, api.CodeForkFailed},
+}
+
+// Code returns the API error code of err's class, api.CodeInternal when it
+// has none.
+func Code(err error) api.Code {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return api.CodeInternal
+}
+
+// Public reports whether err's message may be shown to API callers: every
+// classified error's may; an unclassified (internal) error's may not, since
+// it can carry host paths.
+func Public(err error) bool { return Code(err) != api.CodeInternal }

@@ -1,0 +1,400 @@
+// Package gvisor implements runtime.Runtime with gVisor's runsc. It owns
+// every runsc invocation: each runs under exec.CommandContext with a
+// timeout, Cancel and WaitDelay, so a hung runsc cannot hang sbxd.
+//
+// Flags (see runsc's config/flags.go): --root (state dir), --platform
+// (systrap, or kvm where /dev/kvm exists), --overlay2=none (the root's
+// writes land in the host overlayfs's upperdir as plain files),
+// --host-uds=create (the agent's socket is a host socket) and
+// --network=sandbox with a prepared namespace (or none).
+package gvisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sbxhq/sbx/internal/runtime"
+)
+
+// Config configures the runtime.
+type Config struct {
+	// Runsc is the runsc binary; default "runsc" from PATH.
+	Runsc string
+	// Root is runsc's --root state directory.
+	Root string
+	// Platform is runsc's --platform; empty picks kvm when /dev/kvm exists,
+	// else systrap.
+	Platform string
+	// CgroupParent is the cgroup under which each sandbox gets <id>
+	// (default "/sbx").
+	CgroupParent string
+	// DebugLogDir, when set, is given to runsc as --debug-log (one file per
+	// command and container) with --debug.
+	DebugLogDir string
+}
+
+// Runtime drives runsc.
+type Runtime struct {
+	cfg Config
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New checks that runsc runs and returns a Runtime.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Runsc == "" {
+		cfg.Runsc = "runsc"
+	}
+	p, err := exec.LookPath(cfg.Runsc)
+	if err != nil {
+		return nil, fmt.Errorf("runsc not found (install it: see README): %w", err)
+	}
+	cfg.Runsc = p
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+		if _, err := os.Stat("/dev/kvm"); err == nil {
+			cfg.Platform = "kvm"
+		}
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "/sbx"
+	}
+	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
+		return nil, err
+	}
+	r := &Runtime{cfg: cfg}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := r.run(ctx, nil, "--version"); err != nil {
+		return nil, fmt.Errorf("runsc does not run: %w", err)
+	}
+	return r, nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "runsc/" + r.cfg.Platform }
+
+// Platform is the runsc platform in use.
+func (r *Runtime) Platform() string { return r.cfg.Platform }
+
+// ExitError is a runsc command that failed; Stderr holds its last output.
+type ExitError struct {
+	Args   []string
+	Err    error
+	Stderr string
+}
+
+func (e *ExitError) Error() string {
+	msg := strings.TrimSpace(e.Stderr)
+	if i := strings.LastIndex(msg, "\n"); i >= 0 {
+		msg = msg[i+1:]
+	}
+	return fmt.Sprintf("runsc %s: %v: %s", strings.Join(e.Args, " "), e.Err, msg)
+}
+
+func (r *Runtime) globalFlags(netns bool) []string {
+	network := "none"
+	if netns {
+		network = "sandbox"
+	}
+	flags := []string{
+		"--root=" + r.cfg.Root,
+		"--platform=" + r.cfg.Platform,
+		"--overlay2=none",
+		"--host-uds=create",
+		"--network=" + network,
+	}
+	if r.cfg.DebugLogDir != "" {
+		flags = append(flags, "--debug", "--debug-log="+r.cfg.DebugLogDir+"/")
+	}
+	return flags
+}
+
+// run runs runsc with global flags (netns given) and args; it returns stdout.
+// stdio, when set, becomes the command's stdout and stderr (a file: runsc
+// run -detach hands its stdio to the sandbox, and a pipe would never close).
+func (r *Runtime) run(ctx context.Context, stdio *os.File, args ...string) ([]byte, error) {
+	return r.runNet(ctx, false, stdio, args...)
+}
+
+func (r *Runtime) runNet(ctx context.Context, netns bool, stdio *os.File, args ...string) ([]byte, error) {
+	full := append(r.globalFlags(netns), args...)
+	if args[0] == "--version" {
+		full = args
+	}
+	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	if stdio != nil {
+		cmd.Stdout, cmd.Stderr = stdio, stdio
+	} else {
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	}
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		tail := stderr.String()
+		if stdio != nil {
+			tail = tailFile(stdio.Name(), 2048)
+		}
+		return nil, &ExitError{Args: args, Err: err, Stderr: tail}
+	}
+	return stdout.Bytes(), nil
+}
+
+func tailFile(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	_, _ = f.ReadAt(b, off)
+	return string(b)
+}
+
+// capabilities are those of root in the sandbox: Docker's default set plus
+// CAP_SYS_ADMIN (sethostname, mounts inside the sandbox). gVisor implements
+// them in its own kernel; none reaches the host's.
+var capabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE", "CAP_SYS_ADMIN",
+}
+
+// ociSpec turns s into an OCI runtime spec (runtime-spec v1.2).
+func (r *Runtime) ociSpec(s *runtime.Spec) *specs.Spec {
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+	}
+	for _, m := range s.Mounts {
+		opts := []string{"rbind", "rw"}
+		if m.ReadOnly {
+			opts = []string{"rbind", "ro"}
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
+	ns := []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
+		{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: s.NetNS}}
+	period := uint64(100000)
+	res := &specs.LinuxResources{}
+	if s.CPUs > 0 {
+		quota := int64(math.Round(s.CPUs * float64(period)))
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if s.MemoryBytes > 0 {
+		limit := s.MemoryBytes
+		res.Memory = &specs.LinuxMemory{Limit: &limit}
+	}
+	if s.PidsLimit > 0 {
+		res.Pids = &specs.LinuxPids{Limit: s.PidsLimit}
+	}
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Args: s.Args,
+			Env:  s.Env,
+			Cwd:  "/",
+			User: specs.User{UID: 0, GID: 0},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: capabilities, Effective: capabilities, Permitted: capabilities,
+			},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1048576, Soft: 1048576}},
+		},
+		Root:     &specs.Root{Path: s.RootFS},
+		Hostname: s.Hostname,
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			Namespaces:  ns,
+			CgroupsPath: r.cfg.CgroupParent + "/" + s.ID,
+			Resources:   res,
+		},
+	}
+}
+
+// Start implements runtime.Runtime: it writes bundle/config.json and runs
+// `runsc run --detach`. The init's stdout and stderr go to bundle/init.log.
+func (r *Runtime) Start(ctx context.Context, s *runtime.Spec, bundle string) error {
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r.ociSpec(s), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(filepath.Join(bundle, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	_, err = r.runNet(ctx, s.NetNS != "", log, "run", "--detach", "--bundle", bundle, s.ID)
+	if err != nil {
+		// A failed run can leave a created container behind.
+		_ = r.Delete(context.WithoutCancel(ctx), s.ID)
+	}
+	return err
+}
+
+type stateJSON struct {
+	ID      string    `json:"id"`
+	Status  string    `json:"status"`
+	Pid     int       `json:"pid"`
+	Created time.Time `json:"created"`
+}
+
+func (s stateJSON) state() runtime.State {
+	return runtime.State{ID: s.ID, Status: runtime.Status(s.Status), PID: s.Pid, Created: s.Created}
+}
+
+func isNotExist(err error) bool {
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	s := ee.Stderr
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "no such file or directory") ||
+		strings.Contains(s, "not found")
+}
+
+// State implements runtime.Runtime.
+func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	out, err := r.run(ctx, nil, "state", id)
+	if err != nil {
+		if isNotExist(err) {
+			return runtime.State{ID: id, Status: runtime.StatusMissing}, nil
+		}
+		return runtime.State{}, err
+	}
+	var st stateJSON
+	if err := json.Unmarshal(out, &st); err != nil {
+		return runtime.State{}, fmt.Errorf("runsc state %s: %w", id, err)
+	}
+	return st.state(), nil
+}
+
+// List implements runtime.Runtime.
+func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
+	out, err := r.run(ctx, nil, "list", "--format=json")
+	if err != nil {
+		return nil, err
+	}
+	var sts []stateJSON
+	if len(bytes.TrimSpace(out)) > 0 && !bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
+		if err := json.Unmarshal(out, &sts); err != nil {
+			return nil, fmt.Errorf("runsc list: %w", err)
+		}
+	}
+	res := make([]runtime.State, 0, len(sts))
+	for _, s := range sts {
+		res = append(res, s.state())
+	}
+	return res, nil
+}
+
+// Delete implements runtime.Runtime: kill with SIGKILL, then delete --force.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	_, _ = r.run(ctx, nil, "kill", id, "KILL")
+	_, err := r.run(ctx, nil, "delete", "--force", id)
+	if err != nil && !isNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// Pause implements runtime.Runtime.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	_, err := r.run(ctx, nil, "pause", id)
+	return err
+}
+
+// Resume implements runtime.Runtime.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	_, err := r.run(ctx, nil, "resume", id)
+	return err
+}
+
+// cgroupFile returns the path of a cgroup control file of sandbox id,
+// under cgroup v1 (controller dir) or v2.
+func (r *Runtime) cgroupFile(controller, id, file string) string {
+	v1 := filepath.Join("/sys/fs/cgroup", controller, r.cfg.CgroupParent, id, file)
+	if _, err := os.Stat(filepath.Dir(v1)); err == nil {
+		return v1
+	}
+	return filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent, id, file)
+}
+
+// OOMKilled implements runtime.Runtime from the memory cgroup's oom_kill
+// counter (memory.oom_control in v1, memory.events in v2).
+func (r *Runtime) OOMKilled(id string) bool {
+	for _, p := range []string{r.cgroupFile("memory", id, "memory.oom_control"), r.cgroupFile("memory", id, "memory.events")} {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				f.Close()
+				return n > 0
+			}
+		}
+		f.Close()
+	}
+	return false
+}
+
+// Stats implements runtime.Runtime with `runsc events --stats`.
+func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	out, err := r.run(ctx, nil, "events", "--stats", id)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	var ev struct {
+		Data struct {
+			CPU struct {
+				Usage struct {
+					Total uint64 `json:"total"`
+				} `json:"usage"`
+			} `json:"cpu"`
+			Memory struct {
+				Usage struct {
+					Usage uint64 `json:"usage"`
+				} `json:"usage"`
+			} `json:"memory"`
+			Pids struct {
+				Current uint64 `json:"current"`
+			} `json:"pids"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(out, &ev); err != nil {
+		return runtime.Stats{}, fmt.Errorf("runsc events --stats: %w", err)
+	}
+	return runtime.Stats{CPUNanos: ev.Data.CPU.Usage.Total, MemoryBytes: ev.Data.Memory.Usage.Usage, Pids: ev.Data.Pids.Current}, nil
+}

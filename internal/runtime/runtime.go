@@ -1,0 +1,91 @@
+// Package runtime is the contract between the engine and the OCI runtime
+// that isolates sandboxes. gvisor/ implements it with runsc; nothing else in
+// sbx runs runsc.
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Status is a container's state as the runtime reports it.
+type Status string
+
+// Container statuses, as in the OCI runtime spec's state (plus paused).
+const (
+	StatusCreated Status = "created"
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped"
+	// StatusMissing: the runtime has no container of that id.
+	StatusMissing Status = "missing"
+)
+
+// Mount is a bind mount of a host path into the sandbox.
+type Mount struct {
+	Source      string
+	Destination string
+	ReadOnly    bool
+}
+
+// Spec is what a sandbox is booted from.
+type Spec struct {
+	// ID is the container id (the sandbox id).
+	ID string
+	// RootFS is the host path of the root filesystem (the overlay mount).
+	RootFS string
+	// Hostname is the sandbox's UTS hostname.
+	Hostname string
+	// Args is the init process: sbx's agent.
+	Args []string
+	Env  []string
+	// Mounts are bind mounts: the agent binary, its socket dir, /tmp, volumes.
+	Mounts []Mount
+	// NetNS is the path of a network namespace to join ("" = loopback only).
+	NetNS string
+	// CPUs is the CPU limit in cores (cgroup CPU quota over a 100 ms period).
+	CPUs float64
+	// MemoryBytes is the memory limit (cgroup memory.limit_in_bytes).
+	MemoryBytes int64
+	// PidsLimit caps the number of tasks (cgroup pids.max); 0 = no limit.
+	PidsLimit int64
+}
+
+// State is a container's state.
+type State struct {
+	ID      string
+	Status  Status
+	PID     int // the sandbox process on the host
+	Created time.Time
+}
+
+// Stats are a running sandbox's resource counters.
+type Stats struct {
+	CPUNanos    uint64
+	MemoryBytes uint64
+	Pids        uint64
+}
+
+// Runtime boots and stops sandboxes. Methods are safe for concurrent use on
+// different ids; callers serialise calls on one id.
+type Runtime interface {
+	// Name is the runtime's name and platform, e.g. "runsc/systrap".
+	Name() string
+	// Start boots a container from spec and returns once its init runs.
+	// Bundle is a directory the runtime may use for the container's files.
+	Start(ctx context.Context, spec *Spec, bundle string) error
+	// State reports a container's status (StatusMissing if unknown).
+	State(ctx context.Context, id string) (State, error)
+	// List returns every container the runtime knows.
+	List(ctx context.Context) ([]State, error)
+	// Delete kills a container and removes it; a missing one is fine.
+	Delete(ctx context.Context, id string) error
+	// Pause freezes every process of a container; Resume thaws it.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	// OOMKilled reports whether the container's memory cgroup killed a
+	// process for passing its limit. Call it before Delete.
+	OOMKilled(id string) bool
+	// Stats returns a container's resource counters.
+	Stats(ctx context.Context, id string) (Stats, error)
+}

@@ -1,0 +1,282 @@
+// Package sqlite is the embedded [store.Store]: one SQLite file (WAL mode)
+// through the pure-Go driver modernc.org/sqlite, its schema versioned by
+// goose migrations embedded from migrations/.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a store.Store on one SQLite file.
+type Store struct {
+	db *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at path and migrates its
+// schema to the newest version.
+func Open(ctx context.Context, path string) (*Store, error) {
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One connection: writes are serialised anyway, and SQLITE_BUSY between
+	// connections of one process is avoided.
+	db.SetMaxOpenConns(1)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrate %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+const timeFmt = time.RFC3339Nano
+
+func fmtTime(t time.Time) string { return t.UTC().Format(timeFmt) }
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(timeFmt, s)
+	return t
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func isUnique(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
+	network, volumes, timeout_ms, source_sandbox, source_snapshot, pooled, create_time, update_time`
+
+func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
+	var sb store.Sandbox
+	var env, labels, network, volumes, ct, ut string
+	var state string
+	if err := row.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
+		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
+		&sb.Pooled, &ct, &ut); err != nil {
+		return nil, err
+	}
+	sb.State = api.State(state)
+	if err := errors.Join(json.Unmarshal([]byte(env), &sb.Env), json.Unmarshal([]byte(labels), &sb.Labels),
+		json.Unmarshal([]byte(network), &sb.Network), json.Unmarshal([]byte(volumes), &sb.Volumes)); err != nil {
+		return nil, fmt.Errorf("sandbox %s: corrupt record: %w", sb.ID, err)
+	}
+	sb.CreateTime, sb.UpdateTime = parseTime(ct), parseTime(ut)
+	return &sb, nil
+}
+
+// CreateSandbox implements store.Store.
+func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	now := time.Now()
+	if sb.CreateTime.IsZero() {
+		sb.CreateTime = now
+	}
+	sb.UpdateTime = now
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
+		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
+		sb.SourceSandbox, sb.SourceSnapshot, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime))
+	if isUnique(err) {
+		return fmt.Errorf("sandbox name %q: %w", sb.Name, errdefs.ErrNameTaken)
+	}
+	return err
+}
+
+func volumesOf(sb *store.Sandbox) []api.Volume {
+	if sb.Volumes == nil {
+		return []api.Volume{}
+	}
+	return sb.Volumes
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// GetSandbox implements store.Store.
+func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*store.Sandbox, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+		WHERE id = ? OR (name = ? AND pooled = 0) ORDER BY id = ? DESC LIMIT 1`, idOrName, idOrName, idOrName)
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrSandboxNotFound)
+	}
+	return sb, err
+}
+
+// ListSandboxes implements store.Store.
+func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
+	q := `SELECT ` + sandboxCols + ` FROM sandboxes`
+	args := []any{}
+	if !f.All {
+		q += ` WHERE pooled = ?`
+		args = append(args, f.Pooled)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY create_time, id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		if matchLabels(sb.Labels, f.Labels) {
+			out = append(out, sb)
+		}
+	}
+	return out, rows.Err()
+}
+
+func matchLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// UpdateSandbox implements store.Store.
+func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	sb.UpdateTime = time.Now()
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, state_reason = ?,
+		image = ?, image_id = ?, cpus = ?, memory_mb = ?, disk_mb = ?, env = ?, labels = ?, network = ?, volumes = ?, timeout_ms = ?,
+		source_sandbox = ?, source_snapshot = ?, pooled = ?, create_time = ?, update_time = ? WHERE id = ?`,
+		sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
+		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
+		sb.SourceSandbox, sb.SourceSnapshot, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime), sb.ID)
+	if isUnique(err) {
+		return fmt.Errorf("sandbox name %q: %w", sb.Name, errdefs.ErrNameTaken)
+	}
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("sandbox %q: %w", sb.ID, errdefs.ErrSandboxNotFound)
+	}
+	return nil
+}
+
+// DeleteSandbox implements store.Store.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+	return err
+}
+
+// PutImage implements store.Store.
+func (s *Store) PutImage(ctx context.Context, img *store.Image) error {
+	if img.CreateTime.IsZero() {
+		img.CreateTime = time.Now()
+	}
+	env := img.Env
+	if env == nil {
+		env = []string{}
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO images (name, id, digest, source, size_bytes, env, create_time)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET id = excluded.id, digest = excluded.digest,
+		source = excluded.source, size_bytes = excluded.size_bytes, env = excluded.env,
+		create_time = excluded.create_time`,
+		img.Name, img.ID, img.Digest, img.Source, img.SizeBytes, toJSON(env), fmtTime(img.CreateTime))
+	return err
+}
+
+func scanImage(row interface{ Scan(...any) error }) (*store.Image, error) {
+	var img store.Image
+	var env, ct string
+	if err := row.Scan(&img.Name, &img.ID, &img.Digest, &img.Source, &img.SizeBytes, &env, &ct); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(env), &img.Env); err != nil {
+		return nil, fmt.Errorf("image %s: corrupt record: %w", img.Name, err)
+	}
+	img.CreateTime = parseTime(ct)
+	return &img, nil
+}
+
+// GetImage implements store.Store.
+func (s *Store) GetImage(ctx context.Context, name string) (*store.Image, error) {
+	img, err := scanImage(s.db.QueryRowContext(ctx,
+		`SELECT name, id, digest, source, size_bytes, env, create_time FROM images WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("image %q: %w", name, errdefs.ErrImageNotFound)
+	}
+	return img, err
+}
+
+// ListImages implements store.Store.
+func (s *Store) ListImages(ctx context.Context) ([]*store.Image, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, id, digest, source, size_bytes, env, create_time FROM images ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.Image
+	for rows.Next() {
+		img, err := scanImage(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, img)
+	}
+	return out, rows.Err()
+}
+
+// DeleteImage implements store.Store.
+func (s *Store) DeleteImage(ctx context.Context, name string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM images WHERE name = ?`, name)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("image %q: %w", name, errdefs.ErrImageNotFound)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+// Package store persists sbx's records: sandboxes and images (and, in later
+// layers, checkpoints, snapshots and events). Bytes live in the blob store;
+// records reference them by digest.
+//
+// Store is the contract; sqlite/ is the embedded default. Every
+// implementation passes the suite in storetest/.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+// Sandbox is the durable record of a sandbox.
+type Sandbox struct {
+	ID          string
+	Name        string
+	State       api.State
+	StateReason string
+	Image       string
+	// ImageID is the id of the exact root filesystem the writable layer
+	// sits on; an image rebuilt under the same name gets a new id.
+	ImageID  string
+	CPUs        float64
+	MemoryMB    int
+	DiskMB      int
+	Env         map[string]string
+	Labels      map[string]string
+	Network     api.NetworkRules
+	// Volumes are named host directories mounted into the sandbox.
+	Volumes   []api.Volume
+	TimeoutMS int64
+	// Source* name what the sandbox was forked or started from.
+	SourceSandbox  string
+	SourceSnapshot string
+	// Pooled marks a warm sandbox booted ahead of requests and not yet
+	// given to a caller; it is hidden from lists and lookups by name.
+	Pooled     bool
+	CreateTime time.Time
+	UpdateTime time.Time
+}
+
+// Image is the record of an unpacked image.
+type Image struct {
+	Name string
+	// ID names the unpacked root filesystem's directory; it changes when the
+	// image is rebuilt, and the old one is kept while sandboxes use it.
+	ID         string
+	Digest     string
+	Source     string
+	SizeBytes  int64
+	Env        []string
+	CreateTime time.Time
+}
+
+// SandboxFilter selects sandboxes in ListSandboxes.
+type SandboxFilter struct {
+	// Labels must all match (key=value).
+	Labels map[string]string
+	// Pooled selects warm sandboxes instead of callers' ones.
+	Pooled bool
+	// All selects both.
+	All bool
+}
+
+// Store persists records. Methods are safe for concurrent use.
+//
+// Errors: lookups of missing records return errdefs.ErrSandboxNotFound or
+// errdefs.ErrImageNotFound; CreateSandbox, and UpdateSandbox when it renames,
+// return errdefs.ErrNameTaken when the name is in use.
+type Store interface {
+	// CreateSandbox inserts a record; its ID and Name must be unique.
+	CreateSandbox(ctx context.Context, sb *Sandbox) error
+	// GetSandbox finds a sandbox by id or, among non-pooled sandboxes, name.
+	GetSandbox(ctx context.Context, idOrName string) (*Sandbox, error)
+	// ListSandboxes returns matching sandboxes, oldest first.
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
+	// UpdateSandbox replaces the record with the same ID and sets UpdateTime.
+	UpdateSandbox(ctx context.Context, sb *Sandbox) error
+	// DeleteSandbox removes the record; a missing one is not an error.
+	DeleteSandbox(ctx context.Context, id string) error
+
+	// PutImage inserts or replaces an image record.
+	PutImage(ctx context.Context, img *Image) error
+	GetImage(ctx context.Context, name string) (*Image, error)
+	// ListImages returns all images by name.
+	ListImages(ctx context.Context) ([]*Image, error)
+	// DeleteImage removes the record; a missing one is ErrImageNotFound.
+	DeleteImage(ctx context.Context, name string) error
+
+	Close() error
+}

@@ -1,0 +1,161 @@
+// Package storetest is the conformance suite that every store.Store
+// implementation runs from its own tests.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// Run runs the suite; open returns a fresh, empty store for each subtest.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Run("SandboxLifecycle", func(t *testing.T) { testSandboxLifecycle(t, open(t)) })
+	t.Run("NameUniqueness", func(t *testing.T) { testNameUniqueness(t, open(t)) })
+	t.Run("ListFilters", func(t *testing.T) { testListFilters(t, open(t)) })
+	t.Run("Images", func(t *testing.T) { testImages(t, open(t)) })
+}
+
+func sandbox(id, name string) *store.Sandbox {
+	return &store.Sandbox{
+		ID: id, Name: name, State: api.StateRunning, Image: "default", CPUs: 1.5, MemoryMB: 512,
+		Env: map[string]string{"A": "1"}, Labels: map[string]string{"team": "x"},
+		Network: api.NetworkRules{Internet: true, Allow: []string{"example.org"}},
+	}
+}
+
+func testSandboxLifecycle(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	sb := sandbox("sbx_0000000000000001", "alpha")
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"alpha", "sbx_0000000000000001"} {
+		got, err := s.GetSandbox(ctx, key)
+		if err != nil {
+			t.Fatalf("get %s: %v", key, err)
+		}
+		if got.Name != "alpha" || got.CPUs != 1.5 || got.Env["A"] != "1" || got.Network.Allow[0] != "example.org" {
+			t.Fatalf("get %s: record not kept: %+v", key, got)
+		}
+		if got.CreateTime.Sub(sb.CreateTime).Abs() > time.Millisecond {
+			t.Fatalf("create time %v, want %v", got.CreateTime, sb.CreateTime)
+		}
+	}
+	sb.State = api.StateStopped
+	sb.StateReason = "oom_killed"
+	if err := s.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.GetSandbox(ctx, "alpha")
+	if got.State != api.StateStopped || got.StateReason != "oom_killed" {
+		t.Fatalf("update not kept: %+v", got)
+	}
+	if err := s.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSandbox(ctx, "alpha"); !errors.Is(err, errdefs.ErrSandboxNotFound) {
+		t.Fatalf("get after delete: %v, want ErrSandboxNotFound", err)
+	}
+	if err := s.UpdateSandbox(ctx, sb); !errors.Is(err, errdefs.ErrSandboxNotFound) {
+		t.Fatalf("update after delete: %v, want ErrSandboxNotFound", err)
+	}
+	if err := s.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func testNameUniqueness(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if err := s.CreateSandbox(ctx, sandbox("sbx_a", "same")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, sandbox("sbx_b", "same")); !errors.Is(err, errdefs.ErrNameTaken) {
+		t.Fatalf("second create: %v, want ErrNameTaken", err)
+	}
+	other := sandbox("sbx_c", "other")
+	if err := s.CreateSandbox(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	other.Name = "same"
+	if err := s.UpdateSandbox(ctx, other); !errors.Is(err, errdefs.ErrNameTaken) {
+		t.Fatalf("rename onto a taken name: %v, want ErrNameTaken", err)
+	}
+}
+
+func testListFilters(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := sandbox("sbx_1", "a")
+	b := sandbox("sbx_2", "b")
+	b.Labels = map[string]string{"team": "y", "env": "ci"}
+	p := sandbox("sbx_3", "sbx_3")
+	p.Pooled = true
+	for _, sb := range []*store.Sandbox{a, b, p} {
+		if err := s.CreateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(f store.SandboxFilter) []string {
+		l, err := s.ListSandboxes(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, sb := range l {
+			out = append(out, sb.Name)
+		}
+		return out
+	}
+	if got := names(store.SandboxFilter{}); len(got) != 2 {
+		t.Fatalf("default list %v, want the 2 non-pooled", got)
+	}
+	if got := names(store.SandboxFilter{Labels: map[string]string{"team": "y"}}); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("label filter %v, want [b]", got)
+	}
+	if got := names(store.SandboxFilter{Labels: map[string]string{"team": "y", "env": "prod"}}); len(got) != 0 {
+		t.Fatalf("two-label filter %v, want none", got)
+	}
+	if got := names(store.SandboxFilter{Pooled: true}); len(got) != 1 || got[0] != "sbx_3" {
+		t.Fatalf("pooled list %v", got)
+	}
+	if got := names(store.SandboxFilter{All: true}); len(got) != 3 {
+		t.Fatalf("all %v", got)
+	}
+	if _, err := s.GetSandbox(ctx, "sbx_3"); err != nil {
+		t.Fatalf("pooled sandbox by id: %v", err)
+	}
+}
+
+func testImages(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	img := &store.Image{Name: "default", Digest: "sha256:ab", Source: "build:x", SizeBytes: 42, Env: []string{"PATH=/bin"}}
+	if err := s.PutImage(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+	img.SizeBytes = 43
+	if err := s.PutImage(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetImage(ctx, "default")
+	if err != nil || got.SizeBytes != 43 || got.Env[0] != "PATH=/bin" {
+		t.Fatalf("get image: %+v %v", got, err)
+	}
+	l, err := s.ListImages(ctx)
+	if err != nil || len(l) != 1 {
+		t.Fatalf("list images: %v %v", l, err)
+	}
+	if err := s.DeleteImage(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetImage(ctx, "default"); !errors.Is(err, errdefs.ErrImageNotFound) {
+		t.Fatalf("get deleted image: %v", err)
+	}
+	if err := s.DeleteImage(ctx, "default"); !errors.Is(err, errdefs.ErrImageNotFound) {
+		t.Fatalf("delete missing image: %v", err)
+	}
+}
