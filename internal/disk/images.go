@@ -70,6 +70,10 @@ type Images struct {
 
 	mu   sync.Mutex
 	busy map[string]*flight // image name → operation in progress
+
+	// OnChange, if set, is called with an image's name after it is
+	// (re)unpacked or removed.
+	OnChange func(name string)
 }
 
 type flight struct {
@@ -309,6 +313,9 @@ func (m *Images) unpack(ctx context.Context, name, digest, source string, env []
 		return nil, err
 	}
 	m.log.Info("image ready", "image", name, "id", id, "size_bytes", size, "source", source)
+	if m.OnChange != nil {
+		m.OnChange(name)
+	}
 	return img, nil
 }
 
@@ -598,6 +605,9 @@ func (m *Images) Remove(ctx context.Context, name string, inUse func(id string) 
 	}
 	if err := m.st.DeleteImage(ctx, name); err != nil {
 		return err
+	}
+	if m.OnChange != nil {
+		m.OnChange(name)
 	}
 	return os.RemoveAll(filepath.Join(m.dir, img.ID))
 }

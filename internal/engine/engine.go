@@ -112,6 +112,11 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.pool = newPool(e, cfg.PoolSize)
+	images.OnChange = func(name string) {
+		if name == disk.DefaultImage {
+			e.pool.refill()
+		}
+	}
 	return e, nil
 }
 

@@ -28,10 +28,29 @@ const (
 
 // Process is a running exec.
 type Process struct {
-	*agent.Process
+	p   *agent.Process
+	e   *Engine
+	ctx context.Context
 	// Sandbox is the sandbox it runs in.
 	Sandbox *store.Sandbox
 }
+
+// PID is the process id inside the sandbox.
+func (p *Process) PID() int { return p.p.PID }
+
+// Wait copies the output to stdout and stderr until the process exits and
+// returns its exit. If the sandbox dies meanwhile (an OOM kill, a delete)
+// the error says so, as ErrConflict.
+func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
+	ex, err := p.p.Wait(stdout, stderr)
+	if err != nil {
+		return nil, p.e.sandboxErr(p.ctx, p.Sandbox, err)
+	}
+	return ex, nil
+}
+
+// Close abandons the process; it is killed if it still runs.
+func (p *Process) Close() { p.p.Close() }
 
 // Exec starts req.Cmd in sandbox idOrName, booting it if it is stopped.
 // stdin, when not nil, becomes the process's standard input. Failures to
@@ -85,7 +104,7 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	if err != nil {
 		return nil, e.sandboxErr(ctx, sb, errAgent(err, "cmd"))
 	}
-	return &Process{Process: p, Sandbox: sb}, nil
+	return &Process{p: p, e: e, ctx: ctx, Sandbox: sb}, nil
 }
 
 // execEnv is the environment of a process: the image's, then defaults

@@ -100,6 +100,6 @@ func (e *Engine) handleExit(ctx context.Context, id string) {
 	}
 	if sb.Pooled {
 		_ = e.deleteSandboxLocked(dctx, sb)
-		e.pool.remove(id)
+		e.pool.remove(id, true)
 	}
 }

@@ -125,8 +125,8 @@ func (p *pool) fill(ctx context.Context) {
 	}
 }
 
-// remove forgets warm sandbox id (it died).
-func (p *pool) remove(id string) {
+// remove forgets warm sandbox id; refill boots a replacement.
+func (p *pool) remove(id string, refill bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, sb := range p.ready {
@@ -135,7 +135,9 @@ func (p *pool) remove(id string) {
 			break
 		}
 	}
-	p.refill()
+	if refill {
+		p.refill()
+	}
 }
 
 func (p *pool) discard(ctx context.Context, sb *store.Sandbox) {

@@ -1,0 +1,303 @@
+// Package client is the Go SDK of sbx: a typed client of sbxd's REST API v1
+// (docs/api.md) over its Unix socket or over TCP with an API key.
+//
+//	c, err := client.New()                      // $SBX_URL or the local socket
+//	sb, err := c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "dev"})
+//	res, err := sb.Exec(ctx, "python3 -m unittest")
+//	fmt.Print(res.Stdout, res.ExitCode)
+//
+// Errors from the API are *Error values carrying the API's code; compare
+// them with errors.Is against the Err* values (ErrSandboxNotFound, ...).
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+// DefaultSocket is where sbxd listens when SBX_SOCKET is not set.
+const DefaultSocket = "/run/sbx/sbx.sock"
+
+// Client talks to one sbxd.
+type Client struct {
+	base   *url.URL
+	hc     *http.Client
+	apiKey string
+
+	// Sandboxes creates, finds and deletes sandboxes.
+	Sandboxes *Sandboxes
+	// Images lists, builds, pulls, imports and removes images.
+	Images *Images
+}
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithSocket talks to sbxd over the Unix socket at path.
+func WithSocket(path string) Option {
+	return func(c *Client) error {
+		c.base, _ = url.Parse("http://sbxd")
+		c.hc = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", path)
+			},
+			MaxIdleConnsPerHost: 16,
+		}}
+		return nil
+	}
+}
+
+// WithURL talks to sbxd over TCP at rawURL, e.g. "http://127.0.0.1:7070".
+func WithURL(rawURL string) Option {
+	return func(c *Client) error {
+		u, err := url.Parse(rawURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("sbx URL %q: want http://host:port", rawURL)
+		}
+		c.base = u
+		c.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		return nil
+	}
+}
+
+// WithAPIKey sends key as a bearer token (required over TCP).
+func WithAPIKey(key string) Option {
+	return func(c *Client) error { c.apiKey = key; return nil }
+}
+
+// WithHTTPClient replaces the HTTP client (after WithSocket or WithURL).
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) error { c.hc = hc; return nil }
+}
+
+// New returns a client. Without options it uses $SBX_URL (with
+// $SBX_API_KEY) when set, else the socket $SBX_SOCKET or DefaultSocket.
+func New(opts ...Option) (*Client, error) {
+	c := &Client{}
+	var defaults []Option
+	if u := os.Getenv("SBX_URL"); u != "" {
+		defaults = append(defaults, WithURL(u), WithAPIKey(os.Getenv("SBX_API_KEY")))
+	} else {
+		sock := os.Getenv("SBX_SOCKET")
+		if sock == "" {
+			sock = DefaultSocket
+		}
+		defaults = append(defaults, WithSocket(sock))
+	}
+	for _, o := range append(defaults, opts...) {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	c.Sandboxes = &Sandboxes{c: c}
+	c.Images = &Images{c: c}
+	return c, nil
+}
+
+// Health answers GET /v1/health.
+func (c *Client) Health(ctx context.Context) (*api.Health, error) {
+	var h api.Health
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/health", nil, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// Error is an error answer of the API.
+type Error struct {
+	// Status is the HTTP status (0 for an error line of an NDJSON stream).
+	Status    int
+	Code      api.Code
+	Message   string
+	RequestID string
+}
+
+func (e *Error) Error() string {
+	if e.RequestID != "" {
+		return fmt.Sprintf("%s: %s (request %s)", e.Code, e.Message, e.RequestID)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Is matches an *Error with the same code, and ErrNotFound matches every
+// not-found code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok {
+		return false
+	}
+	if t == ErrNotFound {
+		return e.Code.HTTPStatus() == http.StatusNotFound
+	}
+	return t.Code == e.Code && t.Message == ""
+}
+
+// Errors to compare with errors.Is, one per API code.
+var (
+	ErrInvalidArgument    = &Error{Code: api.CodeInvalidArgument}
+	ErrUnauthorized       = &Error{Code: api.CodeUnauthorized}
+	ErrNotFound           = &Error{Code: api.CodeNotFound}
+	ErrSandboxNotFound    = &Error{Code: api.CodeSandboxNotFound}
+	ErrCheckpointNotFound = &Error{Code: api.CodeCheckpointNotFound}
+	ErrSnapshotNotFound   = &Error{Code: api.CodeSnapshotNotFound}
+	ErrImageNotFound      = &Error{Code: api.CodeImageNotFound}
+	ErrFileNotFound       = &Error{Code: api.CodeFileNotFound}
+	ErrNameTaken          = &Error{Code: api.CodeNameTaken}
+	ErrConflict           = &Error{Code: api.CodeConflict}
+	ErrSandboxHasVolume   = &Error{Code: api.CodeSandboxHasVolume}
+	ErrTooLarge           = &Error{Code: api.CodeTooLarge}
+	ErrQuotaExceeded      = &Error{Code: api.CodeQuotaExceeded}
+	ErrCheckpointFailed   = &Error{Code: api.CodeCheckpointFailed}
+	ErrRestoreFailed      = &Error{Code: api.CodeRestoreFailed}
+	ErrSnapshotFailed     = &Error{Code: api.CodeSnapshotFailed}
+	ErrForkFailed         = &Error{Code: api.CodeForkFailed}
+	ErrInternal           = &Error{Code: api.CodeInternal}
+	ErrUnavailable        = &Error{Code: api.CodeUnavailable}
+)
+
+// request sends a request; body may be nil, an io.Reader (sent as is with
+// contentType) or a value sent as JSON.
+func (c *Client) request(ctx context.Context, method, path string, query url.Values, body any, contentType, accept string) (*http.Response, error) {
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case io.Reader:
+		rd = b
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(buf)
+		contentType = "application/json"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("sbxd: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var er api.ErrorResponse
+	if err := json.Unmarshal(b, &er); err != nil || er.Error.Code == "" {
+		return &Error{Status: resp.StatusCode, Code: codeOfStatus(resp.StatusCode), Message: strings.TrimSpace(string(b))}
+	}
+	return &Error{Status: resp.StatusCode, Code: er.Error.Code, Message: er.Error.Message, RequestID: er.Error.RequestID}
+}
+
+func codeOfStatus(s int) api.Code {
+	switch s {
+	case 400:
+		return api.CodeInvalidArgument
+	case 401:
+		return api.CodeUnauthorized
+	case 404:
+		return api.CodeNotFound
+	case 409:
+		return api.CodeConflict
+	case 413:
+		return api.CodeTooLarge
+	case 503:
+		return api.CodeUnavailable
+	}
+	return api.CodeInternal
+}
+
+// doJSON sends body as JSON and decodes a JSON answer into out (if not nil).
+func (c *Client) doJSON(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	resp, err := c.request(ctx, method, path, query, body, "", "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s %s answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// Progress receives the info lines of a long operation.
+type Progress func(msg string, at time.Time)
+
+// readStream reads a long operation's NDJSON answer: info lines go to
+// progress, the complete line's data is decoded into out, an error line is
+// returned as *Error.
+func readStream(resp *http.Response, progress Progress, out any) error {
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var l api.StreamLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return fmt.Errorf("bad NDJSON line %q: %w", sc.Text(), err)
+		}
+		switch l.Type {
+		case api.LineInfo:
+			if progress != nil {
+				var msg string
+				_ = json.Unmarshal(l.Data, &msg)
+				progress(msg, l.Time)
+			}
+		case api.LineComplete:
+			if out != nil {
+				return json.Unmarshal(l.Data, out)
+			}
+			return nil
+		case api.LineError:
+			return &Error{Code: l.Code, Message: l.Error}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("sbxd stream: %w", err)
+	}
+	return errors.New("sbxd stream ended without a complete or error line")
+}
+
+// long runs a long operation and decodes its result into out.
+func (c *Client) long(ctx context.Context, method, path string, query url.Values, body any, contentType string, progress Progress, out any) error {
+	resp, err := c.request(ctx, method, path, query, body, contentType, "application/x-ndjson")
+	if err != nil {
+		return err
+	}
+	return readStream(resp, progress, out)
+}

@@ -1,0 +1,283 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+// Sandboxes is the sandbox collection of one client.
+type Sandboxes struct{ c *Client }
+
+// Sandbox is a sandbox handle: the object as last read, plus methods.
+type Sandbox struct {
+	api.Sandbox
+	c *Client
+}
+
+func (s *Sandboxes) wrap(v api.Sandbox) *Sandbox { return &Sandbox{Sandbox: v, c: s.c} }
+
+func sbPath(name string, rest ...string) string {
+	p := "/v1/sandboxes/" + url.PathEscape(name)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+// Create creates and starts a sandbox (201). Errors: ErrInvalidArgument,
+// ErrNameTaken, ErrImageNotFound.
+func (s *Sandboxes) Create(ctx context.Context, req api.CreateSandboxRequest) (*Sandbox, error) {
+	var out api.Sandbox
+	if err := s.c.doJSON(ctx, http.MethodPost, "/v1/sandboxes", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return s.wrap(out), nil
+}
+
+// CreateStream creates a sandbox while streaming progress (e.g. the build
+// of the default image on first use).
+func (s *Sandboxes) CreateStream(ctx context.Context, req api.CreateSandboxRequest, progress Progress) (*Sandbox, error) {
+	var out api.Sandbox
+	if err := s.c.long(ctx, http.MethodPost, "/v1/sandboxes", nil, req, "", progress, &out); err != nil {
+		return nil, err
+	}
+	return s.wrap(out), nil
+}
+
+// Get finds a sandbox by name or id; ErrSandboxNotFound if none.
+func (s *Sandboxes) Get(ctx context.Context, name string) (*Sandbox, error) {
+	var out api.Sandbox
+	if err := s.c.doJSON(ctx, http.MethodGet, sbPath(name), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return s.wrap(out), nil
+}
+
+// List returns the sandboxes that carry all of labels (nil for all).
+func (s *Sandboxes) List(ctx context.Context, labels map[string]string) ([]*Sandbox, error) {
+	q := url.Values{}
+	for k, v := range labels {
+		q.Add("label", k+"="+v)
+	}
+	var out []api.Sandbox
+	if err := s.c.doJSON(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &out); err != nil {
+		return nil, err
+	}
+	res := make([]*Sandbox, 0, len(out))
+	for _, v := range out {
+		res = append(res, s.wrap(v))
+	}
+	return res, nil
+}
+
+// Delete stops a sandbox and deletes everything it owns.
+func (s *Sandboxes) Delete(ctx context.Context, name string) error {
+	return s.c.doJSON(ctx, http.MethodDelete, sbPath(name), nil, nil, nil)
+}
+
+// Refresh rereads the sandbox's object.
+func (sb *Sandbox) Refresh(ctx context.Context) error {
+	var out api.Sandbox
+	if err := sb.c.doJSON(ctx, http.MethodGet, sbPath(sb.ID), nil, nil, &out); err != nil {
+		return err
+	}
+	sb.Sandbox = out
+	return nil
+}
+
+// Delete deletes the sandbox.
+func (sb *Sandbox) Delete(ctx context.Context) error { return sb.c.Sandboxes.Delete(ctx, sb.ID) }
+
+// Stop stops the sandbox's processes; its disk stays and the next exec
+// boots it again.
+func (sb *Sandbox) Stop(ctx context.Context) error {
+	var out api.Sandbox
+	if err := sb.c.doJSON(ctx, http.MethodPost, sbPath(sb.ID, "stop"), nil, nil, &out); err != nil {
+		return err
+	}
+	sb.Sandbox = out
+	return nil
+}
+
+// ExecResult is a finished command.
+type ExecResult = api.ExecResult
+
+// Exec runs a shell command line (sh -c cmd) in /workspace and waits for it.
+// A non-zero exit is not an error: read ExitCode.
+func (sb *Sandbox) Exec(ctx context.Context, cmd string) (*ExecResult, error) {
+	return sb.Run(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}})
+}
+
+// Run runs req and waits for it, buffering its output (up to
+// api.MaxBufferedOutput bytes of each stream). Errors: ErrInvalidArgument
+// for a missing executable or cwd, ErrSandboxNotFound, ErrConflict.
+func (sb *Sandbox) Run(ctx context.Context, req api.ExecRequest) (*ExecResult, error) {
+	var out ExecResult
+	if err := sb.c.doJSON(ctx, http.MethodPost, sbPath(sb.ID, "exec"), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ExecStream is a command whose output streams as it comes.
+type ExecStream struct {
+	body io.ReadCloser
+	sc   *bufio.Scanner
+	err  error
+	exit *api.ExecEvent
+}
+
+// Stream starts req and returns its output as it comes. The caller reads
+// Events (or calls Wait) and Closes the stream; closing early kills the
+// process.
+func (sb *Sandbox) Stream(ctx context.Context, req api.ExecRequest) (*ExecStream, error) {
+	resp, err := sb.c.request(ctx, http.MethodPost, sbPath(sb.ID, "exec"), nil, req, "", "application/x-ndjson")
+	if err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	return &ExecStream{body: resp.Body, sc: sc}, nil
+}
+
+// Events yields the stream's stdout, stderr and final exit events. A broken
+// stream or an error line ends it with an error.
+func (s *ExecStream) Events() iter.Seq2[api.ExecEvent, error] {
+	return func(yield func(api.ExecEvent, error) bool) {
+		for s.sc.Scan() {
+			var ev api.ExecEvent
+			if err := json.Unmarshal(s.sc.Bytes(), &ev); err != nil {
+				s.err = fmt.Errorf("bad exec stream line: %w", err)
+				yield(api.ExecEvent{}, s.err)
+				return
+			}
+			switch ev.Type {
+			case api.ExecError:
+				s.err = &Error{Code: ev.Code, Message: ev.Error}
+				yield(ev, s.err)
+				return
+			case api.ExecExit:
+				s.exit = &ev
+				yield(ev, nil)
+				return
+			}
+			if !yield(ev, nil) {
+				return
+			}
+		}
+		if err := s.sc.Err(); err != nil {
+			s.err = err
+		} else {
+			s.err = errors.New("exec stream ended without an exit line")
+		}
+		yield(api.ExecEvent{}, s.err)
+	}
+}
+
+// Wait copies the output to stdout and stderr (either may be nil) and
+// returns the exit code.
+func (s *ExecStream) Wait(stdout, stderr io.Writer) (int, error) {
+	defer s.Close()
+	for ev, err := range s.Events() {
+		if err != nil {
+			return -1, err
+		}
+		switch ev.Type {
+		case api.ExecStdout:
+			if stdout != nil {
+				io.WriteString(stdout, ev.Data)
+			}
+		case api.ExecStderr:
+			if stderr != nil {
+				io.WriteString(stderr, ev.Data)
+			}
+		case api.ExecExit:
+			return *ev.ExitCode, nil
+		}
+	}
+	return -1, s.err
+}
+
+// Close ends the stream.
+func (s *ExecStream) Close() error { return s.body.Close() }
+
+// --- files ---
+
+// ReadFile returns a file's contents. ErrFileNotFound if it does not exist.
+func (sb *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	rc, err := sb.OpenFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// OpenFile streams a file's contents.
+func (sb *Sandbox) OpenFile(ctx context.Context, path string) (io.ReadCloser, error) {
+	resp, err := sb.c.request(ctx, http.MethodGet, sbPath(sb.ID, "files"), url.Values{"path": {path}}, nil, "", "")
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// WriteFile writes r to path with mode (0 means 0644), creating parent
+// directories.
+func (sb *Sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode uint32) error {
+	q := url.Values{"path": {path}}
+	if mode != 0 {
+		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
+	}
+	resp, err := sb.c.request(ctx, http.MethodPut, sbPath(sb.ID, "files"), q, r, "application/octet-stream", "")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// ListFiles lists a directory.
+func (sb *Sandbox) ListFiles(ctx context.Context, dir string) ([]api.FileInfo, error) {
+	var out []api.FileInfo
+	err := sb.c.doJSON(ctx, http.MethodGet, sbPath(sb.ID, "files"), url.Values{"path": {dir}, "list": {"1"}}, nil, &out)
+	return out, err
+}
+
+// RemoveFile deletes a file, or a directory (recursive if not empty).
+func (sb *Sandbox) RemoveFile(ctx context.Context, path string, recursive bool) error {
+	q := url.Values{"path": {path}}
+	if recursive {
+		q.Set("recursive", "1")
+	}
+	return sb.c.doJSON(ctx, http.MethodDelete, sbPath(sb.ID, "files"), q, nil, nil)
+}
+
+// Download streams the directory (or file) at path as a tar archive.
+func (sb *Sandbox) Download(ctx context.Context, path string) (io.ReadCloser, error) {
+	resp, err := sb.c.request(ctx, http.MethodGet, sbPath(sb.ID, "archive"), url.Values{"path": {path}}, nil, "", "")
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// Upload extracts the tar archive r into the directory path.
+func (sb *Sandbox) Upload(ctx context.Context, path string, r io.Reader) error {
+	resp, err := sb.c.request(ctx, http.MethodPut, sbPath(sb.ID, "archive"), url.Values{"path": {path}}, r, "application/x-tar", "")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}

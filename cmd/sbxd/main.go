@@ -1,0 +1,75 @@
+// Command sbxd is the sbx daemon: it runs gVisor sandboxes for AI agents and
+// serves the REST API v1 on a Unix socket (and on TCP with an API key).
+//
+//	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--api-key KEY]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/sbxhq/sbx/internal/daemon"
+)
+
+func main() {
+	cfg := daemon.Defaults()
+	fs := flag.NewFlagSet("sbxd", flag.ExitOnError)
+	configFile := fs.String("config", "", "JSON config file (keys as in daemon.Config)")
+	dataDir := fs.String("data-dir", "", "state directory (default "+cfg.DataDir+")")
+	socket := fs.String("socket", "", "Unix socket of the API (default "+cfg.Socket+")")
+	listen := fs.String("listen", "", "also serve the API on this TCP address, e.g. 127.0.0.1:7070 (needs --api-key)")
+	apiKey := fs.String("api-key", "", "API key(s) for TCP, comma-separated")
+	runsc := fs.String("runsc", "", "runsc binary (default: from PATH)")
+	platform := fs.String("platform", "", "runsc platform (default: kvm if /dev/kvm exists, else systrap)")
+	agentBin := fs.String("agent", "", "static sbx-agent binary (default: next to sbxd)")
+	cacheDir := fs.String("cache-dir", "", "image build cache (default "+cfg.CacheDir+")")
+	pool := fs.Int("pool", -1, fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
+	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	_ = fs.Parse(os.Args[1:])
+
+	if *configFile != "" {
+		if err := cfg.LoadFile(*configFile); err != nil {
+			fatal(err)
+		}
+	}
+	if err := cfg.LoadEnv(os.Getenv); err != nil {
+		fatal(err)
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&cfg.DataDir, *dataDir)
+	set(&cfg.Socket, *socket)
+	set(&cfg.Listen, *listen)
+	set(&cfg.Runsc, *runsc)
+	set(&cfg.Platform, *platform)
+	set(&cfg.AgentBin, *agentBin)
+	set(&cfg.CacheDir, *cacheDir)
+	set(&cfg.LogLevel, *logLevel)
+	if *apiKey != "" {
+		cfg.APIKeys = strings.Split(*apiKey, ",")
+	}
+	if *pool >= 0 {
+		cfg.PoolSize = *pool
+	}
+	if err := cfg.Validate(); err != nil {
+		fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := daemon.Run(ctx, cfg, cfg.NewLogger()); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "sbxd:", err)
+	os.Exit(1)
+}

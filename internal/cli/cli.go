@@ -1,0 +1,322 @@
+// Package cli is the sbx command line. It talks to sbxd only through the
+// public Go client (client/), like any other program would.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
+)
+
+// exitError carries a process exit code out of a command (sbx exec exits
+// with the command's code).
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// Run runs the CLI with args and returns the process exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.root()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintln(stderr, "sbx:", err)
+		return 1
+	}
+}
+
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	socket, url    string
+	output         string
+	c              *client.Client
+}
+
+func (a *app) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sbx",
+		Short:         "sbx runs AI agents' commands in isolated gVisor sandboxes with a real undo",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var opts []client.Option
+			if a.url != "" {
+				opts = append(opts, client.WithURL(a.url), client.WithAPIKey(os.Getenv("SBX_API_KEY")))
+			} else if a.socket != "" {
+				opts = append(opts, client.WithSocket(a.socket))
+			}
+			c, err := client.New(opts...)
+			a.c = c
+			return err
+		},
+	}
+	root.PersistentFlags().StringVar(&a.socket, "socket", "", "sbxd's Unix socket (default $SBX_SOCKET or "+client.DefaultSocket+")")
+	root.PersistentFlags().StringVar(&a.url, "url", "", "sbxd's URL over TCP (default $SBX_URL; key from $SBX_API_KEY)")
+	root.AddCommand(a.createCmd(), a.lsCmd(), a.getCmd(), a.rmCmd(), a.stopCmd(), a.execCmd(),
+		a.cpCmd(), a.imageCmd(), a.benchCmd(), a.versionCmd())
+	return root
+}
+
+// addOutput adds -o/--output to a read command.
+func (a *app) addOutput(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+}
+
+func (a *app) checkOutput() error {
+	if a.output != "table" && a.output != "json" {
+		return fmt.Errorf("-o %q: want table or json", a.output)
+	}
+	return nil
+}
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) table(header string, rows [][]string) {
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// parseKV parses repeated K=V flags.
+func parseKV(flag string, kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--%s %q: want KEY=VALUE", flag, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func age(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func labelString(l map[string]string) string {
+	var parts []string
+	for k, v := range l {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a *app) sandboxRows(sbs []*client.Sandbox) [][]string {
+	var rows [][]string
+	for _, sb := range sbs {
+		state := string(sb.State)
+		if sb.StateReason != "" {
+			state += " (" + strings.SplitN(sb.StateReason, ":", 2)[0] + ")"
+		}
+		rows = append(rows, []string{sb.Name, sb.ID, state, sb.Image, fmt.Sprintf("%g", sb.CPUs),
+			fmt.Sprintf("%d", sb.MemoryMB), age(sb.CreateTime), labelString(sb.Labels)})
+	}
+	return rows
+}
+
+const sandboxHeader = "NAME\tID\tSTATE\tIMAGE\tCPUS\tMEMORY_MB\tAGE\tLABELS"
+
+func (a *app) createCmd() *cobra.Command {
+	var req api.CreateSandboxRequest
+	var labels, env []string
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create and start a sandbox",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			var err error
+			if req.Labels, err = parseKV("label", labels); err != nil {
+				return err
+			}
+			if req.Env, err = parseKV("env", env); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			var prog *progress
+			sb, err := a.c.Sandboxes.CreateStream(ctx, req, func(msg string, _ time.Time) {
+				if prog == nil {
+					prog = newProgress(a.stderr, "preparing image")
+				}
+				prog.update(msg)
+			})
+			if prog != nil {
+				prog.done(err == nil)
+			}
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(sb.Sandbox)
+			}
+			fmt.Fprintln(a.stdout, sb.Name)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Name, "name", "", "sandbox name (default: generated)")
+	f.StringVar(&req.Image, "image", "", "image (default: default)")
+	f.Float64Var(&req.CPUs, "cpus", 0, "CPU limit in cores (default 1)")
+	f.IntVar(&req.MemoryMB, "memory", 0, "memory limit in MiB (default 1024)")
+	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
+	f.StringArrayVar(&env, "env", nil, "environment KEY=VALUE for every exec (repeatable)")
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) lsCmd() *cobra.Command {
+	var labels []string
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List sandboxes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			l, err := parseKV("label", labels)
+			if err != nil {
+				return err
+			}
+			sbs, err := a.c.Sandboxes.List(cmd.Context(), l)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				out := make([]api.Sandbox, 0, len(sbs))
+				for _, sb := range sbs {
+					out = append(out, sb.Sandbox)
+				}
+				return a.printJSON(out)
+			}
+			a.table(sandboxHeader, a.sandboxRows(sbs))
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "only sandboxes with label KEY=VALUE (repeatable)")
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) getCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(sb.Sandbox)
+			}
+			a.table(sandboxHeader, a.sandboxRows([]*client.Sandbox{sb}))
+			if sb.StateReason != "" {
+				fmt.Fprintf(a.stdout, "\nstate reason: %s\n", sb.StateReason)
+			}
+			return nil
+		},
+	}
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) rmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm NAME...",
+		Aliases: []string{"delete"},
+		Short:   "Delete sandboxes and everything they own",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var errs []error
+			for _, n := range args {
+				if err := a.c.Sandboxes.Delete(cmd.Context(), n); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", n, err))
+					continue
+				}
+				fmt.Fprintln(a.stdout, n)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+func (a *app) stopCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop NAME",
+		Short: "Stop a sandbox's processes, keeping its disk (the next exec boots it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return sb.Stop(cmd.Context())
+		},
+	}
+}
+
+func (a *app) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Show sbxd's version and runtime",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			h, err := a.c.Health(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "sbxd %s (%s)\n", h.Version, h.Runtime)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,299 @@
+// Package daemon is the one place that wires sbxd together: config, store,
+// runtime, disk, network, engine and the API server on its listeners.
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/engine"
+	"github.com/sbxhq/sbx/internal/network"
+	"github.com/sbxhq/sbx/internal/runtime/gvisor"
+	"github.com/sbxhq/sbx/internal/server"
+	"github.com/sbxhq/sbx/internal/store/sqlite"
+)
+
+// Config is sbxd's configuration. Sources, later ones winning: defaults, a
+// JSON file (--config), SBX_* environment variables, flags.
+type Config struct {
+	// DataDir holds the database, images, layers and sandboxes.
+	DataDir string `json:"data_dir"`
+	// Socket is the Unix socket of the API (no key needed; mode 0660).
+	Socket string `json:"socket"`
+	// Listen is a TCP address for the API ("" = none); it needs APIKeys.
+	Listen string `json:"listen"`
+	// APIKeys are the bearer keys accepted on Listen.
+	APIKeys []string `json:"api_keys"`
+	// Runsc is the runsc binary; Platform its --platform ("" = kvm if
+	// /dev/kvm exists, else systrap).
+	Runsc    string `json:"runsc"`
+	Platform string `json:"platform"`
+	// AgentBin is the static sbx-agent binary ("" = next to sbxd, or PATH).
+	AgentBin string `json:"agent_bin"`
+	// CacheDir keeps image build outputs (mmdebstrap tarballs).
+	CacheDir string `json:"cache_dir"`
+	// NetnsDir is where sandboxes' network namespaces are bind-mounted.
+	NetnsDir string `json:"netns_dir"`
+	// PoolSize is the number of warm sandboxes kept booted.
+	PoolSize int `json:"pool_size"`
+	// DefaultCPUs and DefaultMemoryMB are a sandbox's shape when a create
+	// gives none.
+	DefaultCPUs     float64 `json:"default_cpus"`
+	DefaultMemoryMB int     `json:"default_memory_mb"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `json:"log_level"`
+	// RunscDebugLogDir, when set, receives runsc's debug logs.
+	RunscDebugLogDir string `json:"runsc_debug_log_dir"`
+}
+
+// Defaults returns the built-in configuration.
+func Defaults() Config {
+	return Config{
+		DataDir:         "/var/lib/sbx",
+		Socket:          "/run/sbx/sbx.sock",
+		CacheDir:        "/var/cache/sbx",
+		NetnsDir:        "/run/netns",
+		PoolSize:        2,
+		DefaultCPUs:     1,
+		DefaultMemoryMB: 1024,
+		LogLevel:        "info",
+	}
+}
+
+// LoadFile merges a JSON config file into c; unknown keys are errors.
+func (c *Config) LoadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadEnv merges SBX_* environment variables into c: SBX_DATA_DIR,
+// SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
+// SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL.
+func (c *Config) LoadEnv(getenv func(string) string) error {
+	str := map[string]*string{
+		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
+		"SBX_RUNSC": &c.Runsc, "SBX_PLATFORM": &c.Platform, "SBX_AGENT_BIN": &c.AgentBin,
+		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel,
+	}
+	for k, p := range str {
+		if v := getenv(k); v != "" {
+			*p = v
+		}
+	}
+	if v := getenv("SBX_API_KEYS"); v != "" {
+		c.APIKeys = strings.Split(v, ",")
+	}
+	if v := getenv("SBX_POOL_SIZE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("SBX_POOL_SIZE=%q: %w", v, err)
+		}
+		c.PoolSize = n
+	}
+	return nil
+}
+
+// Validate reports every problem of c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if !filepath.IsAbs(c.DataDir) {
+		errs = append(errs, fmt.Errorf("data dir %q must be an absolute path", c.DataDir))
+	}
+	if c.Socket == "" && c.Listen == "" {
+		errs = append(errs, errors.New("no listener: give a socket or a listen address"))
+	}
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
+		}
+		if len(c.APIKeys) == 0 {
+			errs = append(errs, errors.New("listen needs at least one API key (--api-key or SBX_API_KEYS): TCP always requires a key"))
+		}
+	}
+	for i, k := range c.APIKeys {
+		if len(k) < 16 {
+			errs = append(errs, fmt.Errorf("API key %d is shorter than 16 characters", i+1))
+		}
+	}
+	if c.PoolSize < 0 || c.PoolSize > 64 {
+		errs = append(errs, fmt.Errorf("pool size %d is out of range [0, 64]", c.PoolSize))
+	}
+	if c.DefaultCPUs <= 0 {
+		errs = append(errs, fmt.Errorf("default cpus %g must be positive", c.DefaultCPUs))
+	}
+	if c.DefaultMemoryMB < 64 {
+		errs = append(errs, fmt.Errorf("default memory %d MB must be at least 64", c.DefaultMemoryMB))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// NewLogger returns sbxd's logger at c's level, writing text to stderr.
+func (c *Config) NewLogger() *slog.Logger {
+	l, _ := parseLevel(c.LogLevel)
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// findAgent locates sbx-agent: the configured path, next to sbxd, or PATH.
+func findAgent(configured string) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "sbx-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		p := filepath.Join(dir, "sbx-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("sbx-agent not found next to sbxd or in PATH (go install ./cmd/... with CGO_ENABLED=0)")
+}
+
+// lockDataDir takes an exclusive lock on the data dir, so that two sbxd
+// never manage the same sandboxes.
+func lockDataDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "sbxd.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("data dir %s is in use by another sbxd", dir)
+	}
+	return f, nil
+}
+
+// Run runs sbxd until ctx is cancelled. Sandboxes keep running after it
+// returns; the next Run reattaches them.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	agentBin, err := findAgent(cfg.AgentBin)
+	if err != nil {
+		return err
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "sbx.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	rt, err := gvisor.New(gvisor.Config{
+		Runsc: cfg.Runsc, Root: filepath.Join(cfg.DataDir, "runsc"), Platform: cfg.Platform,
+		DebugLogDir: cfg.RunscDebugLogDir,
+	})
+	if err != nil {
+		return err
+	}
+	images, err := disk.NewImages(filepath.Join(cfg.DataDir, "images"), cfg.CacheDir, st, log)
+	if err != nil {
+		return err
+	}
+	netm, err := network.NewManager(cfg.NetnsDir)
+	if err != nil {
+		return err
+	}
+	eng, err := engine.New(engine.Config{
+		DataDir: cfg.DataDir, AgentBin: agentBin, PoolSize: cfg.PoolSize,
+		DefaultCPUs: cfg.DefaultCPUs, DefaultMemoryMB: cfg.DefaultMemoryMB,
+	}, st, rt, images, netm, log)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	if err := eng.Start(ctx); err != nil {
+		return err
+	}
+	srv := server.New(eng, server.Config{APIKeys: cfg.APIKeys}, log)
+
+	var servers []*http.Server
+	errc := make(chan error, 2)
+	serve := func(ln net.Listener, auth bool) {
+		hs := &http.Server{Handler: srv.Handler(auth), ReadHeaderTimeout: 30 * time.Second}
+		servers = append(servers, hs)
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	if cfg.Socket != "" {
+		if err := os.MkdirAll(filepath.Dir(cfg.Socket), 0o755); err != nil {
+			return err
+		}
+		_ = os.Remove(cfg.Socket)
+		ln, err := net.Listen("unix", cfg.Socket)
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(cfg.Socket, 0o660); err != nil {
+			ln.Close()
+			return err
+		}
+		serve(ln, false)
+		log.Info("listening", "socket", cfg.Socket)
+	}
+	if cfg.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return err
+		}
+		serve(ln, true)
+		log.Info("listening", "addr", ln.Addr().String())
+	}
+	log.Info("sbxd ready", "runtime", eng.Runtime(), "data_dir", cfg.DataDir, "pool", cfg.PoolSize)
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, hs := range servers {
+		_ = hs.Shutdown(sctx)
+	}
+	log.Info("sbxd stopped; sandboxes keep running")
+	return err
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+// exec runs a command: buffered ({stdout, stderr, exit_code, duration_ms})
+// or, with Accept: application/x-ndjson, streamed as stdout/stderr lines
+// ending with an exit line. Failures to start (no such executable, bad cwd,
+// unknown sandbox) are plain error answers in both modes. A client that
+// disconnects kills the process.
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	var req api.ExecRequest
+	if err := decode(w, r, MaxExecBody, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var stdin io.Reader
+	if req.Stdin != "" {
+		stdin = strings.NewReader(req.Stdin)
+	}
+	proc, err := s.eng.Exec(r.Context(), r.PathValue("name"), req, stdin)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer proc.Close()
+	if wantsNDJSON(r) {
+		st := startStream(w)
+		stdout := &utf8Lines{st: st, typ: api.ExecStdout}
+		stderr := &utf8Lines{st: st, typ: api.ExecStderr}
+		ex, err := proc.Wait(stdout, stderr)
+		stdout.flush()
+		stderr.flush()
+		if err != nil {
+			body := s.errorOf(r.Context(), err)
+			st.line(api.ExecEvent{Type: api.ExecError, Error: body.Message, Code: body.Code})
+			return
+		}
+		code := ex.ExitCode
+		st.line(api.ExecEvent{Type: api.ExecExit, ExitCode: &code, DurationMS: ex.DurationMS, TimedOut: ex.TimedOut})
+		return
+	}
+	stdout := &cappedBuffer{max: api.MaxBufferedOutput}
+	stderr := &cappedBuffer{max: api.MaxBufferedOutput}
+	ex, err := proc.Wait(stdout, stderr)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ExecResult{
+		Stdout: stdout.buf.String(), Stderr: stderr.buf.String(), ExitCode: ex.ExitCode,
+		DurationMS: ex.DurationMS, TimedOut: ex.TimedOut, Truncated: stdout.truncated || stderr.truncated,
+	})
+}
+
+// cappedBuffer keeps the first max bytes written and counts the rest.
+type cappedBuffer struct {
+	buf       bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); room < len(p) {
+		b.truncated = true
+		if room > 0 {
+			b.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+// utf8Lines turns output chunks into NDJSON lines of one type without
+// splitting a UTF-8 sequence across two lines (JSON strings must be valid
+// UTF-8; bytes that are not become U+FFFD).
+type utf8Lines struct {
+	st      *stream
+	typ     string
+	pending []byte
+}
+
+func (u *utf8Lines) Write(p []byte) (int, error) {
+	data := append(u.pending, p...)
+	cut := len(data)
+	// Hold back an incomplete sequence at the end (at most 3 bytes).
+	for i := len(data) - 1; i >= 0 && i >= len(data)-3; i-- {
+		if utf8.RuneStart(data[i]) {
+			if !utf8.FullRune(data[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	u.pending = append([]byte(nil), data[cut:]...)
+	if cut > 0 {
+		u.st.line(api.ExecEvent{Type: u.typ, Data: string(data[:cut])})
+	}
+	return len(p), nil
+}
+
+func (u *utf8Lines) flush() {
+	if len(u.pending) > 0 {
+		u.st.line(api.ExecEvent{Type: u.typ, Data: string(u.pending)})
+		u.pending = nil
+	}
+}

@@ -1,0 +1,119 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/sbxhq/sbx/internal/errdefs"
+)
+
+// boolQuery reads a boolean query parameter: 1/true/yes or absent.
+func boolQuery(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errdefs.Invalid(name, "%q is not a boolean", v)
+	}
+	return b, nil
+}
+
+// getFile answers a file's bytes, or with list=1 a directory's entries.
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
+	name, path := r.PathValue("name"), r.URL.Query().Get("path")
+	list, err := boolQuery(r, "list")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if list {
+		ents, err := s.eng.ListDir(r.Context(), name, path)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, ents)
+		return
+	}
+	size, rc, err := s.eng.OpenFile(r.Context(), name, path)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	// A transfer that breaks midway ends the response short of its
+	// Content-Length, which the client reports.
+	_, _ = io.Copy(w, rc)
+}
+
+// FileWritten is the answer of PUT .../files.
+type FileWritten struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	Mode uint32 `json:"mode"`
+}
+
+// putFile writes the body to path; mode is octal (default 0644).
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
+	var mode uint64 = 0o644
+	if m := r.URL.Query().Get("mode"); m != "" {
+		var err error
+		if mode, err = strconv.ParseUint(m, 8, 32); err != nil || mode > 0o7777 {
+			s.writeError(w, r, errdefs.Invalid("mode", "%q is not an octal permission mode like 0644", m))
+			return
+		}
+	}
+	path := r.URL.Query().Get("path")
+	n, err := s.eng.WriteFile(r.Context(), r.PathValue("name"), path, uint32(mode), r.Body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FileWritten{Path: path, Size: n, Mode: uint32(mode)})
+}
+
+func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
+	recursive, err := boolQuery(r, "recursive")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.eng.RemoveFile(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"), recursive); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) getArchive(w http.ResponseWriter, r *http.Request) {
+	rc, err := s.eng.TarOut(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, rc)
+}
+
+// ArchiveWritten is the answer of PUT .../archive.
+type ArchiveWritten struct {
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+}
+
+func (s *Server) putArchive(w http.ResponseWriter, r *http.Request) {
+	files, n, err := s.eng.TarIn(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"), r.Body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ArchiveWritten{Files: files, Bytes: n})
+}

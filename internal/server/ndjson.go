@@ -1,0 +1,65 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+// stream writes an NDJSON answer (application/x-ndjson), one object a line,
+// each flushed at once. Writes after the client left are dropped: the
+// operation goes on.
+type stream struct {
+	mu  sync.Mutex
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	enc *json.Encoder
+}
+
+func startStream(w http.ResponseWriter) *stream {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	st := &stream{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w)}
+	_ = st.rc.Flush()
+	return st
+}
+
+func (st *stream) line(v any) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.enc.Encode(v) == nil {
+		_ = st.rc.Flush()
+	}
+}
+
+func now() time.Time { return time.Now().UTC() }
+
+func (st *stream) info(msg string) {
+	b, _ := json.Marshal(msg)
+	st.line(api.StreamLine{Type: api.LineInfo, Data: b, Time: now()})
+}
+
+func (st *stream) complete(data any) {
+	b, _ := json.Marshal(data)
+	st.line(api.StreamLine{Type: api.LineComplete, Data: b, Time: now()})
+}
+
+// long runs a long operation as an NDJSON answer: info lines from progress,
+// then complete with fn's result or error with its code. fn's context is
+// not cancelled when the client disconnects: an accepted operation finishes.
+func (s *Server) long(w http.ResponseWriter, r *http.Request, fn func(ctx context.Context, progress func(string)) (any, error)) {
+	st := startStream(w)
+	ctx := context.WithoutCancel(r.Context())
+	res, err := fn(ctx, st.info)
+	if err != nil {
+		body := s.errorOf(ctx, err)
+		st.line(api.StreamLine{Type: api.LineError, Error: body.Message, Code: body.Code, Time: now()})
+		return
+	}
+	st.complete(res)
+}

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/engine"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// toAPI is the sandbox object of API.md.
+func toAPI(sb *store.Sandbox) api.Sandbox {
+	out := api.Sandbox{
+		ID: sb.ID, Name: sb.Name, State: sb.State, StateReason: sb.StateReason, Image: sb.Image,
+		CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Labels: sb.Labels, Network: sb.Network,
+		TimeoutMS: sb.TimeoutMS, CreateTime: sb.CreateTime.UTC(),
+	}
+	if out.Env == nil {
+		out.Env = map[string]string{}
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	for _, l := range []*[]string{&out.Network.Allow, &out.Network.Deny, &out.Network.Connect} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if sb.SourceSandbox != "" || sb.SourceSnapshot != "" {
+		out.Source = &api.Source{Sandbox: sb.SourceSandbox, Snapshot: sb.SourceSnapshot}
+	}
+	return out
+}
+
+// createSandbox answers 201 with the sandbox, or, when the client accepts
+// NDJSON, streams progress (an image build on first use) and ends with
+// complete or error.
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateSandboxRequest
+	if err := decode(w, r, MaxJSONBody, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if wantsNDJSON(r) {
+		s.long(w, r, func(ctx context.Context, progress func(string)) (any, error) {
+			sb, err := s.eng.Create(ctx, engine.CreateOptions{CreateSandboxRequest: req, Progress: progress})
+			if err != nil {
+				return nil, err
+			}
+			return toAPI(sb), nil
+		})
+		return
+	}
+	sb, err := s.eng.Create(r.Context(), engine.CreateOptions{CreateSandboxRequest: req})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, toAPI(sb))
+}
+
+// listSandboxes filters by ?label=k=v (repeatable; all must match).
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	labels := map[string]string{}
+	for _, l := range r.URL.Query()["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			s.writeError(w, r, errdefs.Invalid("label", "%q: want key=value", l))
+			return
+		}
+		labels[k] = v
+	}
+	sbs, err := s.eng.List(r.Context(), labels)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]api.Sandbox, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, toAPI(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.eng.Get(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toAPI(sb))
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	if err := s.eng.Delete(r.Context(), r.PathValue("name")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.eng.Stop(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toAPI(sb))
+}

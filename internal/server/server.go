@@ -1,0 +1,252 @@
+// Package server is sbxd's REST API v1 (docs/api.md): it parses and
+// validates requests, calls the engine, maps errors to API error codes in
+// one place (writeError) and streams NDJSON. It holds no lifecycle logic.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/engine"
+	"github.com/sbxhq/sbx/internal/errdefs"
+)
+
+// Version is reported by GET /v1/health.
+var Version = "dev"
+
+// MaxJSONBody is the largest JSON request body, in bytes; an exec's body
+// (whose stdin is a JSON string) may be up to MaxExecBody.
+const (
+	MaxJSONBody = 1 << 20
+	MaxExecBody = 64 << 20
+)
+
+// Config configures the API.
+type Config struct {
+	// APIKeys are the bearer keys accepted where auth is required (TCP).
+	APIKeys []string
+}
+
+// Server serves the API.
+type Server struct {
+	eng *engine.Engine
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New returns the API server.
+func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
+	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /v1/health", s.health)
+
+	m.HandleFunc("POST /v1/sandboxes", s.createSandbox)
+	m.HandleFunc("GET /v1/sandboxes", s.listSandboxes)
+	m.HandleFunc("GET /v1/sandboxes/{name}", s.getSandbox)
+	m.HandleFunc("DELETE /v1/sandboxes/{name}", s.deleteSandbox)
+	m.HandleFunc("POST /v1/sandboxes/{name}/stop", s.stopSandbox)
+	m.HandleFunc("POST /v1/sandboxes/{name}/exec", s.exec)
+	m.HandleFunc("GET /v1/sandboxes/{name}/files", s.getFile)
+	m.HandleFunc("PUT /v1/sandboxes/{name}/files", s.putFile)
+	m.HandleFunc("DELETE /v1/sandboxes/{name}/files", s.deleteFile)
+	m.HandleFunc("GET /v1/sandboxes/{name}/archive", s.getArchive)
+	m.HandleFunc("PUT /v1/sandboxes/{name}/archive", s.putArchive)
+
+	m.HandleFunc("GET /v1/images", s.listImages)
+	m.HandleFunc("GET /v1/images/{name}", s.getImage)
+	m.HandleFunc("DELETE /v1/images/{name}", s.deleteImage)
+	m.HandleFunc("POST /v1/images/build", s.buildImage)
+	m.HandleFunc("POST /v1/images/pull", s.pullImage)
+	m.HandleFunc("POST /v1/images/import", s.importImage)
+
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, fmt.Errorf("no route %s %s: %w", r.Method, r.URL.Path, errNoRoute))
+	})
+}
+
+var errNoRoute = fmt.Errorf("route %w", errdefs.ErrNotFound)
+
+// Handler returns the API handler; with auth it requires a bearer key (the
+// TCP listener), without it trusts the caller (the Unix socket, guarded by
+// its file permissions).
+func (s *Server) Handler(auth bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rid := newRequestID()
+		w.Header().Set("X-Request-Id", rid)
+		ctx := context.WithValue(r.Context(), ridKey{}, rid)
+		r = r.WithContext(ctx)
+		sw := &statusWriter{ResponseWriter: w}
+		if auth && !s.authorized(r) {
+			s.writeError(sw, r, fmt.Errorf("missing or wrong API key (Authorization: Bearer <key>): %w", errdefs.ErrUnauthorized))
+		} else {
+			s.mux.ServeHTTP(sw, r)
+		}
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"ms", time.Since(start).Milliseconds(), "request_id", rid)
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || key == "" {
+		return false
+	}
+	for _, k := range s.cfg.APIKeys {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+type ridKey struct{}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(ridKey{}).(string)
+	return id
+}
+
+// statusWriter records the status for the log and passes Flush through.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// errorOf turns err into the API's error body: the class's code, and the
+// message for classified errors; internal errors get a generic message and
+// are logged once with the request id.
+func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = fmt.Errorf("request body is larger than %d bytes: %w", mbe.Limit, errdefs.ErrTooLarge)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if ctx.Err() == nil {
+			err = fmt.Errorf("%v: %w", err, errdefs.ErrUnavailable)
+		}
+	}
+	code := errdefs.Code(err)
+	body := api.ErrorBody{Code: code, Message: err.Error()}
+	if code == api.CodeInternal {
+		rid := requestID(ctx)
+		s.log.Error("internal error", "request_id", rid, "err", err)
+		body.Message = "internal error; see sbxd's log for request " + rid
+		body.RequestID = rid
+	} else if code.HTTPStatus() >= 500 {
+		body.RequestID = requestID(ctx)
+		s.log.Warn("operation failed", "request_id", body.RequestID, "code", code, "err", err)
+	}
+	return body
+}
+
+// writeError is the one place that maps errors to HTTP answers.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	body := s.errorOf(r.Context(), err)
+	writeJSON(w, body.Code.HTTPStatus(), api.ErrorResponse{Error: body})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// decode reads a JSON body of at most limit bytes into v; unknown fields
+// and trailing data are errors naming what is wrong. An empty body leaves v
+// as it is when optional.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any, optional bool) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return errdefs.Invalid("Content-Type", "%q: send application/json", ct)
+		}
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return err
+		case errors.Is(err, io.EOF):
+			if optional {
+				return nil
+			}
+			return errdefs.Invalid("body", "a JSON object is required")
+		}
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return errdefs.Invalid(ute.Field, "expected %s, got JSON %s", ute.Type, ute.Value)
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return errdefs.Invalid(strings.Trim(f, `"`), "unknown field")
+		}
+		return errdefs.Invalid("body", "malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return errdefs.Invalid("body", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+// wantsNDJSON reports whether the client asked for an NDJSON stream.
+func wantsNDJSON(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == "application/x-ndjson" {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: Version, Runtime: s.eng.Runtime()})
+}
