@@ -28,6 +28,7 @@ func main() {
 	platform := fs.String("platform", "", "runsc platform (default: kvm if /dev/kvm exists, else systrap)")
 	agentBin := fs.String("agent", "", "static sbx-agent binary (default: next to sbxd)")
 	cacheDir := fs.String("cache-dir", "", "image build cache (default "+cfg.CacheDir+")")
+	netnsDir := fs.String("netns-dir", "", "where sandboxes' network namespaces are mounted (default "+cfg.NetnsDir+")")
 	pool := fs.Int("pool", -1, fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	_ = fs.Parse(os.Args[1:])
@@ -52,6 +53,7 @@ func main() {
 	set(&cfg.Platform, *platform)
 	set(&cfg.AgentBin, *agentBin)
 	set(&cfg.CacheDir, *cacheDir)
+	set(&cfg.NetnsDir, *netnsDir)
 	set(&cfg.LogLevel, *logLevel)
 	if *apiKey != "" {
 		cfg.APIKeys = strings.Split(*apiKey, ",")

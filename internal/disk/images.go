@@ -232,7 +232,7 @@ func (m *Images) mmdebstrapTar(ctx context.Context, rc recipe, noCache bool, pro
 		}
 	}
 	if _, err := exec.LookPath(m.mmdebstrap); err != nil {
-		return "", nil, fmt.Errorf("image build needs mmdebstrap (apt-get install -y mmdebstrap): %w", errdefs.ErrUnavailable)
+		return "", nil, errdefs.New(errdefs.ErrUnavailable, "image build needs mmdebstrap (apt-get install -y mmdebstrap)")
 	}
 	tmpDir := m.cacheDir
 	if tmpDir == "" {
@@ -580,9 +580,9 @@ func (m *Images) Pull(ctx context.Context, req api.PullImageRequest, progress Pr
 		if err != nil {
 			var te *transport.Error
 			if errors.As(err, &te) && (te.StatusCode == http.StatusNotFound || te.StatusCode == http.StatusUnauthorized) {
-				return nil, fmt.Errorf("pull %s: %v: %w", ref, err, errdefs.ErrImageNotFound)
+				return nil, errdefs.New(errdefs.ErrImageNotFound, "pull %s: %v", ref, err)
 			}
-			return nil, fmt.Errorf("pull %s: %v: %w", ref, err, errdefs.ErrUnavailable)
+			return nil, errdefs.New(errdefs.ErrUnavailable, "pull %s: %v", ref, err)
 		}
 		return m.unpackOCI(ctx, req.Name, "registry:"+ref.String(), img, progress)
 	})

@@ -85,7 +85,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		return nil, err
 	}
 	if _, err := e.st.GetSandbox(ctx, req.Name); err == nil {
-		return nil, fmt.Errorf("sandbox name %q: %w", req.Name, errdefs.ErrNameTaken)
+		return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", req.Name)
 	}
 	img, err := e.images.Ensure(ctx, req.Image, opts.Progress)
 	if err != nil {
@@ -249,7 +249,7 @@ func (e *Engine) Get(ctx context.Context, idOrName string) (*store.Sandbox, erro
 		return nil, err
 	}
 	if sb.Pooled && sb.ID == idOrName {
-		return nil, fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrSandboxNotFound)
+		return nil, errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox named %q", idOrName)
 	}
 	return sb, nil
 }
@@ -375,7 +375,7 @@ func errAgent(err error, field string) error {
 	switch ae.Kind {
 	case agent.FailNotFound:
 		if field == "path" {
-			return fmt.Errorf("%s: %w", ae.Message, errdefs.ErrFileNotFound)
+			return errdefs.New(errdefs.ErrFileNotFound, "%s", ae.Message)
 		}
 		return errdefs.Invalid(field, "%s", ae.Message)
 	case agent.FailInternal:

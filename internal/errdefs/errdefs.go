@@ -42,14 +42,31 @@ var (
 	ErrForkFailed       = fmt.Errorf("fork %w", ErrFailed)
 )
 
-// Invalid returns an ErrInvalidArgument error whose message names field.
+// classError is an error of a class whose message is given whole; the
+// class is reachable through Unwrap but not repeated in the message.
+type classError struct {
+	class error
+	msg   string
+}
+
+func (e *classError) Error() string { return e.msg }
+func (e *classError) Unwrap() error { return e.class }
+
+// New returns an error of class with a formatted message, e.g.
+// errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox named %q", name).
+func New(class error, format string, args ...any) error {
+	return &classError{class: class, msg: fmt.Sprintf(format, args...)}
+}
+
+// Invalid returns an ErrInvalidArgument error whose message names field:
+// "field: message".
 func Invalid(field, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidArgument)
+	return &classError{class: ErrInvalidArgument, msg: field + ": " + fmt.Sprintf(format, args...)}
 }
 
 // Conflictf returns an ErrConflict error with a message.
 func Conflictf(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrConflict)
+	return &classError{class: ErrConflict, msg: fmt.Sprintf(format, args...)}
 }
 
 // IsNotFound reports whether err is of any not-found class.

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -78,11 +77,9 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/import", s.importImage)
 
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, fmt.Errorf("no route %s %s: %w", r.Method, r.URL.Path, errNoRoute))
+		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 }
-
-var errNoRoute = fmt.Errorf("route %w", errdefs.ErrNotFound)
 
 // Handler returns the API handler; with auth it requires a bearer key (the
 // TCP listener), without it trusts the caller (the Unix socket, guarded by
@@ -96,7 +93,7 @@ func (s *Server) Handler(auth bool) http.Handler {
 		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
 		if auth && !s.authorized(r) {
-			s.writeError(sw, r, fmt.Errorf("missing or wrong API key (Authorization: Bearer <key>): %w", errdefs.ErrUnauthorized))
+			s.writeError(sw, r, errdefs.New(errdefs.ErrUnauthorized, "missing or wrong API key (Authorization: Bearer <key>)"))
 		} else {
 			s.mux.ServeHTTP(sw, r)
 		}
@@ -165,11 +162,11 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		err = fmt.Errorf("request body is larger than %d bytes: %w", mbe.Limit, errdefs.ErrTooLarge)
+		err = errdefs.New(errdefs.ErrTooLarge, "request body is larger than %d bytes", mbe.Limit)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if ctx.Err() == nil {
-			err = fmt.Errorf("%v: %w", err, errdefs.ErrUnavailable)
+			err = errdefs.New(errdefs.ErrUnavailable, "%v", err)
 		}
 	}
 	code := errdefs.Code(err)

@@ -23,12 +23,12 @@ type Sandbox struct {
 	// ImageID is the id of the exact root filesystem the writable layer
 	// sits on; an image rebuilt under the same name gets a new id.
 	ImageID  string
-	CPUs        float64
-	MemoryMB    int
-	DiskMB      int
-	Env         map[string]string
-	Labels      map[string]string
-	Network     api.NetworkRules
+	CPUs     float64
+	MemoryMB int
+	DiskMB   int
+	Env      map[string]string
+	Labels   map[string]string
+	Network  api.NetworkRules
 	// Volumes are named host directories mounted into the sandbox.
 	Volumes   []api.Volume
 	TimeoutMS int64

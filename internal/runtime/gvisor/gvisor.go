@@ -268,8 +268,31 @@ type stateJSON struct {
 	Created time.Time `json:"created"`
 }
 
+// state converts runsc's answer. runsc judges a sandbox alive with
+// kill(pid, 0), which succeeds for a zombie: when the sandbox process died
+// (an OOM kill) and nobody has reaped it yet, the sandbox is stopped.
 func (s stateJSON) state() runtime.State {
-	return runtime.State{ID: s.ID, Status: runtime.Status(s.Status), PID: s.Pid, Created: s.Created}
+	st := runtime.State{ID: s.ID, Status: runtime.Status(s.Status), PID: s.Pid, Created: s.Created}
+	if (st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused) && st.PID > 0 && !processAlive(st.PID) {
+		st.Status = runtime.StatusStopped
+	}
+	return st
+}
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses, which may itself
+	// contain ") ".
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return true
+	}
+	state := b[i+2]
+	return state != 'Z' && state != 'X'
 }
 
 func isNotExist(err error) bool {

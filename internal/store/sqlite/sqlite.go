@@ -119,7 +119,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime))
 	if isUnique(err) {
-		return fmt.Errorf("sandbox name %q: %w", sb.Name, errdefs.ErrNameTaken)
+		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
 	return err
 }
@@ -144,7 +144,7 @@ func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*store.Sandbox
 		WHERE id = ? OR (name = ? AND pooled = 0) ORDER BY id = ? DESC LIMIT 1`, idOrName, idOrName, idOrName)
 	sb, err := scanSandbox(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("sandbox %q: %w", idOrName, errdefs.ErrSandboxNotFound)
+		return nil, errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox named %q", idOrName)
 	}
 	return sb, err
 }
@@ -194,13 +194,13 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime), sb.ID)
 	if isUnique(err) {
-		return fmt.Errorf("sandbox name %q: %w", sb.Name, errdefs.ErrNameTaken)
+		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("sandbox %q: %w", sb.ID, errdefs.ErrSandboxNotFound)
+		return errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox with id %q", sb.ID)
 	}
 	return nil
 }
@@ -246,7 +246,7 @@ func (s *Store) GetImage(ctx context.Context, name string) (*store.Image, error)
 	img, err := scanImage(s.db.QueryRowContext(ctx,
 		`SELECT name, id, digest, source, size_bytes, env, create_time FROM images WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("image %q: %w", name, errdefs.ErrImageNotFound)
+		return nil, errdefs.New(errdefs.ErrImageNotFound, "no image named %q", name)
 	}
 	return img, err
 }
@@ -276,7 +276,7 @@ func (s *Store) DeleteImage(ctx context.Context, name string) error {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("image %q: %w", name, errdefs.ErrImageNotFound)
+		return errdefs.New(errdefs.ErrImageNotFound, "no image named %q", name)
 	}
 	return nil
 }

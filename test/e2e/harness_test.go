@@ -1,0 +1,478 @@
+// Package e2e drives a real sbxd (real runsc sandboxes, as root) through
+// the public client, black box. It needs root, runsc and busybox-static;
+// with CI=true a missing prerequisite fails the run instead of skipping.
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
+)
+
+// h is the sbxd under test, shared by the package's tests, which run one
+// at a time (no t.Parallel: the machine has 2 cores and tests restart sbxd).
+var h *harness
+
+type harness struct {
+	binDir   string
+	dataDir  string
+	netnsDir string
+	sock     string
+	listen   string
+	apiKey   string
+	cacheDir string
+	pool     int
+	cmd      *exec.Cmd
+	logPath  string
+	c        *client.Client
+}
+
+func TestMain(m *testing.M) {
+	if err := prerequisites(); err != nil {
+		if os.Getenv("CI") == "true" || os.Getenv("SBX_E2E") == "1" {
+			fmt.Fprintln(os.Stderr, "e2e: prerequisite missing (required in CI):", err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "e2e: skipped:", err)
+		os.Exit(0)
+	}
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		if h != nil {
+			fmt.Fprintln(os.Stderr, "--- sbxd log tail ---\n"+tail(h.logPath, 4000))
+		}
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func prerequisites() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not root")
+	}
+	if _, err := exec.LookPath("runsc"); err != nil {
+		return errors.New("runsc is not installed")
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		return errors.New("busybox-static is not installed (/bin/busybox)")
+	}
+	return nil
+}
+
+func run(m *testing.M) (int, error) {
+	tmp, err := os.MkdirTemp("", "sbx-e2e-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp)
+	h = &harness{
+		binDir:   filepath.Join(tmp, "bin"),
+		dataDir:  filepath.Join(tmp, "data"),
+		netnsDir: filepath.Join("/run", filepath.Base(tmp)+"-netns"),
+		sock:     filepath.Join(tmp, "sbx.sock"),
+		apiKey:   randomHex(16),
+		cacheDir: os.Getenv("SBX_TEST_CACHE"),
+		logPath:  filepath.Join(tmp, "sbxd.log"),
+		pool:     1,
+	}
+	if h.cacheDir == "" {
+		h.cacheDir = "/var/cache/sbx"
+	}
+	defer os.RemoveAll(h.netnsDir)
+	if err := h.build(); err != nil {
+		return 0, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	h.listen = ln.Addr().String()
+	ln.Close()
+	if err := h.start(); err != nil {
+		return 0, err
+	}
+	defer h.cleanup()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if err := h.importBusybox(ctx); err != nil {
+		return 0, fmt.Errorf("import busybox image: %w", err)
+	}
+	start := time.Now()
+	if _, err := h.c.Images.Build(ctx, api.BuildImageRequest{Name: "default"}, nil); err != nil {
+		return 0, fmt.Errorf("build default image: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "e2e: default image ready in %.1fs\n", time.Since(start).Seconds())
+	return m.Run(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// build compiles sbxd, sbx and the static agent.
+func (h *harness) build() error {
+	cmd := exec.Command("go", "build", "-o", h.binDir+"/", "../../cmd/sbxd", "../../cmd/sbx", "../../cmd/sbx-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// start starts sbxd and waits until it answers.
+func (h *harness) start() error {
+	logf, err := os.OpenFile(h.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	h.cmd = exec.Command(filepath.Join(h.binDir, "sbxd"),
+		"--data-dir", h.dataDir, "--socket", h.sock, "--listen", h.listen, "--api-key", h.apiKey,
+		"--cache-dir", h.cacheDir, "--netns-dir", h.netnsDir, "--pool", fmt.Sprint(h.pool), "--log-level", "debug")
+	h.cmd.Stdout, h.cmd.Stderr = logf, logf
+	if err := h.cmd.Start(); err != nil {
+		return err
+	}
+	h.c, err = client.New(client.WithSocket(h.sock))
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = h.c.Health(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if h.cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("sbxd did not answer: %v\n%s", err, tail(h.logPath, 3000))
+}
+
+// stop stops sbxd gracefully (SIGTERM).
+func (h *harness) stop() {
+	if h.cmd == nil || h.cmd.Process == nil {
+		return
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	_ = h.cmd.Wait()
+	h.cmd = nil
+}
+
+// kill kills sbxd with SIGKILL, as a crash would.
+func (h *harness) kill() {
+	if h.cmd == nil || h.cmd.Process == nil {
+		return
+	}
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
+	h.cmd = nil
+}
+
+// cleanup deletes every sandbox and stops sbxd, then removes what runsc
+// and the netns dir still hold.
+func (h *harness) cleanup() {
+	if h.c != nil && h.cmd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		sbs, _ := h.c.Sandboxes.List(ctx, nil)
+		for _, sb := range sbs {
+			_ = sb.Delete(ctx)
+		}
+		cancel()
+	}
+	h.stop()
+	h.setPool(0)
+	// Warm sandboxes remain (they outlive sbxd by design): remove them.
+	out, _ := exec.Command("runsc", "--root", filepath.Join(h.dataDir, "runsc"), "list", "-quiet").Output()
+	for _, id := range strings.Fields(string(out)) {
+		_ = exec.Command("runsc", "--root", filepath.Join(h.dataDir, "runsc"), "delete", "--force", id).Run()
+	}
+	ents, _ := os.ReadDir(h.netnsDir)
+	for _, e := range ents {
+		_ = syscall.Unmount(filepath.Join(h.netnsDir, e.Name()), syscall.MNT_DETACH)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.HasPrefix(f[1], h.dataDir) {
+			_ = syscall.Unmount(f[1], syscall.MNT_DETACH)
+		}
+	}
+}
+
+func (h *harness) setPool(n int) { h.pool = n }
+
+// restart stops (or, with crash, kills) sbxd and starts it again.
+func (h *harness) restart(t *testing.T, crash bool) {
+	t.Helper()
+	if crash {
+		h.kill()
+	} else {
+		h.stop()
+	}
+	if err := h.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// importBusybox builds a one-layer OCI image from the host's static
+// busybox and imports it as "busybox" through the API, as a tar of an OCI
+// image layout.
+func (h *harness) importBusybox(ctx context.Context) error {
+	layer, err := busyboxLayer()
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	img, err = mutate.Config(img, v1.Config{Env: []string{"PATH=/bin", "BUSYBOX=1"}})
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "layout-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	if err := p.AppendImage(img); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := tarTree(dir, &buf); err != nil {
+		return err
+	}
+	_, err = h.c.Images.Import(ctx, "busybox", &buf, nil)
+	return err
+}
+
+// busyboxLayer is a layer with /bin/busybox and a symlink per applet.
+func busyboxLayer() (v1.Layer, error) {
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"bin/", "etc/", "tmp/"} {
+		mode := int64(0o755)
+		if d == "tmp/" {
+			mode = 0o1777
+		}
+		_ = tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: mode})
+	}
+	_ = tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))})
+	_, _ = tw.Write(bb)
+	for _, app := range strings.Fields(string(out)) {
+		if app == "busybox" {
+			continue
+		}
+		_ = tw.WriteHeader(&tar.Header{Name: "bin/" + app, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777})
+	}
+	passwd := "root:x:0:0:root:/root:/bin/sh\n"
+	_ = tw.WriteHeader(&tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(passwd))})
+	_, _ = tw.Write([]byte(passwd))
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	b := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+}
+
+// tarTree writes dir's tree as a tar with relative names.
+func tarTree(dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		hdr, err := tar.FileInfoHeader(fi, "")
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		hdr.Name = rel
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			_, err = tw.Write(b)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// --- helpers for tests ---
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newSandbox creates a sandbox that the test deletes when it ends.
+func newSandbox(t *testing.T, req api.CreateSandboxRequest) *client.Sandbox {
+	t.Helper()
+	if req.Name == "" {
+		req.Name = "t-" + randomHex(4)
+	}
+	sb, err := h.c.Sandboxes.Create(ctxT(t), req)
+	if err != nil {
+		t.Fatalf("create %s: %v", req.Name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := h.c.Sandboxes.Delete(ctx, sb.ID); err != nil && !errors.Is(err, client.ErrSandboxNotFound) {
+			t.Errorf("delete %s: %v", sb.Name, err)
+		}
+	})
+	return sb
+}
+
+// sh runs a shell command and fails the test on a transport error.
+func sh(t *testing.T, sb *client.Sandbox, cmd string) *client.ExecResult {
+	t.Helper()
+	res, err := sb.Exec(ctxT(t), cmd)
+	if err != nil {
+		t.Fatalf("exec %q: %v", cmd, err)
+	}
+	return res
+}
+
+// mustSh runs a shell command that must exit 0 and returns its stdout.
+func mustSh(t *testing.T, sb *client.Sandbox, cmd string) string {
+	t.Helper()
+	res := sh(t, sb, cmd)
+	if res.ExitCode != 0 {
+		t.Fatalf("exec %q: exit %d\nstdout: %s\nstderr: %s", cmd, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return res.Stdout
+}
+
+// wantCode checks that err is an API error with the code.
+func wantCode(t *testing.T, err error, code api.Code) *client.Error {
+	t.Helper()
+	var ae *client.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("want API error %s, got %v", code, err)
+	}
+	if ae.Code != code {
+		t.Fatalf("want code %s, got %s (%s)", code, ae.Code, ae.Message)
+	}
+	return ae
+}
+
+// runscIDs lists the containers runsc knows under the test's data dir.
+func runscIDs(t *testing.T) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("runsc", "--root", filepath.Join(h.dataDir, "runsc"), "list", "-quiet").Output()
+	if err != nil {
+		t.Fatalf("runsc list: %v", err)
+	}
+	ids := map[string]bool{}
+	for _, id := range strings.Fields(string(out)) {
+		ids[id] = true
+	}
+	return ids
+}
+
+// hostLeftovers returns what the host still has of sandbox id: its runsc
+// container, layer dir, sandbox dir, netns and overlay mount.
+func hostLeftovers(t *testing.T, id string) []string {
+	t.Helper()
+	var left []string
+	if runscIDs(t)[id] {
+		left = append(left, "runsc container")
+	}
+	for _, p := range []string{
+		filepath.Join(h.dataDir, "layers", id), filepath.Join(h.dataDir, "sandboxes", id),
+		filepath.Join(h.netnsDir, "sbx-"+id),
+	} {
+		if _, err := os.Lstat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	if strings.Contains(string(mounts), id) {
+		left = append(left, "a mount")
+	}
+	return left
+}
+
+// time_ is time.Time, for progress callbacks.
+type time_ = time.Time
+
+// writeTar writes files (name → content) as a tar.
+func writeTar(t *testing.T, w io.Writer, files map[string]string) {
+	t.Helper()
+	tw := tar.NewWriter(w)
+	for n, c := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(c))}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tw.Write([]byte(c))
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
