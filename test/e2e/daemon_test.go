@@ -1,7 +1,7 @@
 package e2e
 
 import (
-		"net/http"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"testing"
