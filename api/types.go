@@ -239,5 +239,10 @@ type StreamLine struct {
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
+	// Runtime is the OCI runtime and its platform, e.g. "runsc/systrap".
 	Runtime string `json:"runtime"`
+	// WarmSandboxes is how many booted sandboxes wait in the pool.
+	WarmSandboxes int `json:"warm_sandboxes"`
+	// PID is sbxd's process id on the host.
+	PID int `json:"pid"`
 }

@@ -112,8 +112,7 @@ func (s *Server) handle(nc net.Conn) {
 	}
 	switch req.Op {
 	case OpPing:
-		host, _ := os.Hostname()
-		err = c.sendJSON(FrameResult, map[string]any{"version": Version, "pid": os.Getpid(), "hostname": host})
+		err = c.sendJSON(FrameResult, map[string]any{"version": Version, "pid": os.Getpid()})
 	case OpExec:
 		err = s.exec(c, &req)
 	case OpRead:
@@ -259,8 +258,30 @@ func envValue(env []string, key string) string {
 	return ""
 }
 
+// pathCache remembers where lookPath found a command in a PATH; a hit is
+// checked with one stat instead of one per PATH entry.
+var pathCache sync.Map // "PATH\x00file" → path
+
 // lookPath finds file like a shell does, in the PATH of the given env.
 func lookPath(file string, env []string) (string, error) {
+	if strings.Contains(file, "/") {
+		return lookPathUncached(file, env)
+	}
+	key := envValue(env, "PATH") + "\x00" + file
+	if p, ok := pathCache.Load(key); ok {
+		if fi, err := os.Stat(p.(string)); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p.(string), nil
+		}
+		pathCache.Delete(key)
+	}
+	p, err := lookPathUncached(file, env)
+	if err == nil {
+		pathCache.Store(key, p)
+	}
+	return p, err
+}
+
+func lookPathUncached(file string, env []string) (string, error) {
 	notFound := &Error{Failure{Kind: FailNotFound, Message: fmt.Sprintf("executable file not found in $PATH: %q", file)}}
 	isExec := func(p string) error {
 		fi, err := os.Stat(p)
@@ -325,7 +346,7 @@ func (s *Server) exec(c *conn, req *Request) error {
 		if stdinR, stdinW, err = os.Pipe(); err != nil {
 			return c.fail(err)
 		}
-	} else if stdinR, err = os.Open(os.DevNull); err != nil {
+	} else if stdinR, err = devNull(); err != nil {
 		return c.fail(err)
 	}
 	outR, outW, err := os.Pipe()
@@ -344,7 +365,9 @@ func (s *Server) exec(c *conn, req *Request) error {
 	}
 	start := time.Now()
 	pid, waitc, err := s.reaper.start(path, req.Cmd, attr)
-	stdinR.Close()
+	if req.Stdin {
+		stdinR.Close()
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -471,6 +494,10 @@ func (s *Server) exec(c *conn, req *Request) error {
 	}
 	return c.sendJSON(FrameExit, ex)
 }
+
+// devNull returns /dev/null, opened once and shared as every exec's
+// standard input when it has none.
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // --- files ---
 

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbxhq/sbx/internal/agent"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/network"
@@ -66,6 +67,9 @@ type Engine struct {
 	monMu    sync.Mutex
 	monitors map[string]context.CancelFunc
 
+	agentsMu sync.Mutex
+	agents   map[string]*agent.Client
+
 	bg     sync.WaitGroup
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -97,6 +101,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		agentDir:     filepath.Join(cfg.DataDir, "bin"),
 		locks:        map[string]*opLock{},
 		monitors:     map[string]context.CancelFunc{},
+		agents:       map[string]*agent.Client{},
 	}
 	// The agent's socket path on the host must fit in sun_path (108 bytes).
 	if n := len(e.socketPath("sbx_0123456789abcdef")); n >= 108 {
@@ -140,6 +145,9 @@ func (e *Engine) Close() {
 
 // Runtime is the name of the runtime in use.
 func (e *Engine) Runtime() string { return e.rt.Name() }
+
+// WarmSandboxes is the number of booted sandboxes waiting in the pool.
+func (e *Engine) WarmSandboxes() int { return e.pool.count() }
 
 // Images is the engine's image manager.
 func (e *Engine) Images() *disk.Images { return e.images }

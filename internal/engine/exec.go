@@ -132,8 +132,32 @@ func (e *Engine) execEnv(ctx context.Context, sb *store.Sandbox, extra map[strin
 	return out, nil
 }
 
+// agentSpare is how many connections to each sandbox's agent are kept
+// dialed ahead of requests.
+const agentSpare = 2
+
+// agentFor returns the client of sb's agent, kept while sb runs.
 func (e *Engine) agentFor(sb *store.Sandbox) *agent.Client {
-	return agent.NewClient(e.socketPath(sb.ID))
+	e.agentsMu.Lock()
+	defer e.agentsMu.Unlock()
+	cl, ok := e.agents[sb.ID]
+	if !ok {
+		cl = agent.NewClient(e.socketPath(sb.ID), agentSpare)
+		e.agents[sb.ID] = cl
+	}
+	return cl
+}
+
+// dropAgent forgets the client of sandbox id's agent (it stopped or
+// reboots), closing its spare connections.
+func (e *Engine) dropAgent(id string) {
+	e.agentsMu.Lock()
+	cl, ok := e.agents[id]
+	delete(e.agents, id)
+	e.agentsMu.Unlock()
+	if ok {
+		cl.Close()
+	}
 }
 
 // sandboxErr explains a failure to reach the agent: when the sandbox died

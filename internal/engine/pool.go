@@ -43,6 +43,13 @@ func (p *pool) defaultShape(ctx context.Context) (shape, bool) {
 
 func shapeOf(sb *store.Sandbox) shape { return shape{sb.ImageID, sb.CPUs, sb.MemoryMB} }
 
+// ready counts the warm sandboxes waiting.
+func (p *pool) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
 // adopt adds a warm sandbox found running at start.
 func (p *pool) adopt(sb *store.Sandbox) {
 	p.mu.Lock()

@@ -173,7 +173,8 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 	if err := e.rt.Start(ctx, spec, e.bundleDir(sb.ID)); err != nil {
 		return fmt.Errorf("boot sandbox %s: %w", sb.Name, err)
 	}
-	if err := agent.NewClient(e.socketPath(sb.ID)).WaitReady(ctx); err != nil {
+	e.dropAgent(sb.ID)
+	if err := e.agentFor(sb).WaitReady(ctx); err != nil {
 		_ = e.rt.Delete(context.WithoutCancel(ctx), sb.ID)
 		return fmt.Errorf("boot sandbox %s: %w", sb.Name, err)
 	}
@@ -200,7 +201,7 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
 		RootFS:      rootfs,
 		Hostname:    sb.Name,
 		Args:        []string{"/.sbx/bin/sbx-agent"},
-		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1"},
 		Mounts:      mounts,
 		NetNS:       netns,
 		CPUs:        sb.CPUs,
@@ -213,6 +214,7 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
 // The caller holds sb's lock.
 func (e *Engine) stopLocked(ctx context.Context, sb *store.Sandbox, reason string) error {
 	e.unwatch(sb.ID)
+	e.dropAgent(sb.ID)
 	if err := e.rt.Delete(ctx, sb.ID); err != nil {
 		return err
 	}
@@ -228,6 +230,7 @@ func (e *Engine) stopLocked(ctx context.Context, sb *store.Sandbox, reason strin
 // layer, netns and sandbox dir. Each step is idempotent; errors are logged.
 func (e *Engine) removeAll(ctx context.Context, id string) {
 	e.unwatch(id)
+	e.dropAgent(id)
 	if err := e.rt.Delete(ctx, id); err != nil {
 		e.log.Error("remove container", "sandbox", id, "err", err)
 	}
