@@ -156,14 +156,14 @@ func failureOf(err error) Failure {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		kind = FailNotFound
+	case errors.Is(err, syscall.ENOTEMPTY): // before ErrExist, which matches it too
+		kind = FailNotEmpty
 	case errors.Is(err, fs.ErrExist):
 		kind = FailExists
 	case errors.Is(err, syscall.EISDIR):
 		kind = FailIsDir
 	case errors.Is(err, syscall.ENOTDIR):
 		kind = FailNotDir
-	case errors.Is(err, syscall.ENOTEMPTY):
-		kind = FailNotEmpty
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		kind = FailPermission
 	}

@@ -1,0 +1,116 @@
+package disk
+
+import (
+	"archive/tar"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type entry struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+}
+
+func mkTar(t *testing.T, es ...entry) *bytes.Reader {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range es {
+		mode := e.mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		hdr := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: mode, Linkname: e.link, Size: int64(len(e.body))}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(e.body))
+	}
+	tw.Close()
+	return bytes.NewReader(buf.Bytes())
+}
+
+func TestUntarKeepsTree(t *testing.T) {
+	dir := t.TempDir()
+	size, err := untar(mkTar(t,
+		entry{name: "./etc/", typ: tar.TypeDir, mode: 0o755},
+		entry{name: "./etc/passwd", typ: tar.TypeReg, body: "root"},
+		entry{name: "./bin/sh", typ: tar.TypeReg, body: "elf", mode: 0o4755},
+		entry{name: "./bin/bash", typ: tar.TypeLink, link: "./bin/sh"},
+		entry{name: "./usr/lib/x", typ: tar.TypeSymlink, link: "../../etc/passwd"},
+	), dir)
+	if err != nil || size != 7 {
+		t.Fatalf("untar: %d %v", size, err)
+	}
+	fi, _ := os.Stat(filepath.Join(dir, "bin/sh"))
+	if fi.Mode()&os.ModeSetuid == 0 {
+		t.Fatalf("setuid bit lost: %v", fi.Mode())
+	}
+	a, _ := os.Stat(filepath.Join(dir, "bin/sh"))
+	b, _ := os.Stat(filepath.Join(dir, "bin/bash"))
+	if !os.SameFile(a, b) {
+		t.Fatal("hard link not kept")
+	}
+	if target, _ := os.Readlink(filepath.Join(dir, "usr/lib/x")); target != "../../etc/passwd" {
+		t.Fatalf("symlink %q", target)
+	}
+}
+
+func TestUntarRefusesEscapes(t *testing.T) {
+	outside := t.TempDir()
+	for name, r := range map[string]*bytes.Reader{
+		"dotdot": mkTar(t, entry{name: "../x", typ: tar.TypeReg, body: "x"}),
+		"through a symlink": mkTar(t,
+			entry{name: "evil", typ: tar.TypeSymlink, link: outside},
+			entry{name: "evil/pwned", typ: tar.TypeReg, body: "x"}),
+		"hard link out": mkTar(t, entry{name: "h", typ: tar.TypeLink, link: "../../etc/passwd"}),
+	} {
+		dir := t.TempDir()
+		if _, err := untar(r, dir); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if _, err := os.Stat(filepath.Join(outside, "pwned")); err == nil {
+			t.Fatalf("%s: wrote outside the root", name)
+		}
+	}
+}
+
+func TestPrepareRootFS(t *testing.T) {
+	dir := t.TempDir()
+	if err := prepareRootFS(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".sbx/run", "workspace", "tmp", "proc"} {
+		if fi, err := os.Stat(filepath.Join(dir, p)); err != nil || !fi.IsDir() {
+			t.Fatalf("%s missing", p)
+		}
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "tmp")); fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Fatalf("/tmp mode %v", fi.Mode())
+	}
+	bad := t.TempDir()
+	os.WriteFile(filepath.Join(bad, "workspace"), nil, 0o644)
+	if err := prepareRootFS(bad); err == nil || !strings.Contains(err.Error(), "/workspace") {
+		t.Fatalf("a file where a mount point goes: %v", err)
+	}
+}
+
+func TestArchiveKind(t *testing.T) {
+	for want, r := range map[string]*bytes.Reader{
+		"oci":    mkTar(t, entry{name: "oci-layout", typ: tar.TypeReg, body: "{}"}, entry{name: "index.json", typ: tar.TypeReg, body: "{}"}),
+		"docker": mkTar(t, entry{name: "manifest.json", typ: tar.TypeReg, body: "[]"}),
+		"rootfs": mkTar(t, entry{name: "./etc/passwd", typ: tar.TypeReg, body: "x"}),
+	} {
+		p := filepath.Join(t.TempDir(), "a.tar")
+		b := make([]byte, r.Len())
+		r.Read(b)
+		os.WriteFile(p, b, 0o644)
+		if got, err := archiveKind(p); err != nil || got != want {
+			t.Errorf("%s: got %s %v", want, got, err)
+		}
+	}
+}

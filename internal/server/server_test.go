@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
+)
+
+func decodeBody(t *testing.T, body string, v any) error {
+	t.Helper()
+	r := httptest.NewRequest("POST", "/v1/x", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	return decode(httptest.NewRecorder(), r, 64, v, false)
+}
+
+func TestDecode(t *testing.T) {
+	var req api.CreateSandboxRequest
+	for body, want := range map[string]string{
+		`{"nam": "x"}`:          "nam: unknown field",
+		`{"cpus": "two"}`:       "cpus: expected float64",
+		`{"name": "x"} {"a":1}`: "trailing data",
+		`{"name": `:             "malformed JSON",
+		``:                      "a JSON object is required",
+	} {
+		err := decodeBody(t, body, &req)
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want invalid argument with %q", body, err, want)
+		}
+	}
+	err := decodeBody(t, `{"name": "`+strings.Repeat("a", 100)+`"}`, &req)
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if b := s.errorOf(context.Background(), err); b.Code != api.CodeTooLarge {
+		t.Fatalf("over-long body: %v → %s", err, b.Code)
+	}
+}
+
+func TestErrorBodies(t *testing.T) {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx := context.WithValue(context.Background(), ridKey{}, "req_1")
+	b := s.errorOf(ctx, errors.New("open /var/lib/sbx/x: permission denied"))
+	if b.Code != api.CodeInternal || strings.Contains(b.Message, "/var/lib") || b.RequestID != "req_1" {
+		t.Fatalf("internal error leaks or lacks the request id: %+v", b)
+	}
+	b = s.errorOf(ctx, errdefs.Invalid("name", "bad"))
+	if b.Code != api.CodeInvalidArgument || b.Message != "name: bad" {
+		t.Fatalf("%+v", b)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	s := &Server{cfg: Config{APIKeys: []string{"0123456789abcdef"}}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /v1/ok", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	for key, want := range map[string]int{"": 401, "Bearer nope": 401, "0123456789abcdef": 401, "Bearer 0123456789abcdef": 204} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/v1/ok", nil)
+		if key != "" {
+			r.Header.Set("Authorization", key)
+		}
+		s.Handler(true).ServeHTTP(rec, r)
+		if rec.Code != want {
+			t.Errorf("Authorization %q: %d, want %d", key, rec.Code, want)
+		}
+	}
+	rec := httptest.NewRecorder()
+	s.Handler(false).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/ok", nil))
+	if rec.Code != 204 {
+		t.Fatalf("the socket handler wants a key: %d", rec.Code)
+	}
+}
+
+func TestUTF8Lines(t *testing.T) {
+	rec := httptest.NewRecorder()
+	st := startStream(rec)
+	u := &utf8Lines{st: st, typ: api.ExecStdout}
+	b := []byte("café ☕")
+	// Split inside the multi-byte sequences.
+	u.Write(b[:4])
+	u.Write(b[4:7])
+	u.Write(b[7:])
+	u.flush()
+	out := rec.Body.String()
+	if strings.Contains(out, `\ufffd`) || strings.Contains(out, "\uFFFD") {
+		t.Fatalf("a UTF-8 sequence was split: %s", out)
+	}
+	if !strings.Contains(out, `"caf`) || !strings.Contains(out, "☕") {
+		t.Fatalf("%s", out)
+	}
+}

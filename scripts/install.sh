@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Sets up sbx on a fresh Debian bookworm machine, as root:
+#   - Debian packages: mmdebstrap (image builds), busybox-static (tests), iproute2
+#   - gVisor's runsc, pinned, built static from the Go module proxy
+#   - sbxd, sbx and sbx-agent from this checkout, into /usr/local/bin
+#   - a running sbxd (restarted if it runs; sandboxes survive restarts)
+#   - the default image (Debian bookworm minbase + tools), built once and cached
+#
+#   ./scripts/install.sh              everything above
+#   ./scripts/install.sh --deps-only  packages and runsc only (what the tests need)
+set -euo pipefail
+
+RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237 # what @latest gave on 2026-11-29
+PREFIX=/usr/local/bin
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "install.sh: run as root (sbxd manages mounts, namespaces and cgroups)" >&2
+  exit 1
+fi
+export PATH="$PATH:/usr/local/go/bin:$PREFIX"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "Debian packages"
+pkgs=(mmdebstrap busybox-static iproute2 ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  echo "installed: ${missing[*]}"
+else
+  echo "present: ${pkgs[*]}"
+fi
+
+step "gVisor runsc $RUNSC_VERSION (static)"
+stamp=/usr/local/lib/sbx/runsc.version
+if [ -x "$PREFIX/runsc" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$RUNSC_VERSION" ]; then
+  echo "present: $PREFIX/runsc"
+else
+  echo "building (1-3 min; longer on a busy machine)..."
+  CGO_ENABLED=0 GOBIN="$PREFIX" go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
+  mkdir -p "$(dirname "$stamp")"
+  echo "$RUNSC_VERSION" >"$stamp"
+fi
+"$PREFIX/runsc" --version | head -1
+
+if [ "${1:-}" = "--deps-only" ]; then
+  exit 0
+fi
+
+step "sbx binaries"
+CGO_ENABLED=0 go build -o "$PREFIX/" ./cmd/sbxd ./cmd/sbx ./cmd/sbx-agent
+ls -l "$PREFIX/sbxd" "$PREFIX/sbx" "$PREFIX/sbx-agent" | awk '{print $5, $9}'
+
+step "sbxd"
+mkdir -p /run/sbx /var/log
+if [ -f /run/sbx/sbxd.pid ] && kill -0 "$(cat /run/sbx/sbxd.pid)" 2>/dev/null; then
+  echo "stopping the running sbxd (its sandboxes keep running and are reattached)"
+  kill "$(cat /run/sbx/sbxd.pid)"
+  for _ in $(seq 50); do kill -0 "$(cat /run/sbx/sbxd.pid)" 2>/dev/null || break; sleep 0.2; done
+fi
+setsid "$PREFIX/sbxd" >>/var/log/sbxd.log 2>&1 </dev/null &
+echo $! >/run/sbx/sbxd.pid
+for _ in $(seq 100); do sbx version >/dev/null 2>&1 && break; sleep 0.1; done
+sbx version
+echo "log: /var/log/sbxd.log"
+
+step "default image"
+if sbx image ls -o json | grep -q '"name": "default"'; then
+  echo "present"
+else
+  sbx image build default
+fi

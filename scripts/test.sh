@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the whole test suite, as root: vet, unit tests, and the end-to-end
+# suite, which drives a real sbxd with real runsc sandboxes. Installs what
+# the tests need first (Debian packages, runsc). With CI=true a missing
+# prerequisite fails the e2e suite instead of skipping it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install.sh --deps-only
+export PATH="$PATH:/usr/local/go/bin:/usr/local/bin"
+
+echo
+echo "==> gofmt, go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change: $unformatted" >&2
+  exit 1
+fi
+go vet ./...
+
+echo
+echo "==> go test"
+go test -count=1 -timeout 80m ./...
