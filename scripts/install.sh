@@ -44,7 +44,8 @@ else
   mkdir -p "$(dirname "$stamp")"
   echo "$RUNSC_VERSION" >"$stamp"
 fi
-"$PREFIX/runsc" --version | head -1
+ver=$("$PREFIX/runsc" --version)
+echo "${ver%%$'\n'*}"
 
 if [ "${1:-}" = "--deps-only" ]; then
   exit 0
