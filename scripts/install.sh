@@ -7,10 +7,12 @@
 #   - the default image (Debian bookworm minbase + tools), built once and cached
 #
 #   ./scripts/install.sh              everything above
-#   ./scripts/install.sh --deps-only  packages and runsc only (what the tests need)
+#   ./scripts/install.sh --test-deps  what the tests need instead: packages, runsc, and
+#                                     versitygw (a real S3-compatible server; ~6-9 min to build)
 set -euo pipefail
 
 RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237 # what @latest gave on 2026-11-29
+VERSITYGW_VERSION=v1.8.0
 PREFIX=/usr/local/bin
 cd "$(dirname "$0")/.."
 
@@ -47,7 +49,16 @@ fi
 ver=$("$PREFIX/runsc" --version)
 echo "${ver%%$'\n'*}"
 
-if [ "${1:-}" = "--deps-only" ]; then
+if [ "${1:-}" = "--test-deps" ]; then
+  step "versitygw $VERSITYGW_VERSION (S3-compatible server for the blob store tests)"
+  stamp=/usr/local/lib/sbx/versitygw.version
+  if [ -x "$PREFIX/versitygw" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$VERSITYGW_VERSION" ]; then
+    echo "present: $PREFIX/versitygw"
+  else
+    echo "building (6-9 min on 2 cores)..."
+    CGO_ENABLED=0 GOBIN="$PREFIX" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+    echo "$VERSITYGW_VERSION" >"$stamp"
+  fi
   exit 0
 fi
 

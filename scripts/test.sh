@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, as root: vet, unit tests, and the end-to-end
-# suite, which drives a real sbxd with real runsc sandboxes. Installs what
-# the tests need first (Debian packages, runsc). With CI=true a missing
+# suite, which drives a real sbxd with real runsc sandboxes, and the blob
+# store suite against a real S3-compatible server. Installs what the tests
+# need first (Debian packages, runsc, versitygw). With CI=true a missing
 # prerequisite fails the e2e suite instead of skipping it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install.sh --deps-only
+./scripts/install.sh --test-deps
 export PATH="$PATH:/usr/local/go/bin:/usr/local/bin"
 
 echo

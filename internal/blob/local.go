@@ -1,0 +1,259 @@
+package blob
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Local is a Store in a directory: dir/sha256/<first 2 hex>/<hex>. A Put
+// writes a temp file under dir/tmp; Flush makes the batch durable (fsync,
+// or one syncfs for a large batch), verifies each temp file against its
+// digest, renames it into place and fsyncs the directories, as containerd's
+// content store does for one blob. A crash before Flush leaves only temp
+// files, which the next Open removes.
+type Local struct {
+	dir string
+
+	flushMu sync.Mutex
+	mu      sync.Mutex
+	pending map[Digest]string // digest → temp file
+}
+
+var _ Store = (*Local)(nil)
+
+// OpenLocal opens (creating) a local store in dir and removes temp files
+// left by a crash.
+func OpenLocal(dir string) (*Local, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o700); err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	return &Local{dir: dir, pending: map[Digest]string{}}, nil
+}
+
+// Name implements Store.
+func (l *Local) Name() string { return "local:" + l.dir }
+
+func (l *Local) path(d Digest) string {
+	h := d.Hex()
+	return filepath.Join(l.dir, "sha256", h[:2], h)
+}
+
+// Put implements Store.
+func (l *Local) Put(ctx context.Context, d Digest, encoded []byte) error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	_, busy := l.pending[d]
+	l.mu.Unlock()
+	if busy {
+		return nil
+	}
+	if _, err := os.Stat(l.path(d)); err == nil {
+		return nil
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(l.dir, "tmp", d.Hex()[:16]+"-"+hex.EncodeToString(rnd[:]))
+	if err := os.WriteFile(tmp, encoded, 0o600); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write blob %s: %w", d, err)
+	}
+	l.mu.Lock()
+	if _, busy := l.pending[d]; busy {
+		l.mu.Unlock()
+		os.Remove(tmp)
+		return nil
+	}
+	l.pending[d] = tmp
+	l.mu.Unlock()
+	return nil
+}
+
+// Flush implements Store. Flushes are serialised, so a blob pending in
+// another caller's flush is committed (or has failed) before this one looks
+// at it.
+func (l *Local) Flush(ctx context.Context, ds []Digest) error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	batch := map[Digest]string{}
+	l.mu.Lock()
+	for _, d := range ds {
+		if tmp, ok := l.pending[d]; ok {
+			batch[d] = tmp
+		}
+	}
+	l.mu.Unlock()
+	for _, d := range ds {
+		if _, ok := batch[d]; ok {
+			continue
+		}
+		if _, err := os.Stat(l.path(d)); err != nil {
+			return fmt.Errorf("flush %s: %w", d, ErrNotFound)
+		}
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	if len(batch) > 8 {
+		f, err := os.Open(l.dir)
+		if err != nil {
+			return err
+		}
+		err = unix.Syncfs(int(f.Fd()))
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("syncfs %s: %w", l.dir, err)
+		}
+	}
+	dirs := map[string]bool{}
+	for d, tmp := range batch {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(tmp)
+		if err != nil {
+			return err
+		}
+		if _, err := Decode(d, b); err != nil {
+			l.drop(d, tmp)
+			return fmt.Errorf("verify before commit: %w", err)
+		}
+		if len(batch) <= 8 {
+			if err := fsyncPath(tmp); err != nil {
+				return err
+			}
+		}
+		final := l.path(d)
+		if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, final); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		delete(l.pending, d)
+		l.mu.Unlock()
+		dirs[filepath.Dir(final)] = true
+	}
+	for dir := range dirs {
+		if err := fsyncPath(dir); err != nil {
+			return err
+		}
+	}
+	return fsyncPath(filepath.Join(l.dir, "sha256"))
+}
+
+// drop forgets a pending blob and removes its temp file.
+func (l *Local) drop(d Digest, tmp string) {
+	l.mu.Lock()
+	delete(l.pending, d)
+	l.mu.Unlock()
+	os.Remove(tmp)
+}
+
+func fsyncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// Get implements Store.
+func (l *Local) Get(ctx context.Context, d Digest) ([]byte, error) {
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	tmp, busy := l.pending[d]
+	l.mu.Unlock()
+	p := l.path(d)
+	if busy {
+		p = tmp
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", d, ErrNotFound)
+	}
+	return b, err
+}
+
+// Has implements Store.
+func (l *Local) Has(ctx context.Context, d Digest) (bool, error) {
+	if err := d.Validate(); err != nil {
+		return false, err
+	}
+	l.mu.Lock()
+	_, busy := l.pending[d]
+	l.mu.Unlock()
+	if busy {
+		return true, nil
+	}
+	_, err := os.Stat(l.path(d))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Delete implements Store.
+func (l *Local) Delete(ctx context.Context, d Digest) error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	err := os.Remove(l.path(d))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Walk implements Store.
+func (l *Local) Walk(ctx context.Context, fn func(Digest, int64) error) error {
+	root := filepath.Join(l.dir, "sha256")
+	subs, err := os.ReadDir(root)
+	if err != nil {
+		return err
+	}
+	for _, sub := range subs {
+		ents, err := os.ReadDir(filepath.Join(root, sub.Name()))
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			info, err := e.Info()
+			if err != nil {
+				continue
+			}
+			d := Digest("sha256:" + e.Name())
+			if d.Validate() != nil {
+				continue
+			}
+			if err := fn(d, info.Size()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

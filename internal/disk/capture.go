@@ -1,0 +1,451 @@
+package disk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbxhq/sbx/internal/blob"
+)
+
+// racyWindow: file times come from a coarse clock (a jiffy, 1–10 ms), so a
+// write within this long of a capture can leave the times a capture saw
+// unchanged. A file whose mtime or ctime is that close to the moment it was
+// read is read again, like git's "racily clean" entries.
+const racyWindow = 20 * time.Millisecond
+
+// CaptureOptions are the inputs of Capture.
+type CaptureOptions struct {
+	// Upper is the writable layer's directory (the overlayfs upperdir).
+	Upper string
+	// Cache describes the layer as it was at its last capture or restore
+	// (nil: read every file). A file whose inode, size, mtime and ctime
+	// are unchanged reuses its extents without being read.
+	Cache *Manifest
+	// Freeze stops every writer of Upper and Thaw lets them go on (the
+	// sandbox's processes); both nil when the sandbox is stopped.
+	Freeze, Thaw func(ctx context.Context) error
+	// Store receives the chunks; nil hashes without storing (a dry run,
+	// for diffs against the live disk).
+	Store blob.Store
+	// Progress gets human-readable lines.
+	Progress func(string)
+}
+
+// CaptureStats reports what a capture did.
+type CaptureStats struct {
+	Files, Dirs   int
+	Bytes         int64 // logical bytes of all files
+	ReadFiles     int   // distinct files read (the rest reused their extents)
+	ReadBytes     int64 // bytes read, a file read twice counting twice
+	AddedBytes    int64 // encoded bytes newly written to the store
+	Chunks        []blob.Digest
+	FrozenFor     time.Duration
+	TotalDuration time.Duration
+}
+
+// Capture records the writable layer at Upper as a manifest, storing the
+// content of new and changed files as chunks. The view is crash-consistent
+// for a running sandbox: a first pass reads what changed while the sandbox
+// runs; then the sandbox is frozen, the tree is walked again, and only the
+// files that changed meanwhile (or too recently to tell) are read before it
+// is thawed. So the sandbox is frozen for a walk of the tree's metadata plus
+// the writes it made during the first pass — not for the whole capture.
+//
+// The returned chunks (Stats.Chunks) are put but not flushed: the caller
+// flushes them with the manifest before recording it.
+func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, error) {
+	start := time.Now()
+	progress := o.Progress
+	if progress == nil {
+		progress = func(string) {}
+	}
+	cache := map[string]*Entry{}
+	var cacheNS int64
+	if o.Cache != nil {
+		cacheNS = o.Cache.CaptureNS
+		for i := range o.Cache.Entries {
+			e := &o.Cache.Entries[i]
+			if e.Type == TypeFile {
+				cache[e.Path] = e
+			}
+		}
+	}
+	stats := &CaptureStats{}
+	dry := o.Store == nil
+	chunkSet := map[blob.Digest]bool{}
+	addChunks := func(cs []chunkResult) {
+		for _, c := range cs {
+			stats.AddedBytes += c.added
+			if !chunkSet[c.d] {
+				chunkSet[c.d] = true
+				stats.Chunks = append(stats.Chunks, c.d)
+			}
+		}
+	}
+
+	// Pass 1, live: read what changed since the cache.
+	pass1Start := time.Now().UnixNano()
+	scan1, err := scan(o.Upper)
+	if err != nil {
+		return nil, nil, err
+	}
+	known := map[string][]Extent{} // path → extents valid for scan1's stat
+	var toRead []*scanned
+	for _, s := range scan1 {
+		if s.e.Type != TypeFile {
+			continue
+		}
+		if c := cache[s.e.Path]; c != nil && sameStat(c, &s.e) && !racy(c, cacheNS) {
+			known[s.e.Path] = c.Extents
+			continue
+		}
+		toRead = append(toRead, s)
+	}
+	if len(toRead) > 0 {
+		progress(fmt.Sprintf("reading %d changed files", len(toRead)))
+		res, err := readFiles(ctx, o.Upper, toRead, o.Store, dry)
+		if err != nil {
+			return nil, nil, err
+		}
+		addChunks(res.chunks)
+		for p, ext := range res.extents {
+			known[p] = ext
+		}
+		stats.ReadBytes += res.bytes
+	}
+	pass1 := map[string]*scanned{}
+	for _, s := range scan1 {
+		pass1[s.e.Path] = s
+	}
+
+	// Pass 2, frozen: walk again; read what changed during pass 1.
+	if o.Freeze != nil {
+		if err := o.Freeze(ctx); err != nil {
+			return nil, nil, fmt.Errorf("freeze: %w", err)
+		}
+	}
+	frozenAt := time.Now()
+	thawed := false
+	thaw := func() error {
+		if thawed || o.Thaw == nil {
+			return nil
+		}
+		thawed = true
+		stats.FrozenFor = time.Since(frozenAt)
+		return o.Thaw(context.WithoutCancel(ctx))
+	}
+	defer thaw()
+	captureNS := time.Now().UnixNano()
+	scan2, err := scan(o.Upper)
+	if err != nil {
+		return nil, nil, err
+	}
+	var reread []*scanned
+	for _, s := range scan2 {
+		if s.e.Type != TypeFile {
+			continue
+		}
+		p1 := pass1[s.e.Path]
+		if _, ok := known[s.e.Path]; ok && p1 != nil && sameStat(&p1.e, &s.e) && !racy(&s.e, pass1Start) {
+			continue
+		}
+		if c := cache[s.e.Path]; c != nil && sameStat(c, &s.e) && !racy(c, cacheNS) {
+			known[s.e.Path] = c.Extents
+			continue
+		}
+		delete(known, s.e.Path)
+		reread = append(reread, s)
+	}
+	if len(reread) > 0 {
+		res, err := readFiles(ctx, o.Upper, reread, o.Store, dry)
+		if err != nil {
+			return nil, nil, err
+		}
+		addChunks(res.chunks)
+		for p, ext := range res.extents {
+			known[p] = ext
+		}
+		stats.ReadBytes += res.bytes
+	}
+	if err := thaw(); err != nil {
+		return nil, nil, fmt.Errorf("thaw: %w", err)
+	}
+
+	read := map[string]bool{}
+	for _, s := range toRead {
+		read[s.e.Path] = true
+	}
+	for _, s := range reread {
+		read[s.e.Path] = true
+	}
+	stats.ReadFiles = len(read)
+	m := &Manifest{Version: ManifestVersion, CaptureNS: captureNS, Entries: make([]Entry, 0, len(scan2))}
+	for _, s := range scan2 {
+		e := s.e
+		switch e.Type {
+		case TypeFile:
+			e.Extents = known[e.Path]
+			stats.Files++
+			stats.Bytes += e.Size
+		case TypeDir:
+			stats.Dirs++
+		}
+		m.Entries = append(m.Entries, e)
+	}
+	stats.TotalDuration = time.Since(start)
+	return m, stats, nil
+}
+
+// sameStat reports whether a file looks unchanged: same inode, size, mtime
+// and ctime (any write or metadata change moves ctime).
+func sameStat(a, b *Entry) bool {
+	return a.Ino == b.Ino && a.Size == b.Size && a.MtimeNS == b.MtimeNS && a.CtimeNS == b.CtimeNS
+}
+
+// racy reports whether e's times are too close to moment (Unix ns) to
+// prove that a later write would have moved them.
+func racy(e *Entry, moment int64) bool {
+	limit := moment - int64(racyWindow)
+	return e.MtimeNS >= limit || e.CtimeNS >= limit
+}
+
+// scanned is an entry seen by a walk.
+type scanned struct {
+	e     Entry
+	nlink uint64
+}
+
+// scan walks the layer and returns its entries in walk order. Hard links
+// (files with more than one link) become TypeHardlink entries pointing at
+// the first path of their inode.
+func scan(root string) ([]*scanned, error) {
+	var out []*scanned
+	inodes := map[uint64]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && path != root {
+				return nil // removed while we walked (pass 1 only)
+			}
+			return err
+		}
+		rel := ""
+		if path != root {
+			rel = path[len(root)+1:]
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) && path != root {
+				return nil
+			}
+			return err
+		}
+		e := Entry{
+			Path: rel, Mode: st.Mode & 0o7777, UID: int(st.Uid), GID: int(st.Gid),
+			MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano(), Ino: st.Ino,
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			e.Type = TypeDir
+		case unix.S_IFREG:
+			e.Type = TypeFile
+			e.Size = st.Size
+			if st.Nlink > 1 {
+				if first, ok := inodes[st.Ino]; ok {
+					e = Entry{Path: rel, Type: TypeHardlink, Target: first}
+					out = append(out, &scanned{e: e, nlink: uint64(st.Nlink)})
+					return nil
+				}
+				inodes[st.Ino] = rel
+			}
+		case unix.S_IFLNK:
+			e.Type = TypeSymlink
+			t, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			e.Target = t
+		case unix.S_IFCHR:
+			e.Type = TypeChar
+			e.Rdev = st.Rdev
+			if st.Rdev == 0 {
+				e.Type = TypeWhiteout
+				e.Rdev = 0
+			}
+		case unix.S_IFBLK:
+			e.Type = TypeBlock
+			e.Rdev = st.Rdev
+		case unix.S_IFIFO:
+			e.Type = TypeFifo
+		case unix.S_IFSOCK:
+			e.Type = TypeSocket
+		default:
+			return nil
+		}
+		x, err := readXattrs(path)
+		if err != nil {
+			return err
+		}
+		e.Xattrs = x
+		out = append(out, &scanned{e: e, nlink: uint64(st.Nlink)})
+		return nil
+	})
+	return out, err
+}
+
+// skipXattrs are overlayfs's bookkeeping that names the lower inode a file
+// was copied up from; they do not survive a rebuild of the upperdir (which
+// runs with index=off), so they are not captured.
+var skipXattrs = map[string]bool{
+	"trusted.overlay.origin": true, "trusted.overlay.impure": true, "trusted.overlay.nlink": true,
+}
+
+// readXattrs returns path's extended attributes (nil when none).
+func readXattrs(path string) (map[string][]byte, error) {
+	buf := make([]byte, 1024)
+	var n int
+	var err error
+	for {
+		n, err = unix.Llistxattr(path, buf)
+		if errors.Is(err, unix.ERANGE) {
+			buf = make([]byte, len(buf)*4)
+			continue
+		}
+		break
+	}
+	if err != nil {
+		if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.ENOENT) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listxattr %s: %w", path, err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	out := map[string][]byte{}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+		if name == "" || skipXattrs[name] {
+			continue
+		}
+		val := make([]byte, 256)
+		for {
+			vn, err := unix.Lgetxattr(path, name, val)
+			if errors.Is(err, unix.ERANGE) {
+				val = make([]byte, len(val)*4)
+				continue
+			}
+			if errors.Is(err, unix.ENODATA) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("getxattr %s %s: %w", path, name, err)
+			}
+			out[name] = append([]byte(nil), val[:vn]...)
+			break
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// readResult is what reading a batch of files gave.
+type readResult struct {
+	chunks  []chunkResult
+	extents map[string][]Extent
+	bytes   int64
+}
+
+// readFiles reads the files as one concatenated stream through the chunker
+// and maps each file's byte range back to extents. A file that vanished
+// meanwhile reads as empty; the caller's next walk sees it gone.
+func readFiles(ctx context.Context, root string, files []*scanned, st blob.Store, dry bool) (*readResult, error) {
+	cr := &concatReader{root: root, files: files}
+	chunks, err := putStream(ctx, st, cr, dry)
+	if err != nil {
+		return nil, err
+	}
+	if cr.err != nil {
+		return nil, cr.err
+	}
+	res := &readResult{chunks: chunks, extents: map[string][]Extent{}}
+	for i, f := range files {
+		n := cr.sizes[i]
+		res.bytes += n
+		// The size read is the truth for this stream; record it.
+		f.e.Size = n
+		res.extents[f.e.Path] = extentsOf(chunks, cr.starts[i], n)
+	}
+	return res, nil
+}
+
+// concatReader reads files one after the other, recording where each
+// starts in the stream and how many bytes it gave.
+type concatReader struct {
+	root   string
+	files  []*scanned
+	i      int
+	cur    *os.File
+	off    int64
+	starts []int64
+	sizes  []int64
+	err    error
+}
+
+func (c *concatReader) Read(p []byte) (int, error) {
+	for {
+		if c.cur == nil {
+			if c.i >= len(c.files) {
+				return 0, io.EOF
+			}
+			c.starts = append(c.starts, c.off)
+			c.sizes = append(c.sizes, 0)
+			f, err := os.Open(filepath.Join(c.root, c.files[c.i].e.Path))
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					c.i++
+					continue
+				}
+				c.err = err
+				return 0, err
+			}
+			c.cur = f
+		}
+		n, err := c.cur.Read(p)
+		c.off += int64(n)
+		c.sizes[c.i] += int64(n)
+		if err == io.EOF {
+			c.cur.Close()
+			c.cur = nil
+			c.i++
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		if err != nil {
+			c.err = err
+			return n, err
+		}
+		return n, nil
+	}
+}
+
+// statIno is a helper for tests and restores: the inode of path.
+func statIno(path string) (uint64, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino, nil
+}
