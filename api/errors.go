@@ -29,6 +29,9 @@ const (
 	CodeFileNotFound Code = "file_not_found"
 	// CodeNotFound: the route does not exist. 404.
 	CodeNotFound Code = "not_found"
+	// CodeMethodNotAllowed: the route exists for other methods (see the
+	// Allow header). 405.
+	CodeMethodNotAllowed Code = "method_not_allowed"
 	// CodeNameTaken: create with a name already in use. 409.
 	CodeNameTaken Code = "name_taken"
 	// CodeConflict: another operation on the sandbox is in progress, or its
@@ -67,6 +70,8 @@ func (c Code) HTTPStatus() int {
 	case CodeSandboxNotFound, CodeCheckpointNotFound, CodeSnapshotNotFound,
 		CodeImageNotFound, CodeFileNotFound, CodeNotFound:
 		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case CodeNameTaken, CodeConflict, CodeSandboxHasVolume:
 		return http.StatusConflict
 	case CodeTooLarge:

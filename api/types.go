@@ -105,7 +105,20 @@ type ExecRequest struct {
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	// Stdin is written to the process's standard input, which is then closed.
 	Stdin string `json:"stdin,omitempty"`
+	// StdinBase64 is Stdin for bytes that are not UTF-8 text: standard
+	// base64 (RFC 4648). At most one of the two.
+	StdinBase64 string `json:"stdin_base64,omitempty"`
+	// Encoding of stdout and stderr in the answer: "" or "utf-8" (JSON
+	// strings; bytes that are not UTF-8 become U+FFFD) or "base64" (exact
+	// bytes, standard base64, each line's data decodable on its own).
+	Encoding string `json:"encoding,omitempty"`
 }
+
+// Output encodings of ExecRequest.Encoding.
+const (
+	EncodingUTF8   = "utf-8"
+	EncodingBase64 = "base64"
+)
 
 // ExecResult is the buffered answer of exec.
 type ExecResult struct {
@@ -245,4 +258,62 @@ type Health struct {
 	WarmSandboxes int `json:"warm_sandboxes"`
 	// PID is sbxd's process id on the host.
 	PID int `json:"pid"`
+}
+
+// CheckpointRequest is the body of POST /v1/sandboxes/{name}/checkpoint.
+type CheckpointRequest struct {
+	// Comment is at most MaxCommentBytes bytes.
+	Comment string `json:"comment,omitempty"`
+}
+
+// MaxCommentBytes bounds a checkpoint's comment.
+const MaxCommentBytes = 1024
+
+// Checkpoint health values.
+const (
+	HealthOK      = "ok"
+	HealthDamaged = "damaged"
+)
+
+// Checkpoint is a disk checkpoint of a sandbox: v0 (the fresh disk), v1, ...
+type Checkpoint struct {
+	ID         string    `json:"id"`
+	CreateTime time.Time `json:"create_time"`
+	Comment    string    `json:"comment"`
+	// SourceID is the checkpoint the disk had been restored from when this
+	// one was taken (null if none since v0); for a fork's v0,
+	// "<sandbox>/<id>" of the parent's disk it copied.
+	SourceID *string `json:"source_id"`
+	// Health is "ok", or "damaged" when a verification found a missing or
+	// corrupt chunk.
+	Health string `json:"health"`
+	// SizeBytes is the size of the files of the writable layer (what the
+	// sandbox wrote over its image); Files their number.
+	SizeBytes int64 `json:"size_bytes"`
+	Files     int   `json:"files"`
+	// AddedBytes is what this checkpoint added to the blob store, after
+	// deduplication and compression.
+	AddedBytes int64 `json:"added_bytes"`
+}
+
+// Change is a path that differs between two disks.
+type Change struct {
+	Path string `json:"path"`
+	// Type is file, dir, symlink, char, block, fifo or socket.
+	Type string `json:"type"`
+	// Size is the size on the newer disk (0 if deleted); OldSize on the
+	// older one (0 if added).
+	Size    int64 `json:"size"`
+	OldSize int64 `json:"old_size"`
+}
+
+// Diff is the answer of GET .../checkpoints/{id}/diff?from={id}.
+type Diff struct {
+	From     string   `json:"from"`
+	To       string   `json:"to"`
+	Added    []Change `json:"added"`
+	Modified []Change `json:"modified"`
+	Deleted  []Change `json:"deleted"`
+	// Truncated is true when a list was cut at the limit.
+	Truncated bool `json:"truncated,omitempty"`
 }

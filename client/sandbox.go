@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,6 +134,7 @@ func (sb *Sandbox) Run(ctx context.Context, req api.ExecRequest) (*ExecResult, e
 type ExecStream struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
+	b64  bool
 	err  error
 	exit *api.ExecEvent
 }
@@ -147,11 +149,12 @@ func (sb *Sandbox) Stream(ctx context.Context, req api.ExecRequest) (*ExecStream
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	return &ExecStream{body: resp.Body, sc: sc}, nil
+	return &ExecStream{body: resp.Body, sc: sc, b64: req.Encoding == api.EncodingBase64}, nil
 }
 
 // Events yields the stream's stdout, stderr and final exit events. A broken
-// stream or an error line ends it with an error.
+// stream or an error line ends it with an error. With the base64 encoding,
+// Data holds the decoded bytes.
 func (s *ExecStream) Events() iter.Seq2[api.ExecEvent, error] {
 	return func(yield func(api.ExecEvent, error) bool) {
 		for s.sc.Scan() {
@@ -160,6 +163,15 @@ func (s *ExecStream) Events() iter.Seq2[api.ExecEvent, error] {
 				s.err = fmt.Errorf("bad exec stream line: %w", err)
 				yield(api.ExecEvent{}, s.err)
 				return
+			}
+			if s.b64 && (ev.Type == api.ExecStdout || ev.Type == api.ExecStderr) {
+				b, err := base64.StdEncoding.DecodeString(ev.Data)
+				if err != nil {
+					s.err = fmt.Errorf("bad base64 in exec stream: %w", err)
+					yield(api.ExecEvent{}, s.err)
+					return
+				}
+				ev.Data = string(b)
 			}
 			switch ev.Type {
 			case api.ExecError:
@@ -215,21 +227,30 @@ func (s *ExecStream) Close() error { return s.body.Close() }
 
 // ReadFile returns a file's contents. ErrFileNotFound if it does not exist.
 func (sb *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
-	rc, err := sb.OpenFile(ctx, path)
+	f, err := sb.OpenFile(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	defer rc.Close()
-	return io.ReadAll(rc)
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
-// OpenFile streams a file's contents.
-func (sb *Sandbox) OpenFile(ctx context.Context, path string) (io.ReadCloser, error) {
+// File is a file of a sandbox being read.
+type File struct {
+	io.ReadCloser
+	// Size in bytes and Mode (permission bits) of the file.
+	Size int64
+	Mode uint32
+}
+
+// OpenFile streams a file's contents; a read that ends early fails.
+func (sb *Sandbox) OpenFile(ctx context.Context, path string) (*File, error) {
 	resp, err := sb.c.request(ctx, http.MethodGet, sbPath(sb.ID, "files"), url.Values{"path": {path}}, nil, "", "")
 	if err != nil {
 		return nil, err
 	}
-	return resp.Body, nil
+	mode, _ := strconv.ParseUint(resp.Header.Get("X-Sbx-Mode"), 8, 32)
+	return &File{ReadCloser: resp.Body, Size: resp.ContentLength, Mode: uint32(mode)}, nil
 }
 
 // WriteFile writes r to path with mode (0 means 0644), creating parent

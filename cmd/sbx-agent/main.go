@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/sbxhq/sbx/internal/agent"
 )
@@ -22,6 +23,7 @@ func main() {
 		logf("sbx-agent: %v", err)
 		os.Exit(1)
 	}
+	go srv.WatchSocket(*sock, time.Second)
 	if err := srv.Serve(); err != nil {
 		logf("sbx-agent: %v", err)
 		os.Exit(1)

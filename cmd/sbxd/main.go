@@ -28,6 +28,7 @@ func main() {
 	platform := fs.String("platform", "", "runsc platform (default: kvm if /dev/kvm exists, else systrap)")
 	agentBin := fs.String("agent", "", "static sbx-agent binary (default: next to sbxd)")
 	cacheDir := fs.String("cache-dir", "", "image build cache (default "+cfg.CacheDir+")")
+	blobStore := fs.String("blob-store", "", "checkpoint storage: a directory (default <data-dir>/blobs) or s3://bucket[/prefix]?endpoint=URL&region=R")
 	netnsDir := fs.String("netns-dir", "", "where sandboxes' network namespaces are mounted (default "+cfg.NetnsDir+")")
 	pool := fs.Int("pool", -1, fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
@@ -54,6 +55,7 @@ func main() {
 	set(&cfg.AgentBin, *agentBin)
 	set(&cfg.CacheDir, *cacheDir)
 	set(&cfg.NetnsDir, *netnsDir)
+	set(&cfg.BlobStore, *blobStore)
 	set(&cfg.LogLevel, *logLevel)
 	if *apiKey != "" {
 		cfg.APIKeys = strings.Split(*apiKey, ",")

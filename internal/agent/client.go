@@ -116,8 +116,19 @@ func (cl *Client) conn(ctx context.Context) (net.Conn, error) {
 		}
 		c.Close()
 	}
+	// The agent re-creates its socket within a second if something in the
+	// sandbox removed it: retry a missing or refusing socket briefly.
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", cl.sock)
+	var c net.Conn
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		c, err = d.DialContext(ctx, "unix", cl.sock)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
+			!(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}

@@ -49,10 +49,33 @@ func NewServer(sock string, logf func(string, ...any)) (*Server, error) {
 	return s, nil
 }
 
+// WatchSocket re-creates the socket if something in the sandbox removes
+// its file (rm -rf / as root does): it checks every interval.
+func (s *Server) WatchSocket(sock string, interval time.Duration) {
+	for range time.Tick(interval) {
+		if _, err := os.Lstat(sock); err == nil {
+			continue
+		}
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			if s.logf != nil {
+				s.logf("agent: re-listen on %s: %v", sock, err)
+			}
+			continue
+		}
+		if s.logf != nil {
+			s.logf("agent: socket %s was removed; listening again", sock)
+		}
+		go s.serve(ln)
+	}
+}
+
 // Serve accepts connections until the listener is closed.
-func (s *Server) Serve() error {
+func (s *Server) Serve() error { return s.serve(s.ln) }
+
+func (s *Server) serve(ln net.Listener) error {
 	for {
-		c, err := s.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
@@ -323,7 +346,7 @@ func lookPathUncached(file string, env []string) (string, error) {
 
 func (s *Server) exec(c *conn, req *Request) error {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return c.fail(&Error{Failure{Kind: FailInvalid, Message: "cmd is empty"}})
+		return c.fail(&Error{Failure{Kind: FailInvalid, Message: "cmd[0] is empty", Field: "cmd"}})
 	}
 	path, err := lookPath(req.Cmd[0], req.Env)
 	if err != nil {
@@ -603,6 +626,10 @@ func writeFile(c *conn, path string, mode uint32) error {
 	}
 	tmp, err := os.CreateTemp(dir, ".sbx-write-*")
 	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = &fs.PathError{Op: "write", Path: path, Err: pe.Err}
+		}
 		return fail(err)
 	}
 	n, err := io.CopyBuffer(tmp, body, make([]byte, 256<<10))
@@ -617,6 +644,10 @@ func writeFile(c *conn, path string, mode uint32) error {
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = &fs.PathError{Op: "write", Path: path, Err: pe.Err}
+		}
 		return fail(err)
 	}
 	return c.sendJSON(FrameResult, FileStat{Size: n, Mode: mode & 0o7777})
@@ -702,6 +733,7 @@ func tarOut(c *conn, root string) error {
 			hdr.Name += "/"
 		}
 		hdr.Uname, hdr.Gname = "", ""
+		hdr.Format = tar.FormatPAX // keeps sub-second mtimes
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -726,6 +758,9 @@ func tarOut(c *conn, root string) error {
 			if path == root {
 				return nil
 			}
+			if skipInArchive[path] {
+				return filepath.SkipDir // kernel and sbx mounts, not the disk
+			}
 			fi, err := de.Info()
 			if err != nil {
 				return err
@@ -742,6 +777,10 @@ func tarOut(c *conn, root string) error {
 	}
 	return c.send(FrameData, nil)
 }
+
+// skipInArchive are mount points that an archive of a directory above
+// them leaves out: kernel filesystems and sbx's own.
+var skipInArchive = map[string]bool{"/proc": true, "/sys": true, "/dev": true, "/.sbx": true}
 
 // TarResult is the result of tar_in.
 type TarResult struct {

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,10 +22,20 @@ import (
 )
 
 // exitError carries a process exit code out of a command (sbx exec exits
-// with the command's code).
-type exitError struct{ code int }
+// with the command's exit code), and the error to print, if any.
+type exitError struct {
+	code int
+	err  error
+}
 
-func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e *exitError) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+
+func (e *exitError) Unwrap() error { return e.err }
 
 // Run runs the CLI with args and returns the process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -34,15 +46,37 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
-	var ee *exitError
-	switch {
-	case err == nil:
+	if err == nil {
 		return 0
-	case errors.As(err, &ee):
-		return ee.code
-	default:
-		fmt.Fprintln(stderr, "sbx:", err)
-		return 1
+	}
+	code := 1
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+		if ee.err == nil {
+			return code
+		}
+		err = ee.err
+	}
+	printError(stderr, err)
+	return code
+}
+
+// printError prints each of err's lines prefixed with "sbx:", with a hint
+// when sbxd is not reachable or the command line was wrong.
+func printError(w io.Writer, err error) {
+	msg := err.Error()
+	for _, line := range strings.Split(msg, "\n") {
+		fmt.Fprintln(w, "sbx:", line)
+	}
+	var ne *net.OpError
+	switch {
+	case errors.As(err, &ne) && ne.Op == "dial":
+		fmt.Fprintln(w, "sbx: is sbxd running? (./scripts/install.sh starts it; its log is /var/log/sbxd.log)")
+	case strings.HasPrefix(msg, "unknown command"), strings.HasPrefix(msg, "unknown flag"),
+		strings.HasPrefix(msg, "unknown shorthand flag"), strings.HasPrefix(msg, "accepts "),
+		strings.HasPrefix(msg, "requires "), strings.HasPrefix(msg, "invalid argument"):
+		fmt.Fprintln(w, "sbx: run 'sbx --help' or 'sbx COMMAND --help' for usage")
 	}
 }
 
@@ -75,7 +109,8 @@ func (a *app) root() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.socket, "socket", "", "sbxd's Unix socket (default $SBX_SOCKET or "+client.DefaultSocket+")")
 	root.PersistentFlags().StringVar(&a.url, "url", "", "sbxd's URL over TCP (default $SBX_URL; key from $SBX_API_KEY)")
 	root.AddCommand(a.createCmd(), a.lsCmd(), a.getCmd(), a.rmCmd(), a.stopCmd(), a.execCmd(),
-		a.cpCmd(), a.imageCmd(), a.benchCmd(), a.versionCmd())
+		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
+		a.imageCmd(), a.benchCmd(), a.versionCmd())
 	return root
 }
 
@@ -140,6 +175,7 @@ func labelString(l map[string]string) string {
 	for k, v := range l {
 		parts = append(parts, k+"="+v)
 	}
+	sort.Strings(parts)
 	return strings.Join(parts, ",")
 }
 
@@ -168,6 +204,11 @@ func (a *app) createCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.checkOutput(); err != nil {
 				return err
+			}
+			for _, f := range []string{"cpus", "memory"} {
+				if fl := cmd.Flags().Lookup(f); fl.Changed && (fl.Value.String() == "0") {
+					return fmt.Errorf("--%s 0: give a positive value, or leave the flag out for the default", f)
+				}
 			}
 			var err error
 			if req.Labels, err = parseKV("label", labels); err != nil {

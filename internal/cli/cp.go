@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -65,6 +66,8 @@ func (a *app) upload(cmd *cobra.Command, sb *client.Sandbox, local, remote strin
 	if !fi.IsDir() {
 		if strings.HasSuffix(remote, "/") {
 			remote += filepath.Base(local)
+		} else if _, err := sb.ListFiles(cmd.Context(), remote); err == nil {
+			remote += "/" + filepath.Base(local) // an existing directory
 		}
 		f, err := os.Open(local)
 		if err != nil {
@@ -81,8 +84,8 @@ func (a *app) upload(cmd *cobra.Command, sb *client.Sandbox, local, remote strin
 // tarDir writes dir's contents as a tar with names relative to dir.
 func tarDir(dir string, w io.Writer) error {
 	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(path string, de fs.DirEntry, err error) error {
-		if err != nil || path == dir {
+	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil || p == dir {
 			return err
 		}
 		fi, err := de.Info()
@@ -91,7 +94,7 @@ func tarDir(dir string, w io.Writer) error {
 		}
 		link := ""
 		if fi.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(path); err != nil {
+			if link, err = os.Readlink(p); err != nil {
 				return err
 			}
 		}
@@ -99,8 +102,9 @@ func tarDir(dir string, w io.Writer) error {
 		if err != nil {
 			return nil // sockets and devices are skipped
 		}
-		rel, _ := filepath.Rel(dir, path)
+		rel, _ := filepath.Rel(dir, p)
 		hdr.Name = filepath.ToSlash(rel)
+		hdr.Format = tar.FormatPAX // keeps sub-second mtimes
 		if fi.IsDir() {
 			hdr.Name += "/"
 		}
@@ -108,7 +112,7 @@ func tarDir(dir string, w io.Writer) error {
 			return err
 		}
 		if fi.Mode().IsRegular() {
-			f, err := os.Open(path)
+			f, err := os.Open(p)
 			if err != nil {
 				return err
 			}
@@ -125,19 +129,27 @@ func tarDir(dir string, w io.Writer) error {
 }
 
 func (a *app) download(cmd *cobra.Command, sb *client.Sandbox, remote, local string) error {
-	rc, err := sb.OpenFile(cmd.Context(), remote)
+	rf, err := sb.OpenFile(cmd.Context(), remote)
 	if err == nil {
-		defer rc.Close()
+		defer rf.Close()
 		if fi, err := os.Stat(local); (err == nil && fi.IsDir()) || strings.HasSuffix(local, "/") {
 			local = filepath.Join(local, filepath.Base(remote))
 		}
-		f, err := os.Create(local)
+		mode := fs.FileMode(rf.Mode) & fs.ModePerm
+		if mode == 0 {
+			mode = 0o644
+		}
+		f, err := os.OpenFile(local, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode|0o200)
 		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(f, rc); err != nil {
+		if _, err := io.Copy(f, rf); err != nil {
 			f.Close()
 			return fmt.Errorf("copy %s: %w", remote, err)
+		}
+		if err := f.Chmod(mode); err != nil {
+			f.Close()
+			return err
 		}
 		return f.Close()
 	}
@@ -153,11 +165,17 @@ func (a *app) download(cmd *cobra.Command, sb *client.Sandbox, remote, local str
 	return untarInto(tr, local)
 }
 
-// untarInto extracts a tar into dir, refusing entries that leave it.
+// untarInto extracts a tar into dir through an os.Root: no entry, and no
+// symlink an earlier entry made, can write outside dir.
 func untarInto(r io.Reader, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -167,22 +185,33 @@ func untarInto(r io.Reader, dir string) error {
 		if err != nil {
 			return err
 		}
-		target := filepath.Join(dir, filepath.FromSlash(hdr.Name))
-		if rel, err := filepath.Rel(dir, target); err != nil || strings.HasPrefix(rel, "..") {
+		name := path.Clean(strings.TrimPrefix(hdr.Name, "/"))
+		if name == "." {
+			continue
+		}
+		if name == ".." || strings.HasPrefix(name, "../") {
 			return fmt.Errorf("archive entry %q leaves %s", hdr.Name, dir)
+		}
+		mode := fs.FileMode(hdr.Mode) & fs.ModePerm
+		if parent := path.Dir(name); parent != "." {
+			if err := root.MkdirAll(parent, 0o755); err != nil {
+				return fmt.Errorf("%s: %w", hdr.Name, err)
+			}
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(target, fs.FileMode(hdr.Mode)&fs.ModePerm|0o700); err != nil {
-				return err
+			if err := root.MkdirAll(name, mode|0o700); err != nil {
+				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
+			_ = root.Chmod(name, mode)
 		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
+			// Replace, never write through, what is there (a symlink).
+			if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
-			f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(hdr.Mode)&fs.ModePerm)
+			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
 			if _, err := io.Copy(f, tr); err != nil {
 				f.Close()
@@ -191,10 +220,14 @@ func untarInto(r io.Reader, dir string) error {
 			if err := f.Close(); err != nil {
 				return err
 			}
+			_ = root.Chmod(name, mode)
+			_ = root.Chtimes(name, hdr.ModTime, hdr.ModTime)
 		case tar.TypeSymlink:
-			_ = os.Remove(target)
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
-				return err
+			if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%s: %w", hdr.Name, err)
+			}
+			if err := root.Symlink(hdr.Linkname, name); err != nil {
+				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/network"
@@ -46,6 +47,10 @@ type Config struct {
 	CacheDir string `json:"cache_dir"`
 	// NetnsDir is where sandboxes' network namespaces are bind-mounted.
 	NetnsDir string `json:"netns_dir"`
+	// BlobStore holds checkpoints' chunks: a directory ("" = DataDir/blobs)
+	// or s3://bucket[/prefix]?endpoint=URL&region=R (credentials from the
+	// AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
+	BlobStore string `json:"blob_store"`
 	// PoolSize is the number of warm sandboxes kept booted.
 	PoolSize int `json:"pool_size"`
 	// DefaultCPUs and DefaultMemoryMB are a sandbox's shape when a create
@@ -88,12 +93,13 @@ func (c *Config) LoadFile(path string) error {
 
 // LoadEnv merges SBX_* environment variables into c: SBX_DATA_DIR,
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
-// SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL.
+// SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
+// SBX_BLOB_STORE.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
 		"SBX_RUNSC": &c.Runsc, "SBX_PLATFORM": &c.Platform, "SBX_AGENT_BIN": &c.AgentBin,
-		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel,
+		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -147,6 +153,13 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	if strings.HasPrefix(c.BlobStore, "s3:") {
+		if _, err := blob.ParseS3URL(c.BlobStore); err != nil {
+			errs = append(errs, err)
+		}
+	} else if c.BlobStore != "" && !filepath.IsAbs(c.BlobStore) {
+		errs = append(errs, fmt.Errorf("blob store %q: want an absolute directory or s3://bucket", c.BlobStore))
+	}
 	return errors.Join(errs...)
 }
 
@@ -162,6 +175,40 @@ func parseLevel(s string) (slog.Level, error) {
 func (c *Config) NewLogger() *slog.Logger {
 	l, _ := parseLevel(c.LogLevel)
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// openBlobs opens the configured blob store.
+func openBlobs(ctx context.Context, cfg Config) (blob.Store, error) {
+	if strings.HasPrefix(cfg.BlobStore, "s3:") {
+		s3cfg, err := blob.ParseS3URL(cfg.BlobStore)
+		if err != nil {
+			return nil, err
+		}
+		return blob.OpenS3(ctx, s3cfg)
+	}
+	dir := cfg.BlobStore
+	if dir == "" {
+		dir = filepath.Join(cfg.DataDir, "blobs")
+	}
+	return blob.OpenLocal(dir)
+}
+
+// ParseFaults parses SBX_FAULTS ("point=duration,..."), which pauses
+// named points of operations so that crash tests can kill sbxd there.
+func ParseFaults(s string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		d, err := time.ParseDuration(v)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("SBX_FAULTS %q: want point=duration", kv)
+		}
+		out[k] = d
+	}
+	return out, nil
 }
 
 // findAgent locates sbx-agent: the configured path, next to sbxd, or PATH.
@@ -236,10 +283,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	blobs, err := openBlobs(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	faults, err := ParseFaults(os.Getenv("SBX_FAULTS"))
+	if err != nil {
+		return err
+	}
 	eng, err := engine.New(engine.Config{
 		DataDir: cfg.DataDir, AgentBin: agentBin, PoolSize: cfg.PoolSize,
-		DefaultCPUs: cfg.DefaultCPUs, DefaultMemoryMB: cfg.DefaultMemoryMB,
-	}, st, rt, images, netm, log)
+		DefaultCPUs: cfg.DefaultCPUs, DefaultMemoryMB: cfg.DefaultMemoryMB, Faults: faults,
+	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err
 	}
@@ -284,7 +339,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		serve(ln, true)
 		log.Info("listening", "addr", ln.Addr().String())
 	}
-	log.Info("sbxd ready", "runtime", eng.Runtime(), "data_dir", cfg.DataDir, "pool", cfg.PoolSize)
+	log.Info("sbxd ready", "runtime", eng.Runtime(), "data_dir", cfg.DataDir, "pool", cfg.PoolSize, "blob_store", blobs.Name())
 	select {
 	case <-ctx.Done():
 	case err = <-errc:

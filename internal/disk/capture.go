@@ -129,20 +129,21 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 	}
 
 	// Pass 2, frozen: walk again; read what changed during pass 1.
+	frozenAt := time.Now()
 	if o.Freeze != nil {
 		if err := o.Freeze(ctx); err != nil {
 			return nil, nil, fmt.Errorf("freeze: %w", err)
 		}
 	}
-	frozenAt := time.Now()
 	thawed := false
 	thaw := func() error {
 		if thawed || o.Thaw == nil {
 			return nil
 		}
 		thawed = true
+		err := o.Thaw(context.WithoutCancel(ctx))
 		stats.FrozenFor = time.Since(frozenAt)
-		return o.Thaw(context.WithoutCancel(ctx))
+		return err
 	}
 	defer thaw()
 	captureNS := time.Now().UnixNano()
@@ -333,7 +334,7 @@ func readXattrs(path string) (map[string][]byte, error) {
 	}
 	out := map[string][]byte{}
 	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
-		if name == "" || skipXattrs[name] {
+		if name == "" || skipXattrs[name] || strings.HasPrefix(name, "trusted.sbx.") {
 			continue
 		}
 		val := make([]byte, 256)

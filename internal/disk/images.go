@@ -613,8 +613,9 @@ func (m *Images) Remove(ctx context.Context, name string, inUse func(id string) 
 }
 
 // GC removes image directories that neither an image record nor a sandbox
-// (keep) references, and leftovers of interrupted unpacks.
-func (m *Images) GC(ctx context.Context, keep map[string]bool) error {
+// (keep) references; at startup also the leftovers of interrupted unpacks
+// and imports (dot-names), which at other times may be in progress.
+func (m *Images) GC(ctx context.Context, keep map[string]bool, startup bool) error {
 	imgs, err := m.st.ListImages(ctx)
 	if err != nil {
 		return err
@@ -627,7 +628,7 @@ func (m *Images) GC(ctx context.Context, keep map[string]bool) error {
 		return err
 	}
 	for _, de := range des {
-		if keep[de.Name()] {
+		if keep[de.Name()] || (!startup && strings.HasPrefix(de.Name(), ".")) {
 			continue
 		}
 		m.log.Info("removing unused image directory", "dir", de.Name())

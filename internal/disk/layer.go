@@ -1,11 +1,14 @@
 package disk
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,4 +99,150 @@ func (l *Layers) Remove(id string) error {
 		return err
 	}
 	return os.RemoveAll(filepath.Join(l.dir, id))
+}
+
+// cacheFile is what a layer's capture cache file holds: the manifest of
+// the layer's last capture or restore, and the inode of the upperdir it
+// describes (a restore swaps the upperdir, which voids an older cache).
+type cacheFile struct {
+	UpperIno uint64    `json:"upper_ino"`
+	Manifest *Manifest `json:"manifest"`
+}
+
+func (l *Layers) cachePath(id string) string { return filepath.Join(l.dir, id, "cache.json.zst") }
+
+// LoadCache returns the capture cache of id's layer, or nil if it has none
+// that matches its current upperdir.
+func (l *Layers) LoadCache(id string) *Manifest {
+	b, err := os.ReadFile(l.cachePath(id))
+	if err != nil {
+		return nil
+	}
+	dec, err := zstd.NewReader(nil)
+	if err != nil {
+		return nil
+	}
+	defer dec.Close()
+	raw, err := dec.DecodeAll(b, nil)
+	if err != nil {
+		return nil
+	}
+	var cf cacheFile
+	if json.Unmarshal(raw, &cf) != nil || cf.Manifest == nil {
+		return nil
+	}
+	if ino, err := statIno(l.Paths(id).Upper); err != nil || ino != cf.UpperIno {
+		return nil
+	}
+	return cf.Manifest
+}
+
+// SaveCache replaces id's capture cache with m (atomically).
+func (l *Layers) SaveCache(id string, m *Manifest) error {
+	ino, err := statIno(l.Paths(id).Upper)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(cacheFile{UpperIno: ino, Manifest: m})
+	if err != nil {
+		return err
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		return err
+	}
+	b := enc.EncodeAll(raw, nil)
+	enc.Close()
+	tmp := l.cachePath(id) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, l.cachePath(id))
+}
+
+// DropCache removes id's capture cache.
+func (l *Layers) DropCache(id string) error {
+	err := os.Remove(l.cachePath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// restoreXattr marks an upperdir built by a restore with the restore's
+// operation id, so that recovery after a crash can tell whether the swap
+// happened. overlayfs ignores trusted.sbx.* names.
+const restoreXattr = "trusted.sbx.restore"
+
+// NewRestoreDir makes an empty directory beside id's upperdir for a
+// restore to build the new layer in, named by the operation id.
+func (l *Layers) NewRestoreDir(id, opID string) (string, error) {
+	d := l.RestoreDir(id, opID)
+	if err := os.RemoveAll(d); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(d, 0o755); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
+// RestoreDir is the directory a restore with operation opID builds in
+// (and, after the swap, where the old upperdir goes).
+func (l *Layers) RestoreDir(id, opID string) string {
+	return filepath.Join(l.dir, id, "restore-"+opID)
+}
+
+// Swap exchanges id's upperdir with the restore dir of opID in one
+// rename(2) (RENAME_EXCHANGE): either the old layer or the new one is the
+// upperdir, whole, whatever happens. The overlay must be unmounted. The
+// new upperdir is marked with opID until ClearSwapMark.
+func (l *Layers) Swap(id, opID string) error {
+	if l.Mounted(id) {
+		return fmt.Errorf("swap layer of %s: overlay still mounted", id)
+	}
+	newDir := l.RestoreDir(id, opID)
+	if err := unix.Setxattr(newDir, restoreXattr, []byte(opID), 0); err != nil {
+		return fmt.Errorf("mark restored layer: %w", err)
+	}
+	if err := fsyncDir(newDir); err != nil {
+		return err
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, l.Paths(id).Upper, unix.AT_FDCWD, newDir, unix.RENAME_EXCHANGE); err != nil {
+		return fmt.Errorf("swap layer of %s: %w", id, err)
+	}
+	return fsyncDir(filepath.Join(l.dir, id))
+}
+
+// Swapped reports whether the swap of restore opID happened: the upperdir
+// carries its mark.
+func (l *Layers) Swapped(id, opID string) bool {
+	buf := make([]byte, 128)
+	n, err := unix.Getxattr(l.Paths(id).Upper, restoreXattr, buf)
+	return err == nil && string(buf[:n]) == opID
+}
+
+// FinishSwap removes the old layer (now in the restore dir), the swap
+// mark, and overlayfs's work dir, which may hold state of the old layer.
+func (l *Layers) FinishSwap(id, opID string) error {
+	if err := os.RemoveAll(l.RestoreDir(id, opID)); err != nil {
+		return err
+	}
+	if err := unix.Removexattr(l.Paths(id).Upper, restoreXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+		return err
+	}
+	work := l.Paths(id).Work
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	return os.Mkdir(work, 0o755)
+}
+
+func fsyncDir(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }

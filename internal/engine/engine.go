@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sbxhq/sbx/internal/agent"
+	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/network"
@@ -43,6 +44,9 @@ type Config struct {
 	MaxMemoryMB int
 	// BootTimeout bounds a boot, from runsc run to the agent's first answer.
 	BootTimeout time.Duration
+	// Faults pause named points of operations (SBX_FAULTS, for crash
+	// tests); empty in production.
+	Faults map[string]time.Duration
 }
 
 // Engine runs sandboxes.
@@ -52,6 +56,7 @@ type Engine struct {
 	rt     runtime.Runtime
 	images *disk.Images
 	layers *disk.Layers
+	blobs  blob.Store
 	net    *network.Manager
 	log    *slog.Logger
 
@@ -70,6 +75,11 @@ type Engine struct {
 	agentsMu sync.Mutex
 	agents   map[string]*agent.Client
 
+	// gcMu keeps the blob collector (write) apart from operations that
+	// store blobs before recording them (read).
+	gcMu   sync.RWMutex
+	gcKick chan struct{}
+
 	bg     sync.WaitGroup
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -77,7 +87,7 @@ type Engine struct {
 
 // New returns an engine. Call Start before serving requests and Close when
 // done.
-func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, netm *network.Manager, log *slog.Logger) (*Engine, error) {
+func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, netm *network.Manager, blobs blob.Store, log *slog.Logger) (*Engine, error) {
 	if cfg.DefaultCPUs == 0 {
 		cfg.DefaultCPUs = 1
 	}
@@ -94,7 +104,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		cfg.BootTimeout = 60 * time.Second
 	}
 	e := &Engine{
-		cfg: cfg, st: st, rt: rt, images: images, net: netm, log: log,
+		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log, gcKick: make(chan struct{}, 1),
 		layers:       disk.NewLayers(filepath.Join(cfg.DataDir, "layers")),
 		sandboxesDir: filepath.Join(cfg.DataDir, "sandboxes"),
 		volumesDir:   filepath.Join(cfg.DataDir, "volumes"),
@@ -129,10 +139,16 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 // sandboxes, finishing or rolling back interrupted operations, removing
 // orphans) and starts background work: the warm pool and the monitors.
 func (e *Engine) Start(ctx context.Context) error {
+	if err := e.recoverOps(ctx); err != nil {
+		return fmt.Errorf("recover interrupted operations: %w", err)
+	}
 	if err := e.reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	e.pool.start()
+	e.bg.Add(1)
+	go e.gcLoop()
+	e.kickGC()
 	return nil
 }
 

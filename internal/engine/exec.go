@@ -2,12 +2,14 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/agent"
@@ -26,11 +28,17 @@ const (
 	MaxArgBytes = 1 << 20
 )
 
+// timeoutGrace is how long past its timeout sbxd waits for the agent to
+// report an exec killed, before giving up on it from the host (a sandbox
+// busy with a fork bomb may not run its agent in time).
+const timeoutGrace = 10 * time.Second
+
 // Process is a running exec.
 type Process struct {
-	p   *agent.Process
-	e   *Engine
-	ctx context.Context
+	p      *agent.Process
+	e      *Engine
+	ctx    context.Context // the caller's
+	cancel context.CancelFunc
 	// Sandbox is the sandbox it runs in.
 	Sandbox *store.Sandbox
 }
@@ -42,15 +50,25 @@ func (p *Process) PID() int { return p.p.PID }
 // returns its exit. If the sandbox dies meanwhile (an OOM kill, a delete)
 // the error says so, as ErrConflict.
 func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
+	defer p.cancel()
+	start := time.Now()
 	ex, err := p.p.Wait(stdout, stderr)
 	if err != nil {
+		if p.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// The agent did not report the timeout: the host's deadline cut
+			// the exec (its process group is killed as the channel closes).
+			return &agent.Exit{ExitCode: 124, TimedOut: true, DurationMS: time.Since(start).Milliseconds()}, nil
+		}
 		return nil, p.e.sandboxErr(p.ctx, p.Sandbox, err)
 	}
 	return ex, nil
 }
 
 // Close abandons the process; it is killed if it still runs.
-func (p *Process) Close() { p.p.Close() }
+func (p *Process) Close() {
+	p.p.Close()
+	p.cancel()
+}
 
 // Exec starts req.Cmd in sandbox idOrName, booting it if it is stopped.
 // stdin, when not nil, becomes the process's standard input. Failures to
@@ -58,8 +76,11 @@ func (p *Process) Close() { p.p.Close() }
 // ErrInvalidArgument naming "cmd" or "cwd". The caller must Wait or Close
 // the process; cancelling ctx kills it (exit 137 reported as an error).
 func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest, stdin io.Reader) (*Process, error) {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+	if len(req.Cmd) == 0 {
 		return nil, errdefs.Invalid("cmd", "is empty: give the argv, e.g. [\"sh\", \"-c\", \"ls\"]")
+	}
+	if req.Cmd[0] == "" {
+		return nil, errdefs.Invalid("cmd", "cmd[0] is the empty string: name the program to run")
 	}
 	if len(req.Cmd) > MaxArgs {
 		return nil, errdefs.Invalid("cmd", "%d arguments, at most %d", len(req.Cmd), MaxArgs)
@@ -100,11 +121,13 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	if err != nil {
 		return nil, err
 	}
-	p, err := e.agentFor(sb).Start(ctx, &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout}, stdin)
+	actx, cancel := context.WithTimeout(ctx, time.Duration(timeout)*time.Millisecond+timeoutGrace)
+	p, err := e.agentFor(sb).Start(actx, &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout}, stdin)
 	if err != nil {
+		cancel()
 		return nil, e.sandboxErr(ctx, sb, errAgent(err, "cmd"))
 	}
-	return &Process{p: p, e: e, ctx: ctx, Sandbox: sb}, nil
+	return &Process{p: p, e: e, ctx: ctx, cancel: cancel, Sandbox: sb}, nil
 }
 
 // execEnv is the environment of a process: the image's, then defaults
@@ -161,7 +184,7 @@ func (e *Engine) dropAgent(id string) {
 }
 
 // sandboxErr explains a failure to reach the agent: when the sandbox died
-// meanwhile (an OOM kill, a delete), say so.
+// meanwhile (an OOM kill) or was deleted, say so.
 func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) error {
 	if _, ok := err.(*agent.Error); ok || errdefs.Public(err) {
 		return err
@@ -169,16 +192,14 @@ func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) e
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	cur, gerr := e.Get(context.WithoutCancel(ctx), sb.ID)
-	if gerr != nil {
-		return gerr
-	}
-	st, serr := e.rt.State(context.WithoutCancel(ctx), sb.ID)
-	if serr == nil && st.Status != "running" {
-		if e.rt.OOMKilled(sb.ID) {
-			return errdefs.Conflictf("sandbox %q was killed: it passed its %d MB memory limit", cur.Name, cur.MemoryMB)
-		}
-		return errdefs.Conflictf("sandbox %q stopped while the request ran", cur.Name)
+	cur := e.noteExit(context.WithoutCancel(ctx), sb.ID)
+	switch {
+	case cur == nil:
+		return errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted while the request ran", sb.Name)
+	case strings.HasPrefix(cur.StateReason, "oom_killed"):
+		return errdefs.Conflictf("sandbox %q was killed: it passed its %d MB memory limit", cur.Name, cur.MemoryMB)
+	case cur.State != api.StateRunning:
+		return errdefs.Conflictf("sandbox %q stopped while the request ran (%s)", cur.Name, cur.State)
 	}
 	return fmt.Errorf("sandbox %s: agent: %w", cur.Name, err)
 }
@@ -209,18 +230,19 @@ func (e *Engine) fileTarget(ctx context.Context, idOrName, p string) (*store.San
 	return sb, path, nil
 }
 
-// OpenFile opens a file in the sandbox for reading. The reader fails rather
-// than end early if the transfer breaks.
-func (e *Engine) OpenFile(ctx context.Context, idOrName, p string) (int64, io.ReadCloser, error) {
+// OpenFile opens a file in the sandbox for reading and returns its size
+// and permission bits. The reader fails rather than end early if the
+// transfer breaks.
+func (e *Engine) OpenFile(ctx context.Context, idOrName, p string) (int64, uint32, io.ReadCloser, error) {
 	sb, path, err := e.fileTarget(ctx, idOrName, p)
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	st, rc, err := e.agentFor(sb).Open(ctx, path)
 	if err != nil {
-		return 0, nil, e.sandboxErr(ctx, sb, errAgent(err, "path"))
+		return 0, 0, nil, e.sandboxErr(ctx, sb, errAgent(err, "path"))
 	}
-	return st.Size, rc, nil
+	return st.Size, st.Mode, rc, nil
 }
 
 // WriteFile writes r to path in the sandbox with mode (0 = 0644), creating

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/runtime"
+	"github.com/sbxhq/sbx/internal/store"
 )
 
 // watch starts a monitor of sandbox id's host process: when it ends without
@@ -69,21 +70,29 @@ func (e *Engine) monitor(ctx context.Context, id string) {
 
 // handleExit records that sandbox id stopped on its own.
 func (e *Engine) handleExit(ctx context.Context, id string) {
+	e.noteExit(ctx, id)
+}
+
+// noteExit checks whether running sandbox id has stopped on its own and, if
+// so, records it stopped with the reason (read before the container and
+// its cgroup are removed). It returns the sandbox as recorded afterwards;
+// nil if it is gone (deleted).
+func (e *Engine) noteExit(ctx context.Context, id string) *store.Sandbox {
 	unlock, err := e.waitLock(ctx, id, "stop")
 	if err != nil {
-		return
+		return nil
 	}
 	defer unlock()
-	if ctx.Err() != nil {
-		return // unwatched meanwhile: the stop was sbxd's own
+	sb, err := e.st.GetSandbox(context.WithoutCancel(ctx), id)
+	if err != nil {
+		return nil
 	}
-	sb, err := e.st.GetSandbox(ctx, id)
-	if err != nil || sb.State != api.StateRunning {
-		return
+	if sb.State != api.StateRunning {
+		return sb
 	}
 	st, err := e.rt.State(ctx, id)
 	if err != nil || st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused {
-		return
+		return sb
 	}
 	reason := "exited: the sandbox's init ended"
 	if e.rt.OOMKilled(id) {
@@ -93,7 +102,10 @@ func (e *Engine) handleExit(ctx context.Context, id string) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	e.monMu.Lock()
-	delete(e.monitors, id)
+	if cancel, ok := e.monitors[id]; ok {
+		cancel()
+		delete(e.monitors, id)
+	}
 	e.monMu.Unlock()
 	if err := e.stopLocked(dctx, sb, reason); err != nil {
 		e.log.Error("record stopped sandbox", "sandbox", sb.Name, "err", err)
@@ -101,5 +113,7 @@ func (e *Engine) handleExit(ctx context.Context, id string) {
 	if sb.Pooled {
 		_ = e.deleteSandboxLocked(dctx, sb)
 		e.pool.remove(id, true)
+		return nil
 	}
+	return sb
 }

@@ -195,6 +195,10 @@ func (p *pool) take(ctx context.Context, sb *store.Sandbox, want *store.Sandbox)
 	if err := ag.SetHostname(ctx, want.Name); err != nil {
 		return nil, err
 	}
+	// Nothing ran in a warm sandbox: its disk now is the fresh disk, v0.
+	if err := p.e.recordV0(ctx, sb); err != nil {
+		return nil, err
+	}
 	claimed := *sb
 	claimed.Name = want.Name
 	claimed.Env = want.Env

@@ -46,6 +46,12 @@ func (e *Engine) reconcile(ctx context.Context) error {
 					st = runtime.StatusRunning
 				}
 			}
+			if st == runtime.StatusRunning {
+				// A capture interrupted by a crash may have left it frozen.
+				if err := e.rt.Thaw(ctx, sb.ID); err != nil {
+					e.log.Warn("reconcile: thaw", "sandbox", sb.Name, "err", err)
+				}
+			}
 			if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) {
 				if sb.State != api.StateRunning {
 					sb.State = api.StateRunning
@@ -118,5 +124,5 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	return e.images.GC(ctx, imageIDs)
+	return e.images.GC(ctx, imageIDs, true)
 }

@@ -132,6 +132,12 @@ func (e *Engine) createCold(ctx context.Context, sb *store.Sandbox) error {
 		undo.run()
 		return err
 	}
+	if !sb.Pooled {
+		if err := e.recordV0(ctx, sb); err != nil {
+			undo.run()
+			return err
+		}
+	}
 	if err := e.boot(ctx, sb); err != nil {
 		undo.run()
 		return err
@@ -299,6 +305,7 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 		return err
 	}
 	e.forgetLock(sb.ID)
+	e.kickGC()
 	e.log.Info("deleted", "sandbox", sb.Name, "id", sb.ID)
 	return nil
 }
@@ -318,7 +325,11 @@ func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.San
 		return nil, err
 	}
 	defer unlock()
+	name := sb.Name
 	if sb, err = e.Get(ctx, sb.ID); err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted", name)
+		}
 		return nil, err
 	}
 	switch sb.State {

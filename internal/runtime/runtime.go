@@ -83,6 +83,12 @@ type Runtime interface {
 	// Pause freezes every process of a container; Resume thaws it.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+	// Freeze stops every process of a container at the host (the cgroup
+	// freezer): a crash-consistent view of its disk in a few ms, where
+	// Pause costs ~70 ms each way. Thaw undoes it; thawing a container that
+	// is not frozen does nothing.
+	Freeze(ctx context.Context, id string) error
+	Thaw(ctx context.Context, id string) error
 	// OOMKilled reports whether the container's memory cgroup killed a
 	// process for passing its limit. Call it before Delete.
 	OOMKilled(id string) bool

@@ -2,12 +2,14 @@ package server
 
 import (
 	"bytes"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
 // exec runs a command: buffered ({stdout, stderr, exit_code, duration_ms})
@@ -22,8 +24,28 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var stdin io.Reader
-	if req.Stdin != "" {
+	switch {
+	case req.Stdin != "" && req.StdinBase64 != "":
+		s.writeError(w, r, errdefs.Invalid("stdin_base64", "give stdin or stdin_base64, not both"))
+		return
+	case req.Stdin != "":
 		stdin = strings.NewReader(req.Stdin)
+	case req.StdinBase64 != "":
+		b, err := base64.StdEncoding.DecodeString(req.StdinBase64)
+		if err != nil {
+			s.writeError(w, r, errdefs.Invalid("stdin_base64", "not standard base64: %v", err))
+			return
+		}
+		stdin = bytes.NewReader(b)
+	}
+	b64 := false
+	switch req.Encoding {
+	case "", api.EncodingUTF8:
+	case api.EncodingBase64:
+		b64 = true
+	default:
+		s.writeError(w, r, errdefs.Invalid("encoding", "%q: want utf-8 or base64", req.Encoding))
+		return
 	}
 	proc, err := s.eng.Exec(r.Context(), r.PathValue("name"), req, stdin)
 	if err != nil {
@@ -33,8 +55,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	defer proc.Close()
 	if wantsNDJSON(r) {
 		st := startStream(w)
-		stdout := &utf8Lines{st: st, typ: api.ExecStdout}
-		stderr := &utf8Lines{st: st, typ: api.ExecStderr}
+		stdout := &utf8Lines{st: st, typ: api.ExecStdout, b64: b64}
+		stderr := &utf8Lines{st: st, typ: api.ExecStderr, b64: b64}
 		ex, err := proc.Wait(stdout, stderr)
 		stdout.flush()
 		stderr.flush()
@@ -54,8 +76,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	enc := func(b *bytes.Buffer) string {
+		if b64 {
+			return base64.StdEncoding.EncodeToString(b.Bytes())
+		}
+		return b.String()
+	}
 	writeJSON(w, http.StatusOK, api.ExecResult{
-		Stdout: stdout.buf.String(), Stderr: stderr.buf.String(), ExitCode: ex.ExitCode,
+		Stdout: enc(&stdout.buf), Stderr: enc(&stderr.buf), ExitCode: ex.ExitCode,
 		DurationMS: ex.DurationMS, TimedOut: ex.TimedOut, Truncated: stdout.truncated || stderr.truncated,
 	})
 }
@@ -80,14 +108,19 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 
 // utf8Lines turns output chunks into NDJSON lines of one type without
 // splitting a UTF-8 sequence across two lines (JSON strings must be valid
-// UTF-8; bytes that are not become U+FFFD).
+// UTF-8; bytes that are not become U+FFFD), or, with b64, as base64.
 type utf8Lines struct {
 	st      *stream
 	typ     string
+	b64     bool
 	pending []byte
 }
 
 func (u *utf8Lines) Write(p []byte) (int, error) {
+	if u.b64 {
+		u.st.line(api.ExecEvent{Type: u.typ, Data: base64.StdEncoding.EncodeToString(p)})
+		return len(p), nil
+	}
 	data := append(u.pending, p...)
 	cut := len(data)
 	// Hold back an incomplete sequence at the end (at most 3 bytes).

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -38,7 +39,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, ents)
 		return
 	}
-	size, rc, err := s.eng.OpenFile(r.Context(), name, path)
+	size, mode, rc, err := s.eng.OpenFile(r.Context(), name, path)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -46,10 +47,18 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.Header().Set("X-Sbx-Mode", fmt.Sprintf("%04o", mode))
 	w.WriteHeader(http.StatusOK)
-	// A transfer that breaks midway ends the response short of its
-	// Content-Length, which the client reports.
-	_, _ = io.Copy(w, rc)
+	copyOrAbort(w, rc)
+}
+
+// copyOrAbort streams rc to the client; if the source fails midway, the
+// connection is cut (http.ErrAbortHandler), so that the client sees an
+// error rather than a short file or archive that looks whole.
+func copyOrAbort(w http.ResponseWriter, rc io.Reader) {
+	if _, err := io.Copy(w, rc); err != nil {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // FileWritten is the answer of PUT .../files.
@@ -100,7 +109,7 @@ func (s *Server) getArchive(w http.ResponseWriter, r *http.Request) {
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, rc)
+	copyOrAbort(w, rc)
 }
 
 // ArchiveWritten is the answer of PUT .../archive.

@@ -10,10 +10,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"time"
@@ -69,6 +71,11 @@ func (s *Server) routes() {
 	m.HandleFunc("DELETE /v1/sandboxes/{name}/files", s.deleteFile)
 	m.HandleFunc("GET /v1/sandboxes/{name}/archive", s.getArchive)
 	m.HandleFunc("PUT /v1/sandboxes/{name}/archive", s.putArchive)
+	m.HandleFunc("POST /v1/sandboxes/{name}/checkpoint", s.checkpoint)
+	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints", s.listCheckpoints)
+	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints/{id}", s.getCheckpoint)
+	m.HandleFunc("POST /v1/sandboxes/{name}/checkpoints/{id}/restore", s.restore)
+	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints/{id}/diff", s.diff)
 
 	m.HandleFunc("GET /v1/images", s.listImages)
 	m.HandleFunc("GET /v1/images/{name}", s.getImage)
@@ -76,10 +83,25 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/images/build", s.buildImage)
 	m.HandleFunc("POST /v1/images/pull", s.pullImage)
 	m.HandleFunc("POST /v1/images/import", s.importImage)
+}
 
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
-	})
+// route serves r, answering unknown routes (404) and wrong methods (405,
+// with Allow) with the API's JSON error body.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r) // sets the path values
+		return
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	if rec.Code == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", rec.Header().Get("Allow"))
+		writeJSON(w, http.StatusMethodNotAllowed, api.ErrorResponse{Error: api.ErrorBody{
+			Code: api.CodeMethodNotAllowed, Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.Header().Get("Allow"))}})
+		return
+	}
+	s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 }
 
 // Handler returns the API handler; with auth it requires a bearer key (the
@@ -96,7 +118,7 @@ func (s *Server) Handler(auth bool) http.Handler {
 		if auth && !s.authorized(r) {
 			s.writeError(sw, r, errdefs.New(errdefs.ErrUnauthorized, "missing or wrong API key (Authorization: Bearer <key>)"))
 		} else {
-			s.mux.ServeHTTP(sw, r)
+			s.route(sw, r)
 		}
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"ms", time.Since(start).Milliseconds(), "request_id", rid)

@@ -35,6 +35,9 @@ type Sandbox struct {
 	// Source* name what the sandbox was forked or started from.
 	SourceSandbox  string
 	SourceSnapshot string
+	// DiskSource is the checkpoint id ("v3") the disk was last restored
+	// from, "" if none since v0; for a fork's disk, "<sandbox>/<id>".
+	DiskSource string
 	// Pooled marks a warm sandbox booted ahead of requests and not yet
 	// given to a caller; it is hidden from lists and lookups by name.
 	Pooled     bool
@@ -52,6 +55,35 @@ type Image struct {
 	Source     string
 	SizeBytes  int64
 	Env        []string
+	CreateTime time.Time
+}
+
+// Checkpoint is the record of a disk checkpoint of a sandbox.
+type Checkpoint struct {
+	SandboxID string
+	// Seq is the number in the id: v0, v1, ...
+	Seq     int
+	Comment string
+	// SourceID is the sandbox's DiskSource when the checkpoint was taken.
+	SourceID string
+	// Health is "ok" or "damaged".
+	Health string
+	// Manifest is the digests of the stored manifest's chunks, in order.
+	Manifest []string
+	// SizeBytes is the logical size of the layer's files; AddedBytes the
+	// encoded bytes this checkpoint added to the blob store.
+	SizeBytes, AddedBytes int64
+	Files                 int
+	CreateTime            time.Time
+}
+
+// Op is an entry of the operation journal: an operation that must be
+// finished or rolled back after a crash.
+type Op struct {
+	ID         string
+	SandboxID  string
+	Kind       string
+	Data       []byte // JSON, the operation's own
 	CreateTime time.Time
 }
 
@@ -81,6 +113,24 @@ type Store interface {
 	UpdateSandbox(ctx context.Context, sb *Sandbox) error
 	// DeleteSandbox removes the record; a missing one is not an error.
 	DeleteSandbox(ctx context.Context, id string) error
+
+	// AddCheckpoint inserts a checkpoint; its (SandboxID, Seq) must be new.
+	AddCheckpoint(ctx context.Context, cp *Checkpoint) error
+	// GetCheckpoint returns one checkpoint or ErrCheckpointNotFound.
+	GetCheckpoint(ctx context.Context, sandboxID string, seq int) (*Checkpoint, error)
+	// ListCheckpoints returns a sandbox's checkpoints, newest first; with
+	// sandboxID "" every sandbox's.
+	ListCheckpoints(ctx context.Context, sandboxID string) ([]*Checkpoint, error)
+	// SetCheckpointHealth records a verification's result.
+	SetCheckpointHealth(ctx context.Context, sandboxID string, seq int, health string) error
+	// DeleteCheckpoints removes every checkpoint of a sandbox.
+	DeleteCheckpoints(ctx context.Context, sandboxID string) error
+
+	// PutOp writes a journal entry; DeleteOp removes it; ListOps returns
+	// all, oldest first.
+	PutOp(ctx context.Context, op *Op) error
+	DeleteOp(ctx context.Context, id string) error
+	ListOps(ctx context.Context) ([]*Op, error)
 
 	// PutImage inserts or replaces an image record.
 	PutImage(ctx context.Context, img *Image) error

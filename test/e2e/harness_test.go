@@ -44,6 +44,8 @@ type harness struct {
 	apiKey   string
 	cacheDir string
 	pool     int
+	env      []string // extra environment of sbxd (SBX_FAULTS=...)
+	args     []string // extra flags of sbxd
 	cmd      *exec.Cmd
 	logPath  string
 	c        *client.Client
@@ -160,9 +162,13 @@ func (h *harness) start() error {
 		return err
 	}
 	defer logf.Close()
-	h.cmd = exec.Command(filepath.Join(h.binDir, "sbxd"),
-		"--data-dir", h.dataDir, "--socket", h.sock, "--listen", h.listen, "--api-key", h.apiKey,
-		"--cache-dir", h.cacheDir, "--netns-dir", h.netnsDir, "--pool", fmt.Sprint(h.pool), "--log-level", "debug")
+	args := []string{"--data-dir", h.dataDir, "--socket", h.sock,
+		"--cache-dir", h.cacheDir, "--netns-dir", h.netnsDir, "--pool", fmt.Sprint(h.pool), "--log-level", "debug"}
+	if h.listen != "" {
+		args = append(args, "--listen", h.listen, "--api-key", h.apiKey)
+	}
+	h.cmd = exec.Command(filepath.Join(h.binDir, "sbxd"), append(args, h.args...)...)
+	h.cmd.Env = append(os.Environ(), h.env...)
 	h.cmd.Stdout, h.cmd.Stderr = logf, logf
 	if err := h.cmd.Start(); err != nil {
 		return err
@@ -219,7 +225,6 @@ func (h *harness) cleanup() {
 		cancel()
 	}
 	h.stop()
-	h.setPool(0)
 	// Warm sandboxes remain (they outlive sbxd by design): remove them.
 	out, _ := exec.Command("runsc", "--root", filepath.Join(h.dataDir, "runsc"), "list", "-quiet").Output()
 	for _, id := range strings.Fields(string(out)) {
@@ -237,8 +242,6 @@ func (h *harness) cleanup() {
 		}
 	}
 }
-
-func (h *harness) setPool(n int) { h.pool = n }
 
 // restart stops (or, with crash, kills) sbxd and starts it again.
 func (h *harness) restart(t *testing.T, crash bool) {
@@ -475,4 +478,67 @@ func writeTar(t *testing.T, w io.Writer, files map[string]string) {
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// restartWith restarts sbxd (killing it) with extra environment, e.g.
+// SBX_FAULTS; nil env restarts it plain.
+func (h *harness) restartWith(t *testing.T, env ...string) {
+	t.Helper()
+	h.kill()
+	h.env = env
+	if err := h.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLog waits until sbxd's log has a line containing s after offset.
+func (h *harness) waitLog(t *testing.T, offset int64, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(h.logPath)
+		if int64(len(b)) > offset && strings.Contains(string(b[offset:]), s) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("sbxd's log has no %q after %v", s, timeout)
+}
+
+// logSize is the current length of sbxd's log.
+func (h *harness) logSize() int64 {
+	fi, err := os.Stat(h.logPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// second starts another sbxd with its own data dir, socket and netns dir
+// (no TCP), with extra flags; it is stopped when the test ends.
+func second(t *testing.T, args ...string) *harness {
+	t.Helper()
+	return secondEnv(t, nil, args...)
+}
+
+// secondEnv is second with extra environment for sbxd.
+func secondEnv(t *testing.T, env []string, args ...string) *harness {
+	t.Helper()
+	tmp, err := os.MkdirTemp("", "sbx-e2e2-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &harness{
+		binDir: h.binDir, dataDir: filepath.Join(tmp, "data"), netnsDir: filepath.Join("/run", filepath.Base(tmp)+"-netns"),
+		sock: filepath.Join(tmp, "sbx.sock"), cacheDir: h.cacheDir, logPath: filepath.Join(tmp, "sbxd.log"), args: args, env: env,
+	}
+	if err := d.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.cleanup()
+		os.RemoveAll(tmp)
+		os.RemoveAll(d.netnsDir)
+	})
+	return d
 }

@@ -86,7 +86,7 @@ func isUnique(err error) bool {
 }
 
 const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
-	network, volumes, timeout_ms, source_sandbox, source_snapshot, pooled, create_time, update_time`
+	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var sb store.Sandbox
@@ -94,7 +94,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var state string
 	if err := row.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
 		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
-		&sb.Pooled, &ct, &ut); err != nil {
+		&sb.DiskSource, &sb.Pooled, &ct, &ut); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)
@@ -114,10 +114,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	}
 	sb.UpdateTime = now
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
-		sb.SourceSandbox, sb.SourceSnapshot, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime))
+		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime))
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -189,10 +189,10 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	sb.UpdateTime = time.Now()
 	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, state_reason = ?,
 		image = ?, image_id = ?, cpus = ?, memory_mb = ?, disk_mb = ?, env = ?, labels = ?, network = ?, volumes = ?, timeout_ms = ?,
-		source_sandbox = ?, source_snapshot = ?, pooled = ?, create_time = ?, update_time = ? WHERE id = ?`,
+		source_sandbox = ?, source_snapshot = ?, disk_source = ?, pooled = ?, create_time = ?, update_time = ? WHERE id = ?`,
 		sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
-		sb.SourceSandbox, sb.SourceSnapshot, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime), sb.ID)
+		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime), sb.ID)
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -205,10 +205,131 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	return nil
 }
 
-// DeleteSandbox implements store.Store.
+// DeleteSandbox implements store.Store; the sandbox's checkpoints go with
+// it (ON DELETE CASCADE).
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
 	return err
+}
+
+const checkpointCols = `sandbox_id, seq, comment, source_id, health, manifest, size_bytes, added_bytes, files, create_time`
+
+func scanCheckpoint(row interface{ Scan(...any) error }) (*store.Checkpoint, error) {
+	var cp store.Checkpoint
+	var manifest, ct string
+	if err := row.Scan(&cp.SandboxID, &cp.Seq, &cp.Comment, &cp.SourceID, &cp.Health, &manifest,
+		&cp.SizeBytes, &cp.AddedBytes, &cp.Files, &ct); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(manifest), &cp.Manifest); err != nil {
+		return nil, fmt.Errorf("checkpoint %s/v%d: corrupt record: %w", cp.SandboxID, cp.Seq, err)
+	}
+	cp.CreateTime = parseTime(ct)
+	return &cp, nil
+}
+
+// AddCheckpoint implements store.Store.
+func (s *Store) AddCheckpoint(ctx context.Context, cp *store.Checkpoint) error {
+	if cp.CreateTime.IsZero() {
+		cp.CreateTime = time.Now()
+	}
+	if cp.Health == "" {
+		cp.Health = "ok"
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO checkpoints (`+checkpointCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		cp.SandboxID, cp.Seq, cp.Comment, cp.SourceID, cp.Health, toJSON(cp.Manifest), cp.SizeBytes, cp.AddedBytes,
+		cp.Files, fmtTime(cp.CreateTime))
+	if isUnique(err) {
+		return errdefs.Conflictf("checkpoint v%d of sandbox %s exists", cp.Seq, cp.SandboxID)
+	}
+	return err
+}
+
+// GetCheckpoint implements store.Store.
+func (s *Store) GetCheckpoint(ctx context.Context, sandboxID string, seq int) (*store.Checkpoint, error) {
+	cp, err := scanCheckpoint(s.db.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints
+		WHERE sandbox_id = ? AND seq = ?`, sandboxID, seq))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.New(errdefs.ErrCheckpointNotFound, "no checkpoint v%d", seq)
+	}
+	return cp, err
+}
+
+// ListCheckpoints implements store.Store.
+func (s *Store) ListCheckpoints(ctx context.Context, sandboxID string) ([]*store.Checkpoint, error) {
+	q := `SELECT ` + checkpointCols + ` FROM checkpoints`
+	var args []any
+	if sandboxID != "" {
+		q += ` WHERE sandbox_id = ?`
+		args = append(args, sandboxID)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY sandbox_id, seq DESC`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.Checkpoint
+	for rows.Next() {
+		cp, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cp)
+	}
+	return out, rows.Err()
+}
+
+// SetCheckpointHealth implements store.Store.
+func (s *Store) SetCheckpointHealth(ctx context.Context, sandboxID string, seq int, health string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE checkpoints SET health = ? WHERE sandbox_id = ? AND seq = ?`, health, sandboxID, seq)
+	return err
+}
+
+// DeleteCheckpoints implements store.Store.
+func (s *Store) DeleteCheckpoints(ctx context.Context, sandboxID string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM checkpoints WHERE sandbox_id = ?`, sandboxID)
+	return err
+}
+
+// PutOp implements store.Store.
+func (s *Store) PutOp(ctx context.Context, op *store.Op) error {
+	if op.CreateTime.IsZero() {
+		op.CreateTime = time.Now()
+	}
+	data := string(op.Data)
+	if data == "" {
+		data = "{}"
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO operations (id, sandbox_id, kind, data, create_time) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET data = excluded.data`, op.ID, op.SandboxID, op.Kind, data, fmtTime(op.CreateTime))
+	return err
+}
+
+// DeleteOp implements store.Store.
+func (s *Store) DeleteOp(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM operations WHERE id = ?`, id)
+	return err
+}
+
+// ListOps implements store.Store.
+func (s *Store) ListOps(ctx context.Context) ([]*store.Op, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, sandbox_id, kind, data, create_time FROM operations ORDER BY create_time`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.Op
+	for rows.Next() {
+		var op store.Op
+		var data, ct string
+		if err := rows.Scan(&op.ID, &op.SandboxID, &op.Kind, &data, &ct); err != nil {
+			return nil, err
+		}
+		op.Data = []byte(data)
+		op.CreateTime = parseTime(ct)
+		out = append(out, &op)
+	}
+	return out, rows.Err()
 }
 
 // PutImage implements store.Store.

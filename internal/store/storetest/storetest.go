@@ -19,6 +19,65 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("NameUniqueness", func(t *testing.T) { testNameUniqueness(t, open(t)) })
 	t.Run("ListFilters", func(t *testing.T) { testListFilters(t, open(t)) })
 	t.Run("Images", func(t *testing.T) { testImages(t, open(t)) })
+	t.Run("Checkpoints", func(t *testing.T) { testCheckpoints(t, open(t)) })
+	t.Run("Ops", func(t *testing.T) { testOps(t, open(t)) })
+}
+
+func testCheckpoints(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	sb := sandbox("sbx_cp", "cp")
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	for seq := 0; seq < 3; seq++ {
+		cp := &store.Checkpoint{SandboxID: sb.ID, Seq: seq, Comment: "c", Manifest: []string{"sha256:a"}, SizeBytes: int64(seq)}
+		if seq == 2 {
+			cp.SourceID = "v0"
+		}
+		if err := s.AddCheckpoint(ctx, cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AddCheckpoint(ctx, &store.Checkpoint{SandboxID: sb.ID, Seq: 1, Manifest: []string{}}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("duplicate seq: %v", err)
+	}
+	l, err := s.ListCheckpoints(ctx, sb.ID)
+	if err != nil || len(l) != 3 || l[0].Seq != 2 || l[2].Seq != 0 || l[0].SourceID != "v0" || l[0].Health != "ok" {
+		t.Fatalf("list (newest first): %+v %v", l, err)
+	}
+	if err := s.SetCheckpointHealth(ctx, sb.ID, 1, "damaged"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := s.GetCheckpoint(ctx, sb.ID, 1)
+	if err != nil || cp.Health != "damaged" || cp.Manifest[0] != "sha256:a" {
+		t.Fatalf("%+v %v", cp, err)
+	}
+	if _, err := s.GetCheckpoint(ctx, sb.ID, 9); !errors.Is(err, errdefs.ErrCheckpointNotFound) {
+		t.Fatalf("missing checkpoint: %v", err)
+	}
+	if err := s.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := s.ListCheckpoints(ctx, ""); len(l) != 0 {
+		t.Fatalf("checkpoints outlived their sandbox: %v", l)
+	}
+}
+
+func testOps(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if err := s.PutOp(ctx, &store.Op{ID: "op1", SandboxID: "sbx_1", Kind: "restore", Data: []byte(`{"seq":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	ops, err := s.ListOps(ctx)
+	if err != nil || len(ops) != 1 || string(ops[0].Data) != `{"seq":1}` || ops[0].Kind != "restore" {
+		t.Fatalf("%+v %v", ops, err)
+	}
+	if err := s.DeleteOp(ctx, "op1"); err != nil {
+		t.Fatal(err)
+	}
+	if ops, _ := s.ListOps(ctx); len(ops) != 0 {
+		t.Fatalf("op not deleted: %v", ops)
+	}
 }
 
 func sandbox(id, name string) *store.Sandbox {

@@ -1,0 +1,640 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/blob"
+	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// CheckpointID formats a checkpoint id: "v3".
+func CheckpointID(seq int) string { return "v" + strconv.Itoa(seq) }
+
+// parseCheckpointID parses "v3"; anything else is an unknown checkpoint.
+func parseCheckpointID(id string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(id, "v"))
+	if !strings.HasPrefix(id, "v") || err != nil || n < 0 || strconv.Itoa(n) != id[1:] {
+		return 0, errdefs.New(errdefs.ErrCheckpointNotFound, "no checkpoint %q: ids are v0, v1, ...", id)
+	}
+	return n, nil
+}
+
+func manifestRef(cp *store.Checkpoint) disk.ManifestRef {
+	ref := make(disk.ManifestRef, len(cp.Manifest))
+	for i, d := range cp.Manifest {
+		ref[i] = blob.Digest(d)
+	}
+	return ref
+}
+
+func progressOr(p func(string)) func(string) {
+	if p == nil {
+		return func(string) {}
+	}
+	return p
+}
+
+// fault pauses at a named point when sbxd runs with SBX_FAULTS naming it
+// (e.g. SBX_FAULTS=restore:swapped=60s): tests kill sbxd there to check
+// crash recovery. It logs the point first, so a test can wait for it.
+func (e *Engine) fault(point string) {
+	d, ok := e.cfg.Faults[point]
+	if !ok {
+		return
+	}
+	e.log.Warn("fault point reached", "point", point, "sleep", d)
+	time.Sleep(d)
+}
+
+// storeLayer captures sandbox id's layer and stores it: chunks, then the
+// manifest, flushed. It returns the manifest, its ref and what was stored.
+func (e *Engine) storeLayer(ctx context.Context, id string, freeze, thaw func(context.Context) error, progress func(string)) (*disk.Manifest, disk.ManifestRef, *disk.CaptureStats, error) {
+	m, stats, err := disk.Capture(ctx, disk.CaptureOptions{
+		Upper: e.layers.Paths(id).Upper, Cache: e.layers.LoadCache(id),
+		Freeze: freeze, Thaw: thaw, Store: e.blobs, Progress: progress,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	e.fault("checkpoint:captured")
+	ref, added, err := disk.PutManifest(ctx, e.blobs, m)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stats.AddedBytes += added
+	if err := e.blobs.Flush(ctx, append(append([]blob.Digest(nil), stats.Chunks...), ref...)); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := e.layers.SaveCache(id, m); err != nil {
+		return nil, nil, nil, err
+	}
+	return m, ref, stats, nil
+}
+
+// recordV0 records the sandbox's fresh disk as v0. The sandbox must not run
+// anything yet (its layer is still).
+func (e *Engine) recordV0(ctx context.Context, sb *store.Sandbox) error {
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	m, ref, stats, err := e.storeLayer(ctx, sb.ID, nil, nil, nil)
+	if err != nil {
+		return fmt.Errorf("record v0: %w", err)
+	}
+	files, size := m.Stats()
+	return e.st.AddCheckpoint(ctx, &store.Checkpoint{
+		SandboxID: sb.ID, Seq: 0, SourceID: sb.DiskSource, Manifest: refStrings(ref),
+		SizeBytes: size, Files: files, AddedBytes: stats.AddedBytes, CreateTime: time.Now().UTC(),
+	})
+}
+
+func refStrings(ref disk.ManifestRef) []string {
+	out := make([]string, len(ref))
+	for i, d := range ref {
+		out[i] = string(d)
+	}
+	return out
+}
+
+// Op is a lifecycle operation that has passed its checks and holds its
+// sandbox's lock: Run does it (once), Cancel gives it up. A server answers
+// a refused operation with a plain error and streams a started one.
+type Op struct {
+	run    func(ctx context.Context, progress func(string)) (any, error)
+	unlock func()
+	done   bool
+}
+
+// Run does the operation and releases the lock.
+func (o *Op) Run(ctx context.Context, progress func(string)) (any, error) {
+	if o.done {
+		return nil, errors.New("operation already run")
+	}
+	o.done = true
+	defer o.unlock()
+	return o.run(ctx, progressOr(progress))
+}
+
+// Cancel releases an operation that will not run.
+func (o *Op) Cancel() {
+	if !o.done {
+		o.done = true
+		o.unlock()
+	}
+}
+
+// BeginCheckpoint checks a checkpoint request and takes the sandbox's lock:
+// ErrInvalidArgument for a comment over 1024 bytes, ErrSandboxNotFound,
+// ErrConflict while another operation runs or in a state without a disk to
+// capture. Run returns the *store.Checkpoint.
+func (e *Engine) BeginCheckpoint(ctx context.Context, idOrName, comment string) (*Op, error) {
+	if len(comment) > api.MaxCommentBytes {
+		return nil, errdefs.Invalid("comment", "%d bytes, at most %d", len(comment), api.MaxCommentBytes)
+	}
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != api.StateRunning && sb.State != api.StateStopped {
+		unlock()
+		return nil, stateForbids(sb, "checkpoint")
+	}
+	return &Op{unlock: unlock, run: func(ctx context.Context, progress func(string)) (any, error) {
+		return e.checkpointLocked(ctx, sb, comment, progress)
+	}}, nil
+}
+
+// Checkpoint takes a disk checkpoint (BeginCheckpoint, then Run).
+func (e *Engine) Checkpoint(ctx context.Context, idOrName, comment string, progress func(string)) (*store.Checkpoint, error) {
+	op, err := e.BeginCheckpoint(ctx, idOrName, comment)
+	if err != nil {
+		return nil, err
+	}
+	res, err := op.Run(ctx, progress)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*store.Checkpoint), nil
+}
+
+// lockSandbox finds a sandbox and takes its lock for op, failing with
+// ErrConflict if another operation holds it; the record is reread under
+// the lock.
+func (e *Engine) lockSandbox(ctx context.Context, idOrName, op string) (*store.Sandbox, func(), error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock, err := e.tryLock(sb.ID, sb.Name, op)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sb, err = e.Get(ctx, sb.ID); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return sb, unlock, nil
+}
+
+// checkpointLocked captures sb's disk: what is on it when asked (a running
+// sandbox is frozen for the last part of the capture, ms). A failure of the
+// capture or the blob store is ErrCheckpointFailed, and no checkpoint is
+// recorded. The caller holds sb's lock.
+func (e *Engine) checkpointLocked(ctx context.Context, sb *store.Sandbox, comment string, progress func(string)) (*store.Checkpoint, error) {
+	var freeze, thaw func(context.Context) error
+	if sb.State == api.StateRunning {
+		freeze = func(ctx context.Context) error { return e.rt.Freeze(ctx, sb.ID) }
+		thaw = func(ctx context.Context) error { return e.rt.Thaw(ctx, sb.ID) }
+	}
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	start := time.Now()
+	progress("capturing the disk")
+	m, ref, stats, err := e.storeLayer(ctx, sb.ID, freeze, thaw, progress)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint of %s: %v: %w", sb.Name, err, errdefs.ErrCheckpointFailed)
+	}
+	progress(fmt.Sprintf("%d files, %d bytes: %d files read, %d bytes added to the store, frozen %d ms",
+		stats.Files, stats.Bytes, stats.ReadFiles, stats.AddedBytes, stats.FrozenFor.Milliseconds()))
+	cps, err := e.st.ListCheckpoints(ctx, sb.ID)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint of %s: %v: %w", sb.Name, err, errdefs.ErrCheckpointFailed)
+	}
+	seq := 1
+	if len(cps) > 0 {
+		seq = cps[0].Seq + 1
+	}
+	files, size := m.Stats()
+	cp := &store.Checkpoint{
+		SandboxID: sb.ID, Seq: seq, Comment: comment, SourceID: sb.DiskSource, Health: api.HealthOK,
+		Manifest: refStrings(ref), SizeBytes: size, Files: files, AddedBytes: stats.AddedBytes,
+		CreateTime: time.Now().UTC(),
+	}
+	e.fault("checkpoint:before-record")
+	if err := e.st.AddCheckpoint(context.WithoutCancel(ctx), cp); err != nil {
+		return nil, fmt.Errorf("checkpoint of %s: %v: %w", sb.Name, err, errdefs.ErrCheckpointFailed)
+	}
+	e.log.Info("checkpoint", "sandbox", sb.Name, "id", CheckpointID(seq), "ms", time.Since(start).Milliseconds(),
+		"frozen_ms", stats.FrozenFor.Milliseconds(), "read_files", stats.ReadFiles, "added_bytes", stats.AddedBytes)
+	return cp, nil
+}
+
+// ListCheckpoints returns a sandbox's checkpoints, newest first, v0 last.
+func (e *Engine) ListCheckpoints(ctx context.Context, idOrName string) ([]*store.Checkpoint, error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	return e.st.ListCheckpoints(ctx, sb.ID)
+}
+
+// GetCheckpoint returns one checkpoint; with verify it rereads every chunk
+// of it first and records its health: damaged if a chunk is missing or
+// corrupt, ok otherwise.
+func (e *Engine) GetCheckpoint(ctx context.Context, idOrName, id string, verify bool) (*store.Checkpoint, error) {
+	seq, err := parseCheckpointID(id)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := e.st.GetCheckpoint(ctx, sb.ID, seq)
+	if err != nil || !verify {
+		return cp, err
+	}
+	health := api.HealthOK
+	if err := e.verify(ctx, cp); err != nil {
+		if !errors.Is(err, blob.ErrNotFound) && !errors.Is(err, blob.ErrCorrupt) {
+			return nil, err
+		}
+		e.log.Warn("checkpoint damaged", "sandbox", sb.Name, "id", id, "err", err)
+		health = api.HealthDamaged
+	}
+	if err := e.st.SetCheckpointHealth(ctx, sb.ID, seq, health); err != nil {
+		return nil, err
+	}
+	cp.Health = health
+	return cp, nil
+}
+
+// verify rereads and checks every chunk of a checkpoint.
+func (e *Engine) verify(ctx context.Context, cp *store.Checkpoint) error {
+	m, err := disk.GetManifest(ctx, e.blobs, manifestRef(cp))
+	if err != nil {
+		return err
+	}
+	for _, d := range m.Chunks() {
+		if _, err := blob.GetRaw(ctx, e.blobs, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restoreOp is the journal entry of a restore.
+type restoreOp struct {
+	Seq int `json:"seq"`
+}
+
+// BeginRestore checks a restore request and takes the sandbox's lock:
+// ErrCheckpointNotFound, ErrSandboxNotFound, ErrConflict. Run restores and
+// returns the *store.Sandbox, stopped on the restored disk.
+func (e *Engine) BeginRestore(ctx context.Context, idOrName, id string) (*Op, error) {
+	seq, err := parseCheckpointID(id)
+	if err != nil {
+		return nil, err
+	}
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "restore")
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != api.StateRunning && sb.State != api.StateStopped {
+		unlock()
+		return nil, stateForbids(sb, "restore")
+	}
+	cp, err := e.st.GetCheckpoint(ctx, sb.ID, seq)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return &Op{unlock: unlock, run: func(ctx context.Context, progress func(string)) (any, error) {
+		return e.restoreLocked(ctx, sb, cp, progress)
+	}}, nil
+}
+
+// Restore restores a sandbox's disk (BeginRestore, then Run).
+func (e *Engine) Restore(ctx context.Context, idOrName, id string, progress func(string)) (*store.Sandbox, error) {
+	op, err := e.BeginRestore(ctx, idOrName, id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := op.Run(ctx, progress)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*store.Sandbox), nil
+}
+
+// restoreLocked stops the sandbox and puts its disk back as it was in
+// checkpoint cp. Processes end; the next request boots the sandbox on the
+// restored disk; newer checkpoints stay. The new layer is built beside the
+// current one (unchanged files hard-linked, the rest written from chunks)
+// and swapped in with one rename, so a failure or a crash at any point
+// leaves the disk either as it was or restored, whole. A failure is
+// ErrRestoreFailed. The caller holds sb's lock.
+func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store.Checkpoint, progress func(string)) (*store.Sandbox, error) {
+	seq, id := cp.Seq, CheckpointID(cp.Seq)
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	ctx = context.WithoutCancel(ctx)
+	start := time.Now()
+	failed := func(err error) (*store.Sandbox, error) {
+		return nil, fmt.Errorf("restore of %s to %s: %v: %w", sb.Name, id, err, errdefs.ErrRestoreFailed)
+	}
+	target, err := disk.GetManifest(ctx, e.blobs, manifestRef(cp))
+	if err != nil {
+		return failed(err)
+	}
+	if sb.State == api.StateRunning {
+		progress("stopping the sandbox")
+		if err := e.stopLocked(ctx, sb, ""); err != nil {
+			return failed(err)
+		}
+	}
+	// The overlay goes before the disk is read, so that nothing writes.
+	if err := e.layers.Unmount(sb.ID); err != nil {
+		return failed(err)
+	}
+	opID := newOpID()
+	data, _ := json.Marshal(restoreOp{Seq: seq})
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "restore", Data: data}); err != nil {
+		return failed(err)
+	}
+	dst, err := e.layers.NewRestoreDir(sb.ID, opID)
+	if err != nil {
+		e.abandonRestore(ctx, sb.ID, opID)
+		return failed(err)
+	}
+	progress(fmt.Sprintf("building the disk of %s: %d entries", id, len(target.Entries)))
+	built, mstats, err := disk.Materialize(ctx, disk.MaterializeOptions{
+		Target: target, Dst: dst, Store: e.blobs,
+		Current: e.layers.Paths(sb.ID).Upper, CurrentCache: e.layers.LoadCache(sb.ID),
+	})
+	if err != nil {
+		e.abandonRestore(ctx, sb.ID, opID)
+		return failed(err)
+	}
+	progress(fmt.Sprintf("%d files: %d kept, %d written (%d bytes)", mstats.Files, mstats.LinkedFiles, mstats.WrittenFiles, mstats.WrittenBytes))
+	e.fault("restore:built")
+	if err := e.layers.Swap(sb.ID, opID); err != nil {
+		e.abandonRestore(ctx, sb.ID, opID)
+		return failed(err)
+	}
+	e.fault("restore:swapped")
+	if err := e.finishRestore(ctx, sb, opID, seq, built); err != nil {
+		return failed(err)
+	}
+	e.log.Info("restored", "sandbox", sb.Name, "to", id, "ms", time.Since(start).Milliseconds(),
+		"linked", mstats.LinkedFiles, "written", mstats.WrittenFiles, "written_bytes", mstats.WrittenBytes)
+	return sb, nil
+}
+
+// finishRestore completes a restore whose swap happened: the record names
+// the new disk's source, the old layer goes, the cache describes the new
+// one (built; nil when unknown, after a crash).
+func (e *Engine) finishRestore(ctx context.Context, sb *store.Sandbox, opID string, seq int, built *disk.Manifest) error {
+	if built != nil {
+		if err := e.layers.SaveCache(sb.ID, built); err != nil {
+			return err
+		}
+	} else if err := e.layers.DropCache(sb.ID); err != nil {
+		return err
+	}
+	sb.DiskSource = CheckpointID(seq)
+	sb.State, sb.StateReason = api.StateStopped, ""
+	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
+		return err
+	}
+	if err := e.st.DeleteOp(ctx, opID); err != nil {
+		return err
+	}
+	return e.layers.FinishSwap(sb.ID, opID)
+}
+
+// abandonRestore rolls back a restore that did not swap: its half-built
+// layer goes; the disk is as it was.
+func (e *Engine) abandonRestore(ctx context.Context, id, opID string) {
+	if err := removeDir(e.layers.RestoreDir(id, opID)); err != nil {
+		e.log.Error("abandon restore", "sandbox", id, "err", err)
+	}
+	if err := e.st.DeleteOp(ctx, opID); err != nil {
+		e.log.Error("abandon restore", "sandbox", id, "err", err)
+	}
+}
+
+// recoverOps finishes or rolls back journalled operations after a crash.
+func (e *Engine) recoverOps(ctx context.Context) error {
+	ops, err := e.st.ListOps(ctx)
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		switch op.Kind {
+		case "restore":
+			var ro restoreOp
+			_ = json.Unmarshal(op.Data, &ro)
+			sb, err := e.st.GetSandbox(ctx, op.SandboxID)
+			if err != nil {
+				e.abandonRestore(ctx, op.SandboxID, op.ID)
+				continue
+			}
+			_ = e.rt.Delete(ctx, sb.ID)
+			_ = e.layers.Unmount(sb.ID)
+			if e.layers.Swapped(sb.ID, op.ID) {
+				e.log.Info("recover: finishing a restore that swapped the disk", "sandbox", sb.Name, "to", CheckpointID(ro.Seq))
+				if err := e.finishRestore(ctx, sb, op.ID, ro.Seq, nil); err != nil {
+					return err
+				}
+			} else {
+				e.log.Info("recover: rolling back a restore that did not swap the disk", "sandbox", sb.Name)
+				e.abandonRestore(ctx, sb.ID, op.ID)
+				sb.State, sb.StateReason = api.StateStopped, "a restore was interrupted; the disk is as it was"
+				if err := e.st.UpdateSandbox(ctx, sb); err != nil {
+					return err
+				}
+			}
+		default:
+			e.log.Warn("recover: unknown operation", "kind", op.Kind, "id", op.ID)
+			_ = e.st.DeleteOp(ctx, op.ID)
+		}
+	}
+	return nil
+}
+
+// DiffOptions select the two disks of a diff.
+type DiffOptions struct {
+	// To is a checkpoint id or "live" (the disk now).
+	To string
+	// From is a checkpoint id; "" means the checkpoint before To (the
+	// newest one for live).
+	From string
+	// Limit caps each list (default 10000).
+	Limit int
+}
+
+// Diff lists the paths added, modified and deleted from one disk of a
+// sandbox to another, as the sandbox sees them.
+func (e *Engine) Diff(ctx context.Context, idOrName string, o DiffOptions) (*api.Diff, error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if o.Limit <= 0 {
+		o.Limit = 10000
+	}
+	var to *disk.Manifest
+	toSeq := -1
+	if o.To == "live" {
+		e.gcMu.RLock()
+		to, _, err = disk.Capture(ctx, disk.CaptureOptions{Upper: e.layers.Paths(sb.ID).Upper, Cache: e.layers.LoadCache(sb.ID)})
+		e.gcMu.RUnlock()
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		if toSeq, err = parseCheckpointID(o.To); err != nil {
+			return nil, err
+		}
+		if to, err = e.loadManifest(ctx, sb.ID, toSeq); err != nil {
+			return nil, err
+		}
+	}
+	if o.From == "" {
+		cps, err := e.st.ListCheckpoints(ctx, sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, cp := range cps {
+			if toSeq < 0 || cp.Seq < toSeq {
+				o.From = CheckpointID(cp.Seq)
+				break
+			}
+		}
+		if o.From == "" {
+			o.From = CheckpointID(0)
+		}
+	}
+	fromSeq, err := parseCheckpointID(o.From)
+	if err != nil {
+		return nil, err
+	}
+	from, err := e.loadManifest(ctx, sb.ID, fromSeq)
+	if err != nil {
+		return nil, err
+	}
+	d := disk.Diff(from, to, e.images.RootFS(sb.ImageID))
+	out := &api.Diff{From: o.From, To: o.To}
+	conv := func(cs []disk.Change) []api.Change {
+		res := make([]api.Change, 0, min(len(cs), o.Limit))
+		for i, c := range cs {
+			if i == o.Limit {
+				out.Truncated = true
+				break
+			}
+			res = append(res, api.Change{Path: c.Path, Type: string(c.Type), Size: c.Size, OldSize: c.OldSize})
+		}
+		return res
+	}
+	out.Added, out.Modified, out.Deleted = conv(d.Added), conv(d.Modified), conv(d.Deleted)
+	return out, nil
+}
+
+func (e *Engine) loadManifest(ctx context.Context, sandboxID string, seq int) (*disk.Manifest, error) {
+	cp, err := e.st.GetCheckpoint(ctx, sandboxID, seq)
+	if err != nil {
+		return nil, err
+	}
+	m, err := disk.GetManifest(ctx, e.blobs, manifestRef(cp))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", CheckpointID(seq), err)
+	}
+	return m, nil
+}
+
+// collectGarbage deletes the blobs that no checkpoint references. It keeps
+// captures out while it runs (they store chunks before recording them).
+func (e *Engine) collectGarbage(ctx context.Context) error {
+	e.gcMu.Lock()
+	defer e.gcMu.Unlock()
+	cps, err := e.st.ListCheckpoints(ctx, "")
+	if err != nil {
+		return err
+	}
+	live := map[blob.Digest]bool{}
+	for _, cp := range cps {
+		ref := manifestRef(cp)
+		for _, d := range ref {
+			live[d] = true
+		}
+		m, err := disk.GetManifest(ctx, e.blobs, ref)
+		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
+			// Its manifest is lost: it cannot be restored, and what it used
+			// cannot be known. Say so; other checkpoints keep their chunks.
+			e.log.Error("gc: checkpoint without a readable manifest is damaged", "sandbox", cp.SandboxID, "id", CheckpointID(cp.Seq), "err", err)
+			_ = e.st.SetCheckpointHealth(ctx, cp.SandboxID, cp.Seq, api.HealthDamaged)
+			continue
+		}
+		if err != nil {
+			// Never sweep on a partial view of what is live.
+			return fmt.Errorf("gc: read manifest of %s/%s: %w", cp.SandboxID, CheckpointID(cp.Seq), err)
+		}
+		for _, d := range m.Chunks() {
+			live[d] = true
+		}
+	}
+	n, freed, err := blob.Sweep(ctx, e.blobs, func(d blob.Digest) bool { return live[d] })
+	if n > 0 {
+		e.log.Info("blob gc", "deleted", n, "freed_bytes", freed)
+	}
+	return err
+}
+
+// collectImages removes unpacked images that no image name and no sandbox
+// uses any more (an image replaced while sandboxes used the old one).
+func (e *Engine) collectImages(ctx context.Context) error {
+	sbs, err := e.st.ListSandboxes(ctx, storeAll)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, sb := range sbs {
+		keep[sb.ImageID] = true
+	}
+	return e.images.GC(ctx, keep, false)
+}
+
+// kickGC asks the collector to run soon.
+func (e *Engine) kickGC() {
+	select {
+	case e.gcKick <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) gcLoop() {
+	defer e.bg.Done()
+	tick := time.NewTicker(time.Hour)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.gcKick:
+		case <-tick.C:
+		}
+		if err := e.collectGarbage(e.ctx); err != nil && e.ctx.Err() == nil {
+			e.log.Error("blob gc", "err", err)
+		}
+		if err := e.collectImages(e.ctx); err != nil && e.ctx.Err() == nil {
+			e.log.Error("image gc", "err", err)
+		}
+	}
+}
+
+// GC runs the blob collector now (for tests and operators).
+func (e *Engine) GC(ctx context.Context) error { return e.collectGarbage(ctx) }
+
+func newOpID() string { return "op_" + newID()[4:] }
+
+func removeDir(p string) error { return os.RemoveAll(p) }
