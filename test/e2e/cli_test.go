@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -45,7 +47,7 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("exec -i: %d %q", code, out)
 	}
 	_, errs, code = sbxCLI(t, "", "exec", name, "--", "no-such-binary")
-	if code != 1 || !strings.Contains(errs, "invalid_argument") || !strings.Contains(errs, "no-such-binary") {
+	if code != 127 || !strings.Contains(errs, "invalid_argument") || !strings.Contains(errs, "no-such-binary") {
 		t.Fatalf("missing binary: %d %q", code, errs)
 	}
 
@@ -95,4 +97,70 @@ func TestCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "sandbox_not_found") {
 		t.Fatalf("get missing: %d %q", code, errs)
 	}
+}
+
+// TestCLICopyCannotEscape: a sandbox that turns a downloaded path into a
+// symlink to a host directory cannot make a later `sbx cp` write there.
+func TestCLICopyCannotEscape(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	escape := t.TempDir()
+	dst := t.TempDir()
+	mustSh(t, sb, "mkdir /workspace/exp; ln -s "+escape+" /workspace/exp/lnk")
+	if _, errs, code := sbxCLI(t, "", "cp", sb.Name+":/workspace/exp", dst); code != 0 {
+		t.Fatalf("first cp: %s", errs)
+	}
+	mustSh(t, sb, "rm /workspace/exp/lnk; mkdir /workspace/exp/lnk; echo x > /workspace/exp/lnk/PWNED")
+	sbxCLI(t, "", "cp", sb.Name+":/workspace/exp", dst)
+	if _, err := os.Stat(filepath.Join(escape, "PWNED")); err == nil {
+		t.Fatal("sbx cp wrote through a symlink the sandbox planted, outside its destination")
+	}
+}
+
+// TestCLIExactBytes: exec -i and exec's output carry arbitrary bytes.
+func TestCLIExactBytes(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	out, _, code := sbxCLI(t, "\xff\xfe\x00\x01abc", "exec", "-i", sb.Name, "--", "od", "-An", "-tx1")
+	if code != 0 || strings.Join(strings.Fields(out), " ") != "ff fe 00 01 61 62 63" {
+		t.Fatalf("binary stdin: %d %q", code, out)
+	}
+	mustSh(t, sb, "head -c 100000 /dev/urandom > /workspace/r")
+	want := strings.Fields(mustSh(t, sb, "sha256sum /workspace/r"))[0]
+	raw, _, code := sbxCLI(t, "", "exec", sb.Name, "--", "cat", "/workspace/r")
+	if code != 0 || len(raw) != 100000 || sha256Hex(raw) != want {
+		t.Fatalf("binary stdout: %d bytes, exit %d", len(raw), code)
+	}
+	// Exit codes: 127 for a missing command, the command's own otherwise.
+	if _, _, code := sbxCLI(t, "", "exec", sb.Name, "--", "no-such-command"); code != 127 {
+		t.Fatalf("missing command exits %d, want 127", code)
+	}
+	if _, errs, code := sbxCLI(t, "", "exec", sb.Name, "--timeout", "300ms", "--", "sleep", "5"); code != 124 || !strings.Contains(errs, "timed out") {
+		t.Fatalf("timeout: %d %q", code, errs)
+	}
+}
+
+// TestCLICopyFileSemantics: a file goes into an existing directory, and
+// comes back with its mode.
+func TestCLICopyFileSemantics(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	src := filepath.Join(t.TempDir(), "tool.sh")
+	os.WriteFile(src, []byte("#!/bin/sh\necho tool\n"), 0o750)
+	mustSh(t, sb, "mkdir -p /workspace/bin")
+	if _, errs, code := sbxCLI(t, "", "cp", src, sb.Name+":/workspace/bin"); code != 0 {
+		t.Fatalf("cp into a directory: %s", errs)
+	}
+	if out := mustSh(t, sb, "/workspace/bin/tool.sh; stat -c %a /workspace/bin/tool.sh"); out != "tool\n750\n" {
+		t.Fatalf("%q", out)
+	}
+	back := filepath.Join(t.TempDir(), "back.sh")
+	if _, errs, code := sbxCLI(t, "", "cp", sb.Name+":/workspace/bin/tool.sh", back); code != 0 {
+		t.Fatalf("cp out: %s", errs)
+	}
+	if fi, err := os.Stat(back); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("mode after cp out: %v %v", fi.Mode(), err)
+	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

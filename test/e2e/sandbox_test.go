@@ -289,6 +289,9 @@ func TestBadInput(t *testing.T) {
 		if code, body := do("GET", "/v1/nothing", ""); code != 404 || !strings.Contains(body, "not_found") {
 			t.Fatalf("unknown route: %d %s", code, body)
 		}
+		if code, body := do("PUT", "/v1/sandboxes", ""); code != 405 || !strings.Contains(body, "method_not_allowed") {
+			t.Fatalf("wrong method: %d %s", code, body)
+		}
 	})
 
 	t.Run("ConcurrentDeletes", func(t *testing.T) {
@@ -344,6 +347,54 @@ func TestBadInput(t *testing.T) {
 func isWarm(t *testing.T, id string) bool {
 	_, err := h.c.Sandboxes.Get(ctxT(t), id)
 	return errors.Is(err, client.ErrSandboxNotFound) && len(hostLeftovers(t, id)) > 0
+}
+
+// TestArchiveOfRoot: an archive of / holds the disk (not /proc, /sys, /dev
+// or sbx's own files) and ends cleanly.
+func TestArchiveOfRoot(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	mustSh(t, sb, "echo deep > /workspace/deep.txt")
+	rc, err := sb.Download(ctxT(t), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	names := map[string]bool{}
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("archive of /: %v", err)
+		}
+		names[strings.SplitN(hdr.Name, "/", 2)[0]] = true
+		if hdr.Name == "workspace/deep.txt" {
+			names["found"] = true
+		}
+	}
+	if !names["found"] || !names["bin"] {
+		t.Fatalf("archive of / lacks the disk: %v", names)
+	}
+	for _, bad := range []string{"proc", "sys", "dev", ".sbx"} {
+		if names[bad] {
+			t.Fatalf("archive of / has %s", bad)
+		}
+	}
+}
+
+// TestAgentSurvivesRmRf: root in the sandbox removing everything it can
+// does not cut sbxd off from it.
+func TestAgentSurvivesRmRf(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	sh(t, sb, "rm -rf --no-preserve-root / 2>/dev/null; true")
+	time.Sleep(1500 * time.Millisecond)
+	res, err := sb.Run(ctxT(t), api.ExecRequest{Cmd: []string{"/.sbx/bin/sbx-agent", "-h"}})
+	if err != nil {
+		t.Fatalf("exec after rm -rf /: %v", err)
+	}
+	_ = res
 }
 
 func TestLabelsAndList(t *testing.T) {
