@@ -6,12 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // Local is a Store in a directory: dir/sha256/<first 2 hex>/<hex>. A Put
@@ -25,8 +24,17 @@ type Local struct {
 
 	flushMu sync.Mutex
 	mu      sync.Mutex
-	pending map[Digest]string // digest → temp file
+	pending map[Digest]pendingBlob
 }
+
+// pendingBlob is a blob written to a temp file and not yet committed.
+type pendingBlob struct {
+	tmp string
+	crc uint32 // CRC-32C of the bytes written, to verify the read-back
+	n   int
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 var _ Store = (*Local)(nil)
 
@@ -43,7 +51,7 @@ func OpenLocal(dir string) (*Local, error) {
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, err
 	}
-	return &Local{dir: dir, pending: map[Digest]string{}}, nil
+	return &Local{dir: dir, pending: map[Digest]pendingBlob{}}, nil
 }
 
 // Name implements Store.
@@ -81,18 +89,20 @@ func (l *Local) Put(ctx context.Context, d Digest, encoded []byte) error {
 		os.Remove(tmp)
 		return nil
 	}
-	l.pending[d] = tmp
+	l.pending[d] = pendingBlob{tmp: tmp, crc: crc32.Checksum(encoded, castagnoli), n: len(encoded)}
 	l.mu.Unlock()
 	return nil
 }
 
 // Flush implements Store. Flushes are serialised, so a blob pending in
 // another caller's flush is committed (or has failed) before this one looks
-// at it.
+// at it. Each temp file is read back after the sync and checked against
+// the CRC-32C of what Put wrote (the content was checked against its digest
+// when it was encoded).
 func (l *Local) Flush(ctx context.Context, ds []Digest) error {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
-	batch := map[Digest]string{}
+	batch := map[Digest]pendingBlob{}
 	l.mu.Lock()
 	for _, d := range ds {
 		if tmp, ok := l.pending[d]; ok {
@@ -111,34 +121,29 @@ func (l *Local) Flush(ctx context.Context, ds []Digest) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	if len(batch) > 8 {
-		f, err := os.Open(l.dir)
-		if err != nil {
-			return err
-		}
-		err = unix.Syncfs(int(f.Fd()))
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("syncfs %s: %w", l.dir, err)
-		}
+	// fsync each temp file, in parallel so that ext4 groups the journal
+	// commits (syncfs would also flush every other dirty page of the
+	// filesystem: the sandboxes' own writes).
+	tmps := map[string]bool{}
+	for _, pb := range batch {
+		tmps[pb.tmp] = true
+	}
+	if err := fsyncAll(tmps); err != nil {
+		return err
 	}
 	dirs := map[string]bool{}
-	for d, tmp := range batch {
+	for d, pb := range batch {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		tmp := pb.tmp
 		b, err := os.ReadFile(tmp)
 		if err != nil {
 			return err
 		}
-		if _, err := Decode(d, b); err != nil {
+		if len(b) != pb.n || crc32.Checksum(b, castagnoli) != pb.crc {
 			l.drop(d, tmp)
-			return fmt.Errorf("verify before commit: %w", err)
-		}
-		if len(batch) <= 8 {
-			if err := fsyncPath(tmp); err != nil {
-				return err
-			}
+			return fmt.Errorf("verify before commit: %s reads back different from what was written: %w", d, ErrCorrupt)
 		}
 		final := l.path(d)
 		if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
@@ -152,12 +157,8 @@ func (l *Local) Flush(ctx context.Context, ds []Digest) error {
 		l.mu.Unlock()
 		dirs[filepath.Dir(final)] = true
 	}
-	for dir := range dirs {
-		if err := fsyncPath(dir); err != nil {
-			return err
-		}
-	}
-	return fsyncPath(filepath.Join(l.dir, "sha256"))
+	dirs[filepath.Join(l.dir, "sha256")] = true
+	return fsyncAll(dirs)
 }
 
 // drop forgets a pending blob and removes its temp file.
@@ -166,6 +167,38 @@ func (l *Local) drop(d Digest, tmp string) {
 	delete(l.pending, d)
 	l.mu.Unlock()
 	os.Remove(tmp)
+}
+
+// fsyncAll fsyncs the files or directories of paths, up to 16 at a time.
+func fsyncAll(set map[string]bool) error {
+	paths := make(chan string)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for w := 0; w < min(16, len(set)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first error
+			for p := range paths {
+				if err := fsyncPath(p); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for p := range set {
+		paths <- p
+	}
+	close(paths)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func fsyncPath(p string) error {
@@ -183,11 +216,11 @@ func (l *Local) Get(ctx context.Context, d Digest) ([]byte, error) {
 		return nil, err
 	}
 	l.mu.Lock()
-	tmp, busy := l.pending[d]
+	pb, busy := l.pending[d]
 	l.mu.Unlock()
 	p := l.path(d)
 	if busy {
-		p = tmp
+		p = pb.tmp
 	}
 	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {

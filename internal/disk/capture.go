@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -75,10 +77,15 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		cacheNS = o.Cache.CaptureNS
 		for i := range o.Cache.Entries {
 			e := &o.Cache.Entries[i]
-			if e.Type == TypeFile {
-				cache[e.Path] = e
-			}
+			cache[e.Path] = e
 		}
+	}
+	known := func(rel string, ino uint64, ctimeNS int64) (map[string][]byte, bool) {
+		c := cache[rel]
+		if c == nil || c.Type == TypeHardlink || c.Ino != ino || c.CtimeNS != ctimeNS || racy(c, cacheNS) {
+			return nil, false
+		}
+		return c.Xattrs, true
 	}
 	stats := &CaptureStats{}
 	dry := o.Store == nil
@@ -95,18 +102,18 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 
 	// Pass 1, live: read what changed since the cache.
 	pass1Start := time.Now().UnixNano()
-	scan1, err := scan(o.Upper)
+	scan1, err := scan(o.Upper, known)
 	if err != nil {
 		return nil, nil, err
 	}
-	known := map[string][]Extent{} // path → extents valid for scan1's stat
+	extents := map[string][]Extent{} // path → extents valid for scan1's stat
 	var toRead []*scanned
 	for _, s := range scan1 {
 		if s.e.Type != TypeFile {
 			continue
 		}
-		if c := cache[s.e.Path]; c != nil && sameStat(c, &s.e) && !racy(c, cacheNS) {
-			known[s.e.Path] = c.Extents
+		if c := cache[s.e.Path]; c != nil && c.Type == TypeFile && sameStat(c, &s.e) && !racy(c, cacheNS) {
+			extents[s.e.Path] = c.Extents
 			continue
 		}
 		toRead = append(toRead, s)
@@ -119,7 +126,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		}
 		addChunks(res.chunks)
 		for p, ext := range res.extents {
-			known[p] = ext
+			extents[p] = ext
 		}
 		stats.ReadBytes += res.bytes
 	}
@@ -147,7 +154,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 	}
 	defer thaw()
 	captureNS := time.Now().UnixNano()
-	scan2, err := scan(o.Upper)
+	scan2, err := scan(o.Upper, known)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -157,14 +164,14 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 			continue
 		}
 		p1 := pass1[s.e.Path]
-		if _, ok := known[s.e.Path]; ok && p1 != nil && sameStat(&p1.e, &s.e) && !racy(&s.e, pass1Start) {
+		if _, ok := extents[s.e.Path]; ok && p1 != nil && sameStat(&p1.e, &s.e) && !racy(&s.e, pass1Start) {
 			continue
 		}
-		if c := cache[s.e.Path]; c != nil && sameStat(c, &s.e) && !racy(c, cacheNS) {
-			known[s.e.Path] = c.Extents
+		if c := cache[s.e.Path]; c != nil && c.Type == TypeFile && sameStat(c, &s.e) && !racy(c, cacheNS) {
+			extents[s.e.Path] = c.Extents
 			continue
 		}
-		delete(known, s.e.Path)
+		delete(extents, s.e.Path)
 		reread = append(reread, s)
 	}
 	if len(reread) > 0 {
@@ -174,7 +181,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		}
 		addChunks(res.chunks)
 		for p, ext := range res.extents {
-			known[p] = ext
+			extents[p] = ext
 		}
 		stats.ReadBytes += res.bytes
 	}
@@ -195,7 +202,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		e := s.e
 		switch e.Type {
 		case TypeFile:
-			e.Extents = known[e.Path]
+			e.Extents = extents[e.Path]
 			stats.Files++
 			stats.Bytes += e.Size
 		case TypeDir:
@@ -224,14 +231,20 @@ func racy(e *Entry, moment int64) bool {
 type scanned struct {
 	e     Entry
 	nlink uint64
+	gone  bool // removed while the walk ran
 }
+
+// knownXattrs returns the xattrs a cache recorded for path when the entry
+// is unchanged since (same inode and ctime: setting an xattr moves ctime),
+// so that a walk need not list them again.
+type knownXattrs func(rel string, ino uint64, ctimeNS int64) (map[string][]byte, bool)
 
 // scan walks the layer and returns its entries in walk order. Hard links
 // (files with more than one link) become TypeHardlink entries pointing at
-// the first path of their inode.
-func scan(root string) ([]*scanned, error) {
-	var out []*scanned
-	inodes := map[uint64]string{}
+// the first path of their inode. The names are listed first, then stat'ed
+// by a worker per CPU (a stat costs ~4 µs here, a listxattr ~3 µs).
+func scan(root string, known knownXattrs) ([]*scanned, error) {
+	var paths []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && path != root {
@@ -239,69 +252,115 @@ func scan(root string) ([]*scanned, error) {
 			}
 			return err
 		}
-		rel := ""
-		if path != root {
-			rel = path[len(root)+1:]
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err != nil {
-			if errors.Is(err, unix.ENOENT) && path != root {
-				return nil
-			}
-			return err
-		}
-		e := Entry{
-			Path: rel, Mode: st.Mode & 0o7777, UID: int(st.Uid), GID: int(st.Gid),
-			MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano(), Ino: st.Ino,
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR:
-			e.Type = TypeDir
-		case unix.S_IFREG:
-			e.Type = TypeFile
-			e.Size = st.Size
-			if st.Nlink > 1 {
-				if first, ok := inodes[st.Ino]; ok {
-					e = Entry{Path: rel, Type: TypeHardlink, Target: first}
-					out = append(out, &scanned{e: e, nlink: uint64(st.Nlink)})
-					return nil
-				}
-				inodes[st.Ino] = rel
-			}
-		case unix.S_IFLNK:
-			e.Type = TypeSymlink
-			t, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			e.Target = t
-		case unix.S_IFCHR:
-			e.Type = TypeChar
-			e.Rdev = st.Rdev
-			if st.Rdev == 0 {
-				e.Type = TypeWhiteout
-				e.Rdev = 0
-			}
-		case unix.S_IFBLK:
-			e.Type = TypeBlock
-			e.Rdev = st.Rdev
-		case unix.S_IFIFO:
-			e.Type = TypeFifo
-		case unix.S_IFSOCK:
-			e.Type = TypeSocket
-		default:
-			return nil
-		}
-		x, err := readXattrs(path)
-		if err != nil {
-			return err
-		}
-		e.Xattrs = x
-		out = append(out, &scanned{e: e, nlink: uint64(st.Nlink)})
+		paths = append(paths, path)
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*scanned, len(paths))
+	workers := min(max(1, goruntime.GOMAXPROCS(0)), max(1, len(paths)/256))
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < len(paths); i += workers {
+				s, err := scanOne(root, paths[i], known)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				out[i] = s
+			}
+		}(w)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	res := out[:0]
+	inodes := map[uint64]string{}
+	for _, s := range out {
+		if s == nil || s.gone {
+			continue
+		}
+		if s.e.Type == TypeFile && s.nlink > 1 {
+			if first, ok := inodes[s.e.Ino]; ok {
+				s.e = Entry{Path: s.e.Path, Type: TypeHardlink, Target: first}
+			} else {
+				inodes[s.e.Ino] = s.e.Path
+			}
+		}
+		res = append(res, s)
+	}
+	return res, nil
 }
+
+// scanOne stats one path of a walk.
+func scanOne(root, path string, known knownXattrs) (*scanned, error) {
+	rel := ""
+	if path != root {
+		rel = path[len(root)+1:]
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) && path != root {
+			return &scanned{gone: true}, nil
+		}
+		return nil, err
+	}
+	e := Entry{
+		Path: rel, Mode: st.Mode & 0o7777, UID: int(st.Uid), GID: int(st.Gid),
+		MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano(), Ino: st.Ino,
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		e.Type = TypeDir
+	case unix.S_IFREG:
+		e.Type = TypeFile
+		e.Size = st.Size
+	case unix.S_IFLNK:
+		e.Type = TypeSymlink
+		t, err := os.Readlink(path)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return &scanned{gone: true}, nil
+			}
+			return nil, err
+		}
+		e.Target = t
+	case unix.S_IFCHR:
+		e.Type = TypeChar
+		e.Rdev = st.Rdev
+		if st.Rdev == 0 {
+			e.Type = TypeWhiteout
+		}
+	case unix.S_IFBLK:
+		e.Type = TypeBlock
+		e.Rdev = st.Rdev
+	case unix.S_IFIFO:
+		e.Type = TypeFifo
+	case unix.S_IFSOCK:
+		e.Type = TypeSocket
+	default:
+		return &scanned{gone: true}, nil
+	}
+	if x, ok := known(rel, e.Ino, e.CtimeNS); ok {
+		e.Xattrs = x
+	} else {
+		x, err := readXattrs(path)
+		if err != nil {
+			return nil, err
+		}
+		e.Xattrs = x
+	}
+	return &scanned{e: e, nlink: uint64(st.Nlink)}, nil
+}
+
+// noKnownXattrs lists every entry's xattrs.
+func noKnownXattrs(string, uint64, int64) (map[string][]byte, bool) { return nil, false }
 
 // skipXattrs are overlayfs's bookkeeping that names the lower inode a file
 // was copied up from; they do not survive a rebuild of the upperdir (which

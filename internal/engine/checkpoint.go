@@ -59,25 +59,33 @@ func (e *Engine) fault(point string) {
 // storeLayer captures sandbox id's layer and stores it: chunks, then the
 // manifest, flushed. It returns the manifest, its ref and what was stored.
 func (e *Engine) storeLayer(ctx context.Context, id string, freeze, thaw func(context.Context) error, progress func(string)) (*disk.Manifest, disk.ManifestRef, *disk.CaptureStats, error) {
+	t0 := time.Now()
+	cache := e.layers.LoadCache(id)
+	t1 := time.Now()
 	m, stats, err := disk.Capture(ctx, disk.CaptureOptions{
-		Upper: e.layers.Paths(id).Upper, Cache: e.layers.LoadCache(id),
+		Upper: e.layers.Paths(id).Upper, Cache: cache,
 		Freeze: freeze, Thaw: thaw, Store: e.blobs, Progress: progress,
 	})
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	t2 := time.Now()
 	e.fault("checkpoint:captured")
 	ref, added, err := disk.PutManifest(ctx, e.blobs, m)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	stats.AddedBytes += added
+	t3 := time.Now()
 	if err := e.blobs.Flush(ctx, append(append([]blob.Digest(nil), stats.Chunks...), ref...)); err != nil {
 		return nil, nil, nil, err
 	}
+	t4 := time.Now()
 	if err := e.layers.SaveCache(id, m); err != nil {
 		return nil, nil, nil, err
 	}
+	e.log.Debug("store layer", "sandbox", id, "load_cache_ms", t1.Sub(t0).Milliseconds(), "capture_ms", t2.Sub(t1).Milliseconds(),
+		"manifest_ms", t3.Sub(t2).Milliseconds(), "flush_ms", t4.Sub(t3).Milliseconds(), "save_cache_ms", time.Since(t4).Milliseconds())
 	return m, ref, stats, nil
 }
 
@@ -367,7 +375,7 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 		return failed(err)
 	}
 	progress(fmt.Sprintf("building the disk of %s: %d entries", id, len(target.Entries)))
-	built, mstats, err := disk.Materialize(ctx, disk.MaterializeOptions{
+	mstats, err := disk.Materialize(ctx, disk.MaterializeOptions{
 		Target: target, Dst: dst, Store: e.blobs,
 		Current: e.layers.Paths(sb.ID).Upper, CurrentCache: e.layers.LoadCache(sb.ID),
 	})
@@ -375,32 +383,28 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 		e.abandonRestore(ctx, sb.ID, opID)
 		return failed(err)
 	}
-	progress(fmt.Sprintf("%d files: %d kept, %d written (%d bytes)", mstats.Files, mstats.LinkedFiles, mstats.WrittenFiles, mstats.WrittenBytes))
+	progress(fmt.Sprintf("%d files: %d kept, %d patched, %d written; %d bytes from the store",
+		mstats.Files, mstats.LinkedFiles, mstats.PatchedFiles, mstats.WrittenFiles, mstats.WrittenBytes))
 	e.fault("restore:built")
 	if err := e.layers.Swap(sb.ID, opID); err != nil {
 		e.abandonRestore(ctx, sb.ID, opID)
 		return failed(err)
 	}
 	e.fault("restore:swapped")
-	if err := e.finishRestore(ctx, sb, opID, seq, built); err != nil {
+	if err := e.finishRestore(ctx, sb, opID, seq, target, mstats.LinkedFiles > 0); err != nil {
 		return failed(err)
 	}
 	e.log.Info("restored", "sandbox", sb.Name, "to", id, "ms", time.Since(start).Milliseconds(),
-		"linked", mstats.LinkedFiles, "written", mstats.WrittenFiles, "written_bytes", mstats.WrittenBytes)
+		"linked", mstats.LinkedFiles, "patched", mstats.PatchedFiles, "written", mstats.WrittenFiles, "written_bytes", mstats.WrittenBytes)
 	return sb, nil
 }
 
 // finishRestore completes a restore whose swap happened: the record names
-// the new disk's source, the old layer goes, the cache describes the new
-// one (built; nil when unknown, after a crash).
-func (e *Engine) finishRestore(ctx context.Context, sb *store.Sandbox, opID string, seq int, built *disk.Manifest) error {
-	if built != nil {
-		if err := e.layers.SaveCache(sb.ID, built); err != nil {
-			return err
-		}
-	} else if err := e.layers.DropCache(sb.ID); err != nil {
-		return err
-	}
+// the new disk's source, the old layer goes, and the cache describes the new
+// one (target; nil when unknown, after a crash). When the new layer shares
+// no inode with the old one (linked false), the old one is deleted in the
+// background: its deletion cannot move the new files' ctimes.
+func (e *Engine) finishRestore(ctx context.Context, sb *store.Sandbox, opID string, seq int, target *disk.Manifest, linked bool) error {
 	sb.DiskSource = CheckpointID(seq)
 	sb.State, sb.StateReason = api.StateStopped, ""
 	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
@@ -409,7 +413,27 @@ func (e *Engine) finishRestore(ctx context.Context, sb *store.Sandbox, opID stri
 	if err := e.st.DeleteOp(ctx, opID); err != nil {
 		return err
 	}
-	return e.layers.FinishSwap(sb.ID, opID)
+	later := !linked && target != nil
+	if err := e.layers.FinishSwap(sb.ID, opID, later); err != nil {
+		return err
+	}
+	if later {
+		e.bg.Add(1)
+		go func() {
+			defer e.bg.Done()
+			if err := e.layers.EmptyTrash(sb.ID); err != nil {
+				e.log.Error("delete the old layer", "sandbox", sb.Name, "err", err)
+			}
+		}()
+	}
+	if target == nil {
+		return e.layers.DropCache(sb.ID)
+	}
+	cache, err := disk.Rescan(e.layers.Paths(sb.ID).Upper, target)
+	if err != nil {
+		return err
+	}
+	return e.layers.SaveCache(sb.ID, cache)
 }
 
 // abandonRestore rolls back a restore that did not swap: its half-built
@@ -443,7 +467,7 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 			_ = e.layers.Unmount(sb.ID)
 			if e.layers.Swapped(sb.ID, op.ID) {
 				e.log.Info("recover: finishing a restore that swapped the disk", "sandbox", sb.Name, "to", CheckpointID(ro.Seq))
-				if err := e.finishRestore(ctx, sb, op.ID, ro.Seq, nil); err != nil {
+				if err := e.finishRestore(ctx, sb, op.ID, ro.Seq, nil, true); err != nil {
 					return err
 				}
 			} else {

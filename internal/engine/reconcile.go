@@ -93,6 +93,9 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		}
 		known[sb.ID] = true
 		imageIDs[sb.ImageID] = true
+		if err := e.layers.EmptyTrash(sb.ID); err != nil {
+			return err
+		}
 	}
 	for _, c := range conts {
 		if !known[c.ID] {
