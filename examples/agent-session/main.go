@@ -2,8 +2,10 @@
 // sandbox, through the Go SDK: it creates a sandbox on the default image,
 // writes a small Python project with unittest tests, commits it with git,
 // runs the tests, breaks a file, sees the tests fail, and puts the file
-// back. It prints each step with its exit code and exits non-zero if the
-// sandbox did not behave as an agent expects.
+// back with git. Then it takes a disk checkpoint, wrecks the machine (rm -rf
+// of the project, apt-get remove git), sees what changed, and restores the
+// checkpoint: everything is back. It prints each step with its exit code
+// and exits non-zero if the sandbox did not behave as an agent expects.
 //
 //	go run ./examples/agent-session [--keep]
 //
@@ -137,6 +139,39 @@ func run(ctx context.Context, keep bool) error {
 		if _, err := s.step(ctx, st.what, st.cmd, st.exit); err != nil {
 			return err
 		}
+	}
+
+	fmt.Println("\n### take a disk checkpoint before a risky step")
+	start = time.Now()
+	cp, err := sb.Checkpoint(ctx, "tests pass")
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	fmt.Printf("  %s (%q): %d files, %d bytes stored, in %d ms\n", cp.ID, cp.Comment, cp.Files, cp.AddedBytes, time.Since(start).Milliseconds())
+	if _, err := s.step(ctx, "the risky step goes wrong: the project and git are gone",
+		"rm -rf /workspace/proj && apt-get remove -y git >/dev/null 2>&1; ls /workspace/proj; git --version", 127); err != nil {
+		return err
+	}
+	d, err := sb.Diff(ctx, cp.ID, "live")
+	if err != nil {
+		return fmt.Errorf("diff: %w", err)
+	}
+	fmt.Printf("\n### what the step did (diff %s..live): %d added, %d modified, %d deleted, e.g.\n", cp.ID, len(d.Added), len(d.Modified), len(d.Deleted))
+	for i, c := range d.Deleted {
+		if i == 4 {
+			break
+		}
+		fmt.Println("  -", c.Path)
+	}
+	fmt.Printf("\n### restore %s\n", cp.ID)
+	start = time.Now()
+	if err := sb.Restore(ctx, cp.ID, nil); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	fmt.Printf("  restored in %d ms; the sandbox is %s and boots on the next command\n", time.Since(start).Milliseconds(), sb.State)
+	if _, err := s.step(ctx, "everything is back: git, the project, its history, passing tests",
+		"cd /workspace/proj && git --version && git log --oneline && python3 -m unittest >/tmp/out 2>&1; code=$?; tail -n 1 /tmp/out; exit $code", 0); err != nil {
+		return err
 	}
 	return nil
 }

@@ -360,6 +360,7 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 			return failed(err)
 		}
 	}
+	stopped := time.Now()
 	// The overlay goes before the disk is read, so that nothing writes.
 	if err := e.layers.Unmount(sb.ID); err != nil {
 		return failed(err)
@@ -385,6 +386,7 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	}
 	progress(fmt.Sprintf("%d files: %d kept, %d patched, %d written; %d bytes from the store",
 		mstats.Files, mstats.LinkedFiles, mstats.PatchedFiles, mstats.WrittenFiles, mstats.WrittenBytes))
+	built := time.Now()
 	e.fault("restore:built")
 	if err := e.layers.Swap(sb.ID, opID); err != nil {
 		e.abandonRestore(ctx, sb.ID, opID)
@@ -395,6 +397,7 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 		return failed(err)
 	}
 	e.log.Info("restored", "sandbox", sb.Name, "to", id, "ms", time.Since(start).Milliseconds(),
+		"stop_ms", stopped.Sub(start).Milliseconds(), "build_ms", built.Sub(stopped).Milliseconds(),
 		"linked", mstats.LinkedFiles, "patched", mstats.PatchedFiles, "written", mstats.WrittenFiles, "written_bytes", mstats.WrittenBytes)
 	return sb, nil
 }

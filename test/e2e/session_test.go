@@ -16,7 +16,7 @@ func TestAgentSession(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agent session failed: %v\n%s", err, out)
 	}
-	for _, want := range []string{"Ran 2 tests", "FAILED (failures=1)", "→ exit code 1", "agent-session: OK"} {
+	for _, want := range []string{"Ran 2 tests", "FAILED (failures=1)", "→ exit code 1", "→ exit code 127", "restore v1", "calc with tests", "agent-session: OK"} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("transcript lacks %q:\n%s", want, out)
 		}
