@@ -27,6 +27,9 @@ const (
 	// CodeFileNotFound: the path does not exist inside the sandbox. 404.
 	// An sbx extension of API.md, documented in docs/api.md.
 	CodeFileNotFound Code = "file_not_found"
+	// CodeProcessNotFound: no process started by exec has that pid (the
+	// agent keeps the latest 256 finished ones). 404. An sbx extension.
+	CodeProcessNotFound Code = "process_not_found"
 	// CodeNotFound: the route does not exist. 404.
 	CodeNotFound Code = "not_found"
 	// CodeMethodNotAllowed: the route exists for other methods (see the
@@ -68,7 +71,7 @@ func (c Code) HTTPStatus() int {
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
 	case CodeSandboxNotFound, CodeCheckpointNotFound, CodeSnapshotNotFound,
-		CodeImageNotFound, CodeFileNotFound, CodeNotFound:
+		CodeImageNotFound, CodeFileNotFound, CodeProcessNotFound, CodeNotFound:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed

@@ -80,7 +80,6 @@ type Volume struct {
 type CreateSandboxRequest struct {
 	Name     string            `json:"name,omitempty"`
 	Image    string            `json:"image,omitempty"`
-	Snapshot string            `json:"snapshot,omitempty"`
 	CPUs     float64           `json:"cpus,omitempty"`
 	MemoryMB int               `json:"memory_mb,omitempty"`
 	DiskMB   int               `json:"disk_mb,omitempty"`
@@ -88,6 +87,10 @@ type CreateSandboxRequest struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	Network  *NetworkRules     `json:"network,omitempty"`
 	Volumes  []Volume          `json:"volumes,omitempty"`
+	// Snapshot starts the sandbox from a memory snapshot (by id), running,
+	// with the snapshot's disk, memory and processes; image, cpus and
+	// memory_mb come from the snapshot.
+	Snapshot string `json:"snapshot,omitempty"`
 	// TimeoutMS is the idle time before auto-suspend in ms; 0 = never.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
@@ -112,6 +115,9 @@ type ExecRequest struct {
 	// strings; bytes that are not UTF-8 become U+FFFD) or "base64" (exact
 	// bytes, standard base64, each line's data decodable on its own).
 	Encoding string `json:"encoding,omitempty"`
+	// Detach answers at once with the process id ({"pid": N}); the output
+	// is kept for GET .../processes/{pid}/output.
+	Detach bool `json:"detach,omitempty"`
 }
 
 // Output encodings of ExecRequest.Encoding.
@@ -122,6 +128,8 @@ const (
 
 // ExecResult is the buffered answer of exec.
 type ExecResult struct {
+	// PID is the process id inside the sandbox.
+	PID      int    `json:"pid"`
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
 	ExitCode int    `json:"exit_code"`
@@ -140,6 +148,8 @@ const MaxBufferedOutput = 16 << 20
 
 // Exec stream line types.
 const (
+	// ExecStart is the first line: the process runs, with PID.
+	ExecStart  = "start"
 	ExecStdout = "stdout"
 	ExecStderr = "stderr"
 	ExecExit   = "exit"
@@ -151,6 +161,7 @@ const (
 // (Error, Code).
 type ExecEvent struct {
 	Type       string `json:"type"`
+	PID        int    `json:"pid,omitempty"`
 	Data       string `json:"data,omitempty"`
 	ExitCode   *int   `json:"exit_code,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
@@ -316,4 +327,89 @@ type Diff struct {
 	Deleted  []Change `json:"deleted"`
 	// Truncated is true when a list was cut at the limit.
 	Truncated bool `json:"truncated,omitempty"`
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{name}/snapshot.
+type SnapshotRequest struct {
+	// Name is a label for the caller (≤ 63 bytes); it need not be unique.
+	Name string `json:"name,omitempty"`
+	// RetentionDays is how long the snapshot is kept, in days (fractions
+	// allowed), default 7, at most 3650.
+	RetentionDays *float64 `json:"retention_days,omitempty"`
+	// Metadata is the caller's JSON object (≤ 64 KiB), returned as is.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// MaxMetadataBytes bounds a snapshot's metadata.
+const MaxMetadataBytes = 64 << 10
+
+// Snapshot is a memory snapshot: disk, memory and running processes of a
+// sandbox at one paused instant.
+type Snapshot struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Sandbox is the name of the sandbox it was taken of.
+	Sandbox    string     `json:"sandbox"`
+	CreateTime time.Time  `json:"create_time"`
+	ExpireTime *time.Time `json:"expire_time"`
+	// MemoryBytes is the size of the memory image (touched memory);
+	// DiskBytes of the writable layer's files; StoredBytes what the snapshot
+	// added to the blob store (shared chunks are counted once, by the first).
+	MemoryBytes int64           `json:"memory_bytes"`
+	DiskBytes   int64           `json:"disk_bytes"`
+	StoredBytes int64           `json:"stored_bytes"`
+	Metadata    json.RawMessage `json:"metadata"`
+	// Billable is false for the snapshot a fork takes for itself.
+	Billable bool `json:"billable"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{name}/fork.
+type ForkRequest struct {
+	// Name of the copy; with Count > 1, copies are Name-1, Name-2, ...
+	// Default: generated.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Network rules of the copies (e.g. {"internet": false}); default the
+	// original's.
+	Network *NetworkRules `json:"network,omitempty"`
+	// Count is the number of copies, 1 to 16 (default 1).
+	Count int `json:"count,omitempty"`
+}
+
+// MaxForkCount bounds ForkRequest.Count.
+const MaxForkCount = 16
+
+// ForkCopy is one copy of a fork: a sandbox, or why it failed.
+type ForkCopy struct {
+	Sandbox *Sandbox   `json:"sandbox,omitempty"`
+	Error   *ErrorBody `json:"error,omitempty"`
+}
+
+// ForkResult is the complete data of a fork.
+type ForkResult struct {
+	// Snapshot is the id of the snapshot the fork took for itself.
+	Snapshot string     `json:"snapshot"`
+	Copies   []ForkCopy `json:"copies"`
+	// PausedMS is how long the original was paused, in ms.
+	PausedMS int64 `json:"paused_ms"`
+}
+
+// Process is a process started by exec.
+type Process struct {
+	// PID is its process id inside the sandbox (and in every copy of it).
+	PID       int       `json:"pid"`
+	Cmd       []string  `json:"cmd"`
+	StartTime time.Time `json:"start_time"`
+	// State is "running" or "exited".
+	State    string `json:"state"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	// OutputBytes is how much output (stdout and stderr) it produced; an
+	// attach resumes at a byte offset in it.
+	OutputBytes int64 `json:"output_bytes"`
+}
+
+// SignalRequest is the body of POST .../processes/{pid}/signal.
+type SignalRequest struct {
+	// Signal number, e.g. 15 (SIGTERM), 9 (SIGKILL).
+	Signal int `json:"signal"`
 }

@@ -41,6 +41,8 @@ type Client struct {
 	Sandboxes *Sandboxes
 	// Images lists, builds, pulls, imports and removes images.
 	Images *Images
+	// Snapshots lists, gets and deletes memory snapshots.
+	Snapshots *Snapshots
 }
 
 // Option configures a Client.
@@ -105,6 +107,7 @@ func New(opts ...Option) (*Client, error) {
 	}
 	c.Sandboxes = &Sandboxes{c: c}
 	c.Images = &Images{c: c}
+	c.Snapshots = &Snapshots{c: c}
 	return c, nil
 }
 
@@ -156,6 +159,8 @@ var (
 	ErrSnapshotNotFound   = &Error{Code: api.CodeSnapshotNotFound}
 	ErrImageNotFound      = &Error{Code: api.CodeImageNotFound}
 	ErrFileNotFound       = &Error{Code: api.CodeFileNotFound}
+	ErrProcessNotFound    = &Error{Code: api.CodeProcessNotFound}
+	ErrMethodNotAllowed   = &Error{Code: api.CodeMethodNotAllowed}
 	ErrNameTaken          = &Error{Code: api.CodeNameTaken}
 	ErrConflict           = &Error{Code: api.CodeConflict}
 	ErrSandboxHasVolume   = &Error{Code: api.CodeSandboxHasVolume}

@@ -137,6 +137,14 @@ type ExecStream struct {
 	b64  bool
 	err  error
 	exit *api.ExecEvent
+	// PID is the process id inside the sandbox, once the start line came.
+	PID int
+}
+
+func newExecStream(resp *http.Response, b64 bool) *ExecStream {
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	return &ExecStream{body: resp.Body, sc: sc, b64: b64}
 }
 
 // Stream starts req and returns its output as it comes. The caller reads
@@ -147,9 +155,7 @@ func (sb *Sandbox) Stream(ctx context.Context, req api.ExecRequest) (*ExecStream
 	if err != nil {
 		return nil, err
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	return &ExecStream{body: resp.Body, sc: sc, b64: req.Encoding == api.EncodingBase64}, nil
+	return newExecStream(resp, req.Encoding == api.EncodingBase64), nil
 }
 
 // Events yields the stream's stdout, stderr and final exit events. A broken
@@ -174,6 +180,8 @@ func (s *ExecStream) Events() iter.Seq2[api.ExecEvent, error] {
 				ev.Data = string(b)
 			}
 			switch ev.Type {
+			case api.ExecStart:
+				s.PID = ev.PID
 			case api.ExecError:
 				s.err = &Error{Code: ev.Code, Message: ev.Error}
 				yield(ev, s.err)

@@ -18,11 +18,10 @@ import (
 func startAgent(t *testing.T, spare int) *Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "a.sock")
-	srv, err := NewServer(sock, t.Logf)
+	srv, err := NewServer(sock, "@sbx-test-"+filepath.Base(filepath.Dir(sock)), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve()
 	t.Cleanup(func() { srv.Close() })
 	cl := NewClient(sock, spare)
 	t.Cleanup(cl.Close)

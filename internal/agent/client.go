@@ -242,17 +242,44 @@ func (cl *Client) WaitReady(ctx context.Context) error {
 	}
 }
 
+// Quiesce asks the agent to close every host socket (for a gVisor
+// checkpoint); SIGUSR1 to the agent makes it listen again.
+func (cl *Client) Quiesce(ctx context.Context) error {
+	cl.mu.Lock()
+	idle := cl.idle
+	cl.idle = nil
+	cl.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", cl.sock)
+	if err != nil {
+		return fmt.Errorf("dial agent: %w", err)
+	}
+	o := &op{c: c, stop: context.AfterFunc(ctx, func() { c.Close() })}
+	defer o.close()
+	b, _ := json.Marshal(&Request{Op: OpQuiesce})
+	if err := WriteFrame(c, FrameRequest, b); err != nil {
+		return err
+	}
+	return ctxErr(ctx, o.result(nil))
+}
+
 // SetHostname sets the sandbox's hostname (its UTS namespace).
 func (cl *Client) SetHostname(ctx context.Context, name string) error {
 	return cl.simple(ctx, &Request{Op: OpHostname, Hostname: name}, nil)
 }
 
-// Process is an exec whose process has started.
+// Process is an exec whose process has started, attached to its output.
 type Process struct {
 	o   *op
 	ctx context.Context
 	// PID is the process id inside the sandbox.
 	PID int
+	// Offset is the bytes of output (stdout and stderr, with gaps) received
+	// so far: where an Attach resumes.
+	Offset int64
 }
 
 // Start starts req.Cmd in the sandbox. When stdin is not nil it is copied to
@@ -274,6 +301,10 @@ func (cl *Client) Start(ctx context.Context, req *Request, stdin io.Reader) (*Pr
 	if typ != FrameStarted || json.Unmarshal(p, &st) != nil {
 		o.close()
 		return nil, fmt.Errorf("%w: got frame %q, want started", ErrProtocol, typ)
+	}
+	if req.Detach {
+		o.close()
+		return &Process{PID: st.PID, ctx: ctx}, nil
 	}
 	if stdin != nil {
 		go func() {
@@ -309,8 +340,14 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*Exit, error) {
 			if typ == FrameStderr {
 				w = stderr
 			}
+			p.Offset += int64(len(b))
 			if _, err := w.Write(b); err != nil {
 				return nil, fmt.Errorf("write output: %w", err)
+			}
+		case FrameGap:
+			var g Gap
+			if json.Unmarshal(b, &g) == nil {
+				p.Offset += g.Lost
 			}
 		case FrameExit:
 			var ex Exit
@@ -325,8 +362,47 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*Exit, error) {
 }
 
 // Close abandons the process: the agent kills its process group if it
-// still runs.
-func (p *Process) Close() { p.o.close() }
+// still runs (not for an attach, which only detaches).
+func (p *Process) Close() {
+	if p.o != nil {
+		p.o.close()
+	}
+}
+
+// Attach attaches to the output of a process started by exec, from offset
+// (bytes already received); Wait then copies the rest and returns its
+// exit. Closing it only detaches. A process the agent does not know is
+// *Error of kind not_found.
+func (cl *Client) Attach(ctx context.Context, pid int, offset int64) (*Process, error) {
+	o, err := cl.start(ctx, &Request{Op: OpAttach, PID: pid, Offset: offset})
+	if err != nil {
+		return nil, err
+	}
+	typ, b, err := o.next()
+	if err != nil {
+		o.close()
+		return nil, ctxErr(ctx, err)
+	}
+	var st Started
+	if typ != FrameStarted || json.Unmarshal(b, &st) != nil {
+		o.close()
+		return nil, fmt.Errorf("%w: got frame %q, want started", ErrProtocol, typ)
+	}
+	return &Process{o: o, ctx: ctx, PID: pid, Offset: offset}, nil
+}
+
+// Ps lists the processes started by exec (running, and the latest
+// finished).
+func (cl *Client) Ps(ctx context.Context) ([]ProcInfo, error) {
+	var out []ProcInfo
+	err := cl.simple(ctx, &Request{Op: OpPs}, &out)
+	return out, err
+}
+
+// Signal sends sig to the process group of a running exec'd process.
+func (cl *Client) Signal(ctx context.Context, pid, sig int) error {
+	return cl.simple(ctx, &Request{Op: OpSignal, PID: pid, Signal: sig}, nil)
+}
 
 // fileReader yields the FrameData payloads of a read or tar_out.
 type fileReader struct {

@@ -35,6 +35,7 @@ const (
 	FrameResult   byte = 'R' // agent → host: JSON result of a non-exec op
 	FrameFail     byte = 'F' // agent → host: JSON Failure, ends any op
 	FrameSignal   byte = 'K' // host → agent: JSON {"signal":N} to the process group
+	FrameGap      byte = 'G' // agent → host: JSON Gap, output the agent no longer has
 	MaxFrame           = 1 << 20
 	frameHeaderSz      = 5
 )
@@ -50,6 +51,13 @@ const (
 	OpTarOut   = "tar_out"
 	OpTarIn    = "tar_in"
 	OpHostname = "hostname"
+	OpAttach   = "attach" // stream an exec'd process's output from Offset
+	OpPs       = "ps"     // list exec'd processes
+	OpSignal   = "signal" // signal an exec'd process's group
+	// OpQuiesce closes every host socket of the agent (this connection
+	// too, after the answer), for a gVisor checkpoint; SIGUSR1 to the
+	// agent (runsc kill ID USR1) makes it listen again.
+	OpQuiesce = "quiesce"
 )
 
 // Request is the first frame of a connection.
@@ -67,8 +75,21 @@ type Request struct {
 	Path      string `json:"path,omitempty"`
 	Mode      uint32 `json:"mode,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
+	// Detach starts the process and answers at once (FrameStarted); its
+	// output is kept for a later attach.
+	Detach bool `json:"detach,omitempty"`
+	// Attach and signal fields: the process, where to resume its output
+	// (bytes of stdout and stderr already received), the signal.
+	PID    int   `json:"pid,omitempty"`
+	Offset int64 `json:"offset,omitempty"`
+	Signal int   `json:"signal,omitempty"`
 	// Hostname field.
 	Hostname string `json:"hostname,omitempty"`
+}
+
+// Gap reports output an attach asked for that the agent no longer has.
+type Gap struct {
+	Lost int64 `json:"lost"`
 }
 
 // Started is sent once an exec's process runs.

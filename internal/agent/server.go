@@ -28,50 +28,188 @@ const Version = "1"
 // keeps the pipes open (`server &`) does not hold the exec's answer longer.
 const outputGrace = 50 * time.Millisecond
 
-// Server is the in-sandbox side: it accepts connections on a Unix socket and
-// runs one operation per connection. When it runs as PID 1 it also reaps
-// every orphaned process of the sandbox.
+// Server is the in-sandbox side: it accepts connections on a Unix socket
+// that runsc creates on the host (--host-uds=create) and runs one operation
+// per connection. When it runs as PID 1 it also reaps every orphaned
+// process of the sandbox.
+//
+// A gVisor checkpoint cannot save host sockets, so around a snapshot the
+// agent quiesces: runsc runs `sbx-agent hook` in the sandbox before the
+// save and after the restore or resume (runsc checkpoint
+// --save-restore-exec-argv), which asks the agent, over an abstract socket
+// inside the sandbox, to close every host socket and later to listen again.
+// Processes started by exec keep running meanwhile; sbxd attaches to them
+// again afterwards.
 type Server struct {
-	ln     net.Listener
+	sock   string
 	reaper *reaper
+	procs  *procTable
 	logf   func(format string, args ...any)
+
+	mu        sync.Mutex
+	lns       []net.Listener
+	conns     map[net.Conn]bool
+	quiescing bool
+	ctl       net.Listener
 }
 
+// ControlSocket is the abstract Unix socket (inside the sandbox) on which
+// the agent takes quiesce requests from its hook.
+const ControlSocket = "@sbx-agent-control"
+
 // NewServer listens on the Unix socket at sock, replacing a stale socket
-// file left there by an earlier boot.
-func NewServer(sock string, logf func(string, ...any)) (*Server, error) {
-	_ = os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
+// file left there by an earlier boot, and on the abstract socket control
+// (ControlSocket in a sandbox).
+func NewServer(sock, control string, logf func(string, ...any)) (*Server, error) {
+	s := &Server{sock: sock, logf: logf, reaper: newReaper(os.Getpid() == 1),
+		procs: &procTable{procs: map[int]*proc{}}, conns: map[net.Conn]bool{}}
+	if err := s.listen(); err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, logf: logf, reaper: newReaper(os.Getpid() == 1)}
+	ctl, err := net.Listen("unix", control)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	s.ctl = ctl
+	go s.serveControl(ctl)
+	usr1 := make(chan os.Signal, 4)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			if s.isQuiescing() {
+				if err := s.Unquiesce(); err != nil && s.logf != nil {
+					s.logf("agent: listen again: %v", err)
+				}
+			}
+		}
+	}()
 	return s, nil
+}
+
+// listen (re)creates the host socket and serves it.
+func (s *Server) listen() error {
+	_ = os.Remove(s.sock)
+	ln, err := net.Listen("unix", s.sock)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	go s.serve(ln)
+	return nil
+}
+
+func (s *Server) isQuiescing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.quiescing
+}
+
+// Quiesce closes every host socket: listeners and connections. Exec'd
+// processes go on; their output is kept for a later attach.
+func (s *Server) Quiesce() {
+	s.mu.Lock()
+	s.quiescing = true
+	lns, conns := s.lns, s.conns
+	s.lns, s.conns = nil, map[net.Conn]bool{}
+	s.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// Unquiesce listens on the host socket again (after a resume, or in a copy
+// restored from a snapshot, where the socket is a new host file).
+func (s *Server) Unquiesce() error {
+	if err := s.listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.quiescing = false
+	s.mu.Unlock()
+	return nil
+}
+
+// serveControl takes one line a connection from the hook: "save" to
+// quiesce, "resume" or "restore" to listen again; it answers "ok" or the
+// error.
+func (s *Server) serveControl(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 64)
+			n, _ := c.Read(buf)
+			var err error
+			switch mode := strings.TrimSpace(string(buf[:n])); mode {
+			case "save":
+				s.Quiesce()
+			case "resume", "restore":
+				err = s.Unquiesce()
+			default:
+				err = fmt.Errorf("unknown mode %q", mode)
+			}
+			if err != nil {
+				fmt.Fprintf(c, "error: %v\n", err)
+				return
+			}
+			fmt.Fprintln(c, "ok")
+		}()
+	}
+}
+
+// Hook is `sbx-agent hook`, which runsc runs inside the sandbox around a
+// checkpoint with GVISOR_SAVE_RESTORE_AUTO_EXEC_MODE set to save, restore
+// or resume: it relays the mode to the agent and fails if the agent does.
+func Hook(control, mode string) error {
+	c, err := net.DialTimeout("unix", control, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("reach the agent: %w", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := fmt.Fprintln(c, mode); err != nil {
+		return err
+	}
+	buf := make([]byte, 256)
+	n, _ := c.Read(buf)
+	if ans := strings.TrimSpace(string(buf[:n])); ans != "ok" {
+		return fmt.Errorf("agent: %s", ans)
+	}
+	return nil
 }
 
 // WatchSocket re-creates the socket if something in the sandbox removes
 // its file (rm -rf / as root does): it checks every interval.
-func (s *Server) WatchSocket(sock string, interval time.Duration) {
+func (s *Server) WatchSocket(interval time.Duration) {
 	for range time.Tick(interval) {
-		if _, err := os.Lstat(sock); err == nil {
+		if s.isQuiescing() {
 			continue
 		}
-		ln, err := net.Listen("unix", sock)
-		if err != nil {
+		if _, err := os.Lstat(s.sock); err == nil {
+			continue
+		}
+		if err := s.listen(); err != nil {
 			if s.logf != nil {
-				s.logf("agent: re-listen on %s: %v", sock, err)
+				s.logf("agent: re-listen on %s: %v", s.sock, err)
 			}
 			continue
 		}
 		if s.logf != nil {
-			s.logf("agent: socket %s was removed; listening again", sock)
+			s.logf("agent: socket %s was removed; listening again", s.sock)
 		}
-		go s.serve(ln)
 	}
 }
 
-// Serve accepts connections until the listener is closed.
-func (s *Server) Serve() error { return s.serve(s.ln) }
+// Wait blocks forever: the agent serves until the sandbox ends.
+func (s *Server) Wait() { select {} }
 
 func (s *Server) serve(ln net.Listener) error {
 	for {
@@ -86,12 +224,23 @@ func (s *Server) serve(ln net.Listener) error {
 			}
 			return err
 		}
+		s.mu.Lock()
+		if s.quiescing {
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s.conns[c] = true
+		s.mu.Unlock()
 		go s.handle(c)
 	}
 }
 
 // Close stops accepting connections.
-func (s *Server) Close() error { return s.ln.Close() }
+func (s *Server) Close() error {
+	s.Quiesce()
+	return s.ctl.Close()
+}
 
 // conn serialises frame writes from the goroutines of one operation.
 type conn struct {
@@ -118,7 +267,12 @@ func (c *conn) fail(err error) error {
 }
 
 func (s *Server) handle(nc net.Conn) {
-	defer nc.Close()
+	defer func() {
+		nc.Close()
+		s.mu.Lock()
+		delete(s.conns, nc)
+		s.mu.Unlock()
+	}()
 	c := &conn{c: nc}
 	typ, payload, err := ReadFrame(nc, nil)
 	if err != nil {
@@ -150,6 +304,16 @@ func (s *Server) handle(nc net.Conn) {
 		err = tarOut(c, req.Path)
 	case OpTarIn:
 		err = tarIn(c, req.Path)
+	case OpAttach:
+		err = s.attach(c, &req)
+	case OpQuiesce:
+		if err = c.sendJSON(FrameResult, struct{}{}); err == nil {
+			s.Quiesce()
+		}
+	case OpPs:
+		err = c.sendJSON(FrameResult, s.procs.list())
+	case OpSignal:
+		err = s.signalProc(c, &req)
 	case OpHostname:
 		if err = syscall.Sethostname([]byte(req.Hostname)); err != nil {
 			err = c.fail(err)
@@ -192,335 +356,6 @@ func failureOf(err error) Failure {
 	}
 	return Failure{Kind: kind, Message: err.Error()}
 }
-
-// --- processes ---
-
-// reaper collects exit statuses. As PID 1 it waits for any child, so
-// orphans re-parented to init do not stay zombies; otherwise it waits for
-// each started pid.
-type reaper struct {
-	pid1    bool
-	mu      sync.Mutex
-	waiting map[int]chan syscall.WaitStatus
-}
-
-func newReaper(pid1 bool) *reaper {
-	r := &reaper{pid1: pid1, waiting: map[int]chan syscall.WaitStatus{}}
-	if pid1 {
-		sigs := make(chan os.Signal, 64)
-		signal.Notify(sigs, syscall.SIGCHLD)
-		go func() {
-			for range sigs {
-				r.reapAll()
-			}
-		}()
-	}
-	return r
-}
-
-func (r *reaper) reapAll() {
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return
-		}
-		r.mu.Lock()
-		ch := r.waiting[pid]
-		delete(r.waiting, pid)
-		r.mu.Unlock()
-		if ch != nil {
-			ch <- ws
-		}
-	}
-}
-
-// start starts a process and returns its pid and a channel that receives
-// its wait status once.
-func (r *reaper) start(path string, argv []string, attr *os.ProcAttr) (int, <-chan syscall.WaitStatus, error) {
-	ch := make(chan syscall.WaitStatus, 1)
-	r.mu.Lock()
-	p, err := os.StartProcess(path, argv, attr)
-	if err != nil {
-		r.mu.Unlock()
-		return 0, nil, err
-	}
-	pid := p.Pid
-	if r.pid1 {
-		r.waiting[pid] = ch
-	}
-	r.mu.Unlock()
-	_ = p.Release()
-	if r.pid1 {
-		// A SIGCHLD may have come before the registration; reap again.
-		go r.reapAll()
-	} else {
-		go func() {
-			var ws syscall.WaitStatus
-			for {
-				_, err := syscall.Wait4(pid, &ws, 0, nil)
-				if err != syscall.EINTR {
-					break
-				}
-			}
-			ch <- ws
-		}()
-	}
-	return pid, ch, nil
-}
-
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
-
-// pathCache remembers where lookPath found a command in a PATH; a hit is
-// checked with one stat instead of one per PATH entry.
-var pathCache sync.Map // "PATH\x00file" → path
-
-// lookPath finds file like a shell does, in the PATH of the given env.
-func lookPath(file string, env []string) (string, error) {
-	if strings.Contains(file, "/") {
-		return lookPathUncached(file, env)
-	}
-	key := envValue(env, "PATH") + "\x00" + file
-	if p, ok := pathCache.Load(key); ok {
-		if fi, err := os.Stat(p.(string)); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p.(string), nil
-		}
-		pathCache.Delete(key)
-	}
-	p, err := lookPathUncached(file, env)
-	if err == nil {
-		pathCache.Store(key, p)
-	}
-	return p, err
-}
-
-func lookPathUncached(file string, env []string) (string, error) {
-	notFound := &Error{Failure{Kind: FailNotFound, Message: fmt.Sprintf("executable file not found in $PATH: %q", file)}}
-	isExec := func(p string) error {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		if fi.IsDir() {
-			return &Error{Failure{Kind: FailInvalid, Message: fmt.Sprintf("%s is a directory, not an executable", p)}}
-		}
-		if fi.Mode()&0o111 == 0 {
-			return &Error{Failure{Kind: FailPermission, Message: fmt.Sprintf("%s is not executable", p)}}
-		}
-		return nil
-	}
-	if strings.Contains(file, "/") {
-		if err := isExec(file); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return "", &Error{Failure{Kind: FailNotFound, Message: fmt.Sprintf("no such executable: %s", file)}}
-			}
-			return "", err
-		}
-		return file, nil
-	}
-	path := envValue(env, "PATH")
-	if path == "" {
-		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, file)
-		if isExec(p) == nil {
-			return p, nil
-		}
-	}
-	return "", notFound
-}
-
-func (s *Server) exec(c *conn, req *Request) error {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return c.fail(&Error{Failure{Kind: FailInvalid, Message: "cmd[0] is empty", Field: "cmd"}})
-	}
-	path, err := lookPath(req.Cmd[0], req.Env)
-	if err != nil {
-		f := failureOf(err)
-		f.Field = "cmd"
-		return c.sendJSON(FrameFail, f)
-	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = "/"
-	}
-	if fi, err := os.Stat(cwd); err != nil {
-		return c.fail(&Error{Failure{Kind: FailNotFound, Message: fmt.Sprintf("%s: no such directory", cwd), Field: "cwd"}})
-	} else if !fi.IsDir() {
-		return c.fail(&Error{Failure{Kind: FailNotDir, Message: fmt.Sprintf("%s: not a directory", cwd), Field: "cwd"}})
-	}
-
-	var stdinR, stdinW *os.File
-	if req.Stdin {
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
-			return c.fail(err)
-		}
-	} else if stdinR, err = devNull(); err != nil {
-		return c.fail(err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return c.fail(err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return c.fail(err)
-	}
-	attr := &os.ProcAttr{
-		Dir:   cwd,
-		Env:   req.Env,
-		Files: []*os.File{stdinR, outW, errW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	}
-	start := time.Now()
-	pid, waitc, err := s.reaper.start(path, req.Cmd, attr)
-	if req.Stdin {
-		stdinR.Close()
-	}
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		return c.fail(err)
-	}
-	killGroup := func(sig syscall.Signal) { _ = syscall.Kill(-pid, sig) }
-
-	var pumps sync.WaitGroup
-	pump := func(r *os.File, typ byte) {
-		defer pumps.Done()
-		defer r.Close()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				if c.send(typ, buf[:n]) != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	pumps.Add(2)
-	go pump(outR, FrameStdout)
-	go pump(errR, FrameStderr)
-	if err := c.sendJSON(FrameStarted, Started{PID: pid}); err != nil {
-		killGroup(syscall.SIGKILL)
-	}
-
-	// Frames from the host: stdin, signals, and the connection's end, which
-	// cancels a process that still runs.
-	exited := make(chan struct{})
-	cancelled := make(chan struct{})
-	go func() {
-		var buf []byte
-		stdinOpen := stdinW != nil
-		defer func() {
-			if stdinOpen {
-				stdinW.Close()
-			}
-		}()
-		for {
-			typ, p, err := ReadFrame(c.c, buf)
-			if err != nil {
-				select {
-				case <-exited:
-				default:
-					close(cancelled)
-				}
-				return
-			}
-			buf = p[:0]
-			switch typ {
-			case FrameStdin:
-				if !stdinOpen {
-					continue
-				}
-				if len(p) == 0 {
-					stdinW.Close()
-					stdinOpen = false
-					continue
-				}
-				if _, err := stdinW.Write(p); err != nil {
-					// The process closed its stdin; drop the rest.
-					stdinW.Close()
-					stdinOpen = false
-				}
-			case FrameSignal:
-				var sig struct {
-					Signal int `json:"signal"`
-				}
-				if json.Unmarshal(p, &sig) == nil && sig.Signal > 0 {
-					killGroup(syscall.Signal(sig.Signal))
-				}
-			}
-		}
-	}()
-
-	var timeout <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
-		defer t.Stop()
-		timeout = t.C
-	}
-	var ws syscall.WaitStatus
-	timedOut := false
-	for done := false; !done; {
-		select {
-		case ws = <-waitc:
-			done = true
-		case <-timeout:
-			timedOut = true
-			timeout = nil
-			killGroup(syscall.SIGKILL)
-		case <-cancelled:
-			cancelled = nil
-			killGroup(syscall.SIGKILL)
-		}
-	}
-	close(exited)
-	dur := time.Since(start)
-	// Drain what is left in the pipes, but do not wait for background
-	// children that inherited them.
-	_ = outR.SetReadDeadline(time.Now().Add(outputGrace))
-	_ = errR.SetReadDeadline(time.Now().Add(outputGrace))
-	pumps.Wait()
-
-	ex := Exit{DurationMS: dur.Milliseconds(), TimedOut: timedOut}
-	switch {
-	case timedOut:
-		ex.ExitCode = 124
-	case ws.Signaled():
-		ex.Signal = int(ws.Signal())
-		ex.ExitCode = 128 + ex.Signal
-	default:
-		ex.ExitCode = ws.ExitStatus()
-	}
-	return c.sendJSON(FrameExit, ex)
-}
-
-// devNull returns /dev/null, opened once and shared as every exec's
-// standard input when it has none.
-var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // --- files ---
 

@@ -110,6 +110,7 @@ func (a *app) root() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.url, "url", "", "sbxd's URL over TCP (default $SBX_URL; key from $SBX_API_KEY)")
 	root.AddCommand(a.createCmd(), a.lsCmd(), a.getCmd(), a.rmCmd(), a.stopCmd(), a.execCmd(),
 		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
+		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(),
 		a.imageCmd(), a.benchCmd(), a.versionCmd())
 	return root
 }
@@ -221,7 +222,7 @@ func (a *app) createCmd() *cobra.Command {
 			var prog *progress
 			sb, err := a.c.Sandboxes.CreateStream(ctx, req, func(msg string, _ time.Time) {
 				if prog == nil {
-					prog = newProgress(a.stderr, "preparing image")
+					prog = newProgress(a.stderr, "creating "+req.Name)
 				}
 				prog.update(msg)
 			})
@@ -245,6 +246,7 @@ func (a *app) createCmd() *cobra.Command {
 	f.IntVar(&req.MemoryMB, "memory", 0, "memory limit in MiB (default 1024)")
 	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVar(&env, "env", nil, "environment KEY=VALUE for every exec (repeatable)")
+	f.StringVar(&req.Snapshot, "from-snapshot", "", "start from a memory snapshot (ID), running")
 	a.addOutput(cmd)
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 func (a *app) execCmd() *cobra.Command {
 	var (
 		interactive bool
+		detach      bool
 		cwd         string
 		env         []string
 		timeout     time.Duration
@@ -53,6 +54,14 @@ func (a *app) execCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{code: 125, err: err}
 			}
+			if detach {
+				pid, err := sb.Start(cmd.Context(), req)
+				if err != nil {
+					return &exitError{code: execErrorCode(err), err: err}
+				}
+				fmt.Fprintln(a.stdout, pid)
+				return nil
+			}
 			st, err := sb.Stream(cmd.Context(), req)
 			if err != nil {
 				return &exitError{code: execErrorCode(err), err: err}
@@ -74,6 +83,7 @@ func (a *app) execCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
+	f.BoolVarP(&detach, "detach", "d", false, "start it and print its pid; follow it with sbx attach")
 	f.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment KEY=VALUE (repeatable)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m)")

@@ -90,12 +90,12 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 	stats := &CaptureStats{}
 	dry := o.Store == nil
 	chunkSet := map[blob.Digest]bool{}
-	addChunks := func(cs []chunkResult) {
+	addChunks := func(cs []blob.Chunk) {
 		for _, c := range cs {
-			stats.AddedBytes += c.added
-			if !chunkSet[c.d] {
-				chunkSet[c.d] = true
-				stats.Chunks = append(stats.Chunks, c.d)
+			stats.AddedBytes += c.Added
+			if !chunkSet[c.Digest] {
+				chunkSet[c.Digest] = true
+				stats.Chunks = append(stats.Chunks, c.Digest)
 			}
 		}
 	}
@@ -421,7 +421,7 @@ func readXattrs(path string) (map[string][]byte, error) {
 
 // readResult is what reading a batch of files gave.
 type readResult struct {
-	chunks  []chunkResult
+	chunks  []blob.Chunk
 	extents map[string][]Extent
 	bytes   int64
 }
@@ -431,7 +431,10 @@ type readResult struct {
 // meanwhile reads as empty; the caller's next walk sees it gone.
 func readFiles(ctx context.Context, root string, files []*scanned, st blob.Store, dry bool) (*readResult, error) {
 	cr := &concatReader{root: root, files: files}
-	chunks, err := putStream(ctx, st, cr, dry)
+	if dry {
+		st = nil
+	}
+	chunks, err := blob.PutStream(ctx, st, cr)
 	if err != nil {
 		return nil, err
 	}

@@ -180,7 +180,7 @@ func TestIncrementalCaptureReadsOnlyChanges(t *testing.T) {
 	if s2.ReadFiles != 2 {
 		t.Fatalf("second capture read %d files, want the 2 changed", s2.ReadFiles)
 	}
-	if limit := int64(1<<20) + 20<<10 + 3*chunkMax; s2.AddedBytes > limit {
+	if limit := int64(1<<20) + 20<<10 + 3*blob.ChunkMax; s2.AddedBytes > limit {
 		t.Fatalf("a 1 MB change stored %d bytes (first capture: %d)", s2.AddedBytes, s1.AddedBytes)
 	}
 	t.Logf("first capture stored %d bytes, after a ~1 MB change %d bytes", s1.AddedBytes, s2.AddedBytes)
@@ -311,13 +311,13 @@ func TestChunkBoundariesAreStable(t *testing.T) {
 		x ^= x << 17
 		data[i] = byte(x)
 	}
-	chunks, err := putStream(context.Background(), nil, bytes.NewReader(data), true)
+	chunks, err := blob.PutStream(context.Background(), nil, bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sizes []int64
 	for _, c := range chunks {
-		sizes = append(sizes, c.n)
+		sizes = append(sizes, c.Len)
 	}
 	got := fmt.Sprint(sizes)
 	const want = "[163570 96454 151641 131104 154631 180569 62537 194404 71254 270465 187589 158116 166438 147186 183240 119162 105652 99930 221868 69699 179876 136511 137332 135269 146936 177167 150422 143770 51512]"
@@ -351,7 +351,7 @@ func TestMaterializePatchesBigFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stats.PatchedFiles != 1 || stats.WrittenBytes > 256<<10+4*chunkMax {
+	if stats.PatchedFiles != 1 || stats.WrittenBytes > 256<<10+4*blob.ChunkMax {
 		t.Fatalf("patched %d files, %d bytes from the store", stats.PatchedFiles, stats.WrittenBytes)
 	}
 	if got, _ := os.ReadFile(filepath.Join(dst, "big")); !bytes.Equal(got, orig) {

@@ -5,12 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"runtime"
-	"sync"
-
-	chunkers "github.com/PlakarKorp/go-cdc-chunkers"
-	_ "github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc" // registers fastcdc-v1.0.0
 
 	"github.com/sbxhq/sbx/internal/blob"
 )
@@ -107,126 +101,26 @@ func (m *Manifest) Chunks() []blob.Digest {
 	return out
 }
 
-// Content-defined chunking: FastCDC (gear hash with normalized chunking),
-// from Plakar's go-cdc-chunkers in its versioned ("spec-faithful") variant,
-// so that a library upgrade cannot move the cut points and break
-// deduplication with stored chunks. Chunks of 32 KiB – 512 KiB, ~128 KiB on
-// average: an edit costs its own bytes plus about one chunk on each side.
-// Measured here: FastCDC cuts ~0.9 GB/s, Rabin (restic/chunker) ~0.45; JC
-// cuts ~8 GB/s but stored 3-4x the bytes of a 1 MB edit in a big file.
-const (
-	chunkAlgo   = "fastcdc-v1.0.0"
-	chunkMin    = 32 << 10
-	chunkNormal = 128 << 10
-	chunkMax    = 512 << 10
-)
-
-// chunkResult is one chunk cut from a stream.
-type chunkResult struct {
-	d     blob.Digest
-	start int64 // offset in the stream
-	n     int64
-	added int64 // encoded bytes newly written, 0 if the store had it
-}
-
-// putStream cuts r into content-defined chunks and stores each (unless
-// dryRun: then it only hashes). Chunks are hashed, compressed and written
-// by a worker per CPU; results come back in stream order.
-func putStream(ctx context.Context, st blob.Store, r io.Reader, dryRun bool) ([]chunkResult, error) {
-	ch, err := chunkers.NewChunker(chunkAlgo, r, &chunkers.ChunkerOpts{MinSize: chunkMin, NormalSize: chunkNormal, MaxSize: chunkMax})
-	if err != nil {
-		return nil, err
-	}
-	type job struct {
-		i     int
-		data  []byte
-		start int64
-	}
-	workers := max(1, runtime.GOMAXPROCS(0))
-	jobs := make(chan job, workers)
-	var mu sync.Mutex
-	var results []chunkResult
-	var firstErr error
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				res := chunkResult{start: j.start, n: int64(len(j.data))}
-				var err error
-				if dryRun {
-					res.d = blob.DigestOf(j.data)
-				} else {
-					res.d, res.added, err = blob.PutRaw(ctx, st, j.data)
-				}
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				for len(results) <= j.i {
-					results = append(results, chunkResult{})
-				}
-				results[j.i] = res
-				mu.Unlock()
-			}
-		}()
-	}
-	var off int64
-	for i := 0; ; i++ {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-			break
-		}
-		mu.Lock()
-		failed := firstErr != nil
-		mu.Unlock()
-		if failed {
-			break
-		}
-		c, cerr := ch.Next()
-		if len(c) > 0 {
-			// Next's slice aliases the chunker's buffer: copy it for the worker.
-			data := append(make([]byte, 0, len(c)), c...)
-			jobs <- job{i: i, data: data, start: off}
-			off += int64(len(c))
-		}
-		if cerr == io.EOF {
-			break
-		}
-		if cerr != nil {
-			err = cerr
-			break
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err == nil {
-		err = firstErr
-	}
-	return results, err
-}
-
 // extentsOf maps the stream range [start, start+n) onto chunks.
-func extentsOf(chunks []chunkResult, start, n int64) []Extent {
+func extentsOf(chunks []blob.Chunk, start, n int64) []Extent {
 	var out []Extent
 	end := start + n
 	// chunks are in stream order: find the first that ends after start.
 	lo, hi := 0, len(chunks)
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if chunks[mid].start+chunks[mid].n <= start {
+		if chunks[mid].Start+chunks[mid].Len <= start {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	for i := lo; i < len(chunks) && chunks[i].start < end; i++ {
+	for i := lo; i < len(chunks) && chunks[i].Start < end; i++ {
 		c := chunks[i]
-		s := max(start, c.start)
-		e := min(end, c.start+c.n)
+		s := max(start, c.Start)
+		e := min(end, c.Start+c.Len)
 		if e > s {
-			out = append(out, Extent{Chunk: c.d, Off: s - c.start, Len: e - s})
+			out = append(out, Extent{Chunk: c.Digest, Off: s - c.Start, Len: e - s})
 		}
 	}
 	return out
@@ -243,15 +137,15 @@ func PutManifest(ctx context.Context, st blob.Store, m *Manifest) (ManifestRef, 
 	if err != nil {
 		return nil, 0, err
 	}
-	chunks, err := putStream(ctx, st, bytes.NewReader(b), false)
+	chunks, err := blob.PutStream(ctx, st, bytes.NewReader(b))
 	if err != nil {
 		return nil, 0, err
 	}
 	ref := make(ManifestRef, len(chunks))
 	var added int64
 	for i, c := range chunks {
-		ref[i] = c.d
-		added += c.added
+		ref[i] = c.Digest
+		added += c.Added
 	}
 	return ref, added, nil
 }

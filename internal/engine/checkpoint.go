@@ -589,6 +589,9 @@ func (e *Engine) collectGarbage(ctx context.Context) error {
 		return err
 	}
 	live := map[blob.Digest]bool{}
+	if err := e.snapshotLive(ctx, live); err != nil {
+		return err
+	}
 	for _, cp := range cps {
 		ref := manifestRef(cp)
 		for _, d := range ref {
@@ -641,7 +644,7 @@ func (e *Engine) kickGC() {
 
 func (e *Engine) gcLoop() {
 	defer e.bg.Done()
-	tick := time.NewTicker(time.Hour)
+	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
 		select {
@@ -649,6 +652,9 @@ func (e *Engine) gcLoop() {
 			return
 		case <-e.gcKick:
 		case <-tick.C:
+		}
+		if err := e.expireSnapshots(e.ctx); err != nil && e.ctx.Err() == nil {
+			e.log.Error("expire snapshots", "err", err)
 		}
 		if err := e.collectGarbage(e.ctx); err != nil && e.ctx.Err() == nil {
 			e.log.Error("blob gc", "err", err)

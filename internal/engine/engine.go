@@ -80,6 +80,9 @@ type Engine struct {
 	gcMu   sync.RWMutex
 	gcKick chan struct{}
 
+	qmu      sync.Mutex
+	quiesces map[string]*quiesce
+
 	bg     sync.WaitGroup
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -112,12 +115,13 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		locks:        map[string]*opLock{},
 		monitors:     map[string]context.CancelFunc{},
 		agents:       map[string]*agent.Client{},
+		quiesces:     map[string]*quiesce{},
 	}
 	// The agent's socket path on the host must fit in sun_path (108 bytes).
 	if n := len(e.socketPath("sbx_0123456789abcdef")); n >= 108 {
 		return nil, fmt.Errorf("data dir %s is too long: agent socket paths would be %d bytes, more than a Unix socket allows", cfg.DataDir, n)
 	}
-	for _, d := range []string{e.sandboxesDir, e.volumesDir, e.agentDir, filepath.Join(cfg.DataDir, "layers")} {
+	for _, d := range []string{e.sandboxesDir, e.volumesDir, e.agentDir, filepath.Join(cfg.DataDir, "layers"), e.snapshotsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}

@@ -38,7 +38,9 @@ type Process struct {
 	p      *agent.Process
 	e      *Engine
 	ctx    context.Context // the caller's
+	actx   context.Context // the caller's, with the host-side deadline
 	cancel context.CancelFunc
+	epoch  int // the sandbox's capture epoch when attached
 	// Sandbox is the sandbox it runs in.
 	Sandbox *store.Sandbox
 }
@@ -46,22 +48,112 @@ type Process struct {
 // PID is the process id inside the sandbox.
 func (p *Process) PID() int { return p.p.PID }
 
+// ListProcesses lists the processes started by exec in a sandbox (running
+// ones and the latest finished), by pid.
+func (e *Engine) ListProcesses(ctx context.Context, idOrName string) ([]api.Process, error) {
+	sb, err := e.ensureRunning(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := e.agentFor(sb).Ps(ctx)
+	if err != nil {
+		return nil, e.sandboxErr(ctx, sb, err)
+	}
+	out := make([]api.Process, 0, len(ps))
+	for _, p := range ps {
+		ap := api.Process{PID: p.PID, Cmd: p.Cmd, StartTime: p.StartTime, State: "running", OutputBytes: p.OutputBytes}
+		if p.Exit != nil {
+			ap.State = "exited"
+			code := p.Exit.ExitCode
+			ap.ExitCode = &code
+		}
+		out = append(out, ap)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out, nil
+}
+
+// AttachProcess attaches to the output of a process started by exec, from
+// byte offset (of stdout and stderr together): in the sandbox it started
+// in, after a snapshot, or in a copy made from one. Closing the process
+// only detaches. An unknown pid is ErrNotFound (process).
+func (e *Engine) AttachProcess(ctx context.Context, idOrName string, pid int, offset int64) (*Process, error) {
+	if offset < 0 {
+		return nil, errdefs.Invalid("offset", "%d is negative", offset)
+	}
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != api.StateRunning {
+		return nil, stateForbids(sb, "attach to a process")
+	}
+	actx, cancel := context.WithCancel(ctx)
+	epoch := e.quiesceEpoch(sb.ID)
+	p, err := e.agentFor(sb).Attach(actx, pid, offset)
+	if err != nil {
+		cancel()
+		var ae *agent.Error
+		if errors.As(err, &ae) && ae.Kind == agent.FailNotFound {
+			return nil, errdefs.New(errdefs.ErrProcessNotFound, "%s", ae.Message)
+		}
+		return nil, e.sandboxErr(ctx, sb, err)
+	}
+	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb}, nil
+}
+
+// SignalProcess sends a signal (1-64) to the process group of a running
+// process started by exec.
+func (e *Engine) SignalProcess(ctx context.Context, idOrName string, pid, sig int) error {
+	if sig < 1 || sig > 64 {
+		return errdefs.Invalid("signal", "%d is not a signal number (1-64)", sig)
+	}
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return err
+	}
+	if sb.State != api.StateRunning {
+		return stateForbids(sb, "signal a process")
+	}
+	if err := e.agentFor(sb).Signal(ctx, pid, sig); err != nil {
+		var ae *agent.Error
+		if errors.As(err, &ae) && ae.Kind == agent.FailNotFound {
+			return errdefs.New(errdefs.ErrProcessNotFound, "%s", ae.Message)
+		}
+		return e.sandboxErr(ctx, sb, err)
+	}
+	return nil
+}
+
 // Wait copies the output to stdout and stderr until the process exits and
 // returns its exit. If the sandbox dies meanwhile (an OOM kill, a delete)
 // the error says so, as ErrConflict.
 func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 	defer p.cancel()
 	start := time.Now()
-	ex, err := p.p.Wait(stdout, stderr)
-	if err != nil {
+	for {
+		ex, err := p.p.Wait(stdout, stderr)
+		if err == nil {
+			return ex, nil
+		}
 		if p.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			// The agent did not report the timeout: the host's deadline cut
 			// the exec (its process group is killed as the channel closes).
 			return &agent.Exit{ExitCode: 124, TimedOut: true, DurationMS: time.Since(start).Milliseconds()}, nil
 		}
+		// A snapshot or fork made the agent drop its host connections: the
+		// process goes on; attach again where the output stopped.
+		if p.e.waitQuiesce(p.actx, p.Sandbox.ID, p.epoch) {
+			p.epoch = p.e.quiesceEpoch(p.Sandbox.ID)
+			np, aerr := p.e.agentFor(p.Sandbox).Attach(p.actx, p.p.PID, p.p.Offset)
+			if aerr == nil {
+				p.p = np
+				continue
+			}
+			err = aerr
+		}
 		return nil, p.e.sandboxErr(p.ctx, p.Sandbox, err)
 	}
-	return ex, nil
 }
 
 // Close abandons the process; it is killed if it still runs.
@@ -122,12 +214,22 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 		return nil, err
 	}
 	actx, cancel := context.WithTimeout(ctx, time.Duration(timeout)*time.Millisecond+timeoutGrace)
-	p, err := e.agentFor(sb).Start(actx, &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout}, stdin)
+	if req.Detach {
+		// A detached process outlives the request; only the agent's own
+		// timeout applies.
+		cancel()
+		actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	}
+	epoch := e.quiesceEpoch(sb.ID)
+	p, err := e.agentFor(sb).Start(actx, &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout, Detach: req.Detach}, stdin)
 	if err != nil {
 		cancel()
 		return nil, e.sandboxErr(ctx, sb, errAgent(err, "cmd"))
 	}
-	return &Process{p: p, e: e, ctx: ctx, cancel: cancel, Sandbox: sb}, nil
+	if req.Detach {
+		cancel()
+	}
+	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb}, nil
 }
 
 // execEnv is the environment of a process: the image's, then defaults

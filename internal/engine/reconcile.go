@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"syscall"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/runtime"
@@ -60,6 +63,13 @@ func (e *Engine) reconcile(ctx context.Context) error {
 					}
 				}
 				e.watch(sb.ID)
+				// An agent left quiesced by a capture a crash cut short
+				// listens again on SIGUSR1.
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				if e.agentFor(sb).Ping(pctx) != nil {
+					_ = e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1)
+				}
+				cancel()
 				if sb.Pooled {
 					e.pool.adopt(sb)
 				}
@@ -125,6 +135,12 @@ func (e *Engine) reconcile(ctx context.Context) error {
 				e.log.Info("reconcile: removing orphan directory", "dir", dir, "id", de.Name())
 				e.removeAll(ctx, de.Name())
 			}
+		}
+	}
+	// Memory images of captures a crash cut short.
+	if des, err := os.ReadDir(e.snapshotsDir()); err == nil {
+		for _, de := range des {
+			_ = os.RemoveAll(filepath.Join(e.snapshotsDir(), de.Name()))
 		}
 	}
 	return e.images.GC(ctx, imageIDs, true)

@@ -52,7 +52,22 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		return nil, errdefs.Invalid("image", "%q is not an image name", req.Image)
 	}
 	if req.Snapshot != "" {
-		return nil, errdefs.Invalid("snapshot", "starting from a memory snapshot is not available in this version of sbxd")
+		if err := validateEnv("env", req.Env); err != nil {
+			return nil, err
+		}
+		if err := validateLabels(req.Labels); err != nil {
+			return nil, err
+		}
+		if err := validateNetwork(req.Network); err != nil {
+			return nil, err
+		}
+		if len(req.Volumes) > 0 || req.DiskMB != 0 || req.TimeoutMS != 0 {
+			return nil, errdefs.Invalid("snapshot", "volumes, disk_mb and timeout_ms cannot be given with a snapshot")
+		}
+		if _, err := e.st.GetSandbox(ctx, req.Name); err == nil {
+			return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", req.Name)
+		}
+		return e.createFromSnapshot(ctx, req, opts.Progress)
 	}
 	if req.CPUs == 0 {
 		req.CPUs = e.cfg.DefaultCPUs
@@ -305,6 +320,7 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 		return err
 	}
 	e.forgetLock(sb.ID)
+	e.releaseForkSnapshot(ctx, sb.SourceSnapshot)
 	e.kickGC()
 	e.log.Info("deleted", "sandbox", sb.Name, "id", sb.ID)
 	return nil

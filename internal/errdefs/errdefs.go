@@ -35,6 +35,7 @@ var (
 	ErrCheckpointNotFound = fmt.Errorf("checkpoint %w", ErrNotFound)
 	ErrSnapshotNotFound   = fmt.Errorf("snapshot %w", ErrNotFound)
 	ErrFileNotFound       = fmt.Errorf("file %w", ErrNotFound)
+	ErrProcessNotFound    = fmt.Errorf("process %w", ErrNotFound)
 
 	ErrCheckpointFailed = fmt.Errorf("checkpoint %w", ErrFailed)
 	ErrRestoreFailed    = fmt.Errorf("restore %w", ErrFailed)
@@ -88,6 +89,7 @@ var codes = []struct {
 	{ErrCheckpointNotFound, api.CodeCheckpointNotFound},
 	{ErrSnapshotNotFound, api.CodeSnapshotNotFound},
 	{ErrFileNotFound, api.CodeFileNotFound},
+	{ErrProcessNotFound, api.CodeProcessNotFound},
 	{ErrNotFound, api.CodeNotFound},
 	{ErrInvalidArgument, api.CodeInvalidArgument},
 	{ErrUnauthorized, api.CodeUnauthorized},

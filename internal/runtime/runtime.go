@@ -5,6 +5,7 @@ package runtime
 
 import (
 	"context"
+	"syscall"
 	"time"
 )
 
@@ -89,6 +90,16 @@ type Runtime interface {
 	// is not frozen does nothing.
 	Freeze(ctx context.Context, id string) error
 	Thaw(ctx context.Context, id string) error
+	// Checkpoint saves a container's memory and processes into imageDir
+	// (gVisor's checkpoint: files checkpoint.img, pages.img,
+	// pages_meta.img), leaving it as it was (running or paused).
+	Checkpoint(ctx context.Context, id, imageDir string) error
+	// Restore starts a container from spec with the memory and processes
+	// saved in imageDir; spec must match the saved container's (args,
+	// mount destinations).
+	Restore(ctx context.Context, spec *Spec, bundle, imageDir string) error
+	// Signal sends a signal to a container's init.
+	Signal(ctx context.Context, id string, sig syscall.Signal) error
 	// OOMKilled reports whether the container's memory cgroup killed a
 	// process for passing its limit. Call it before Delete.
 	OOMKilled(id string) bool

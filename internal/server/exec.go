@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
@@ -52,21 +53,13 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if req.Detach {
+		writeJSON(w, http.StatusAccepted, map[string]int{"pid": proc.PID()})
+		return
+	}
 	defer proc.Close()
 	if wantsNDJSON(r) {
-		st := startStream(w)
-		stdout := &utf8Lines{st: st, typ: api.ExecStdout, b64: b64}
-		stderr := &utf8Lines{st: st, typ: api.ExecStderr, b64: b64}
-		ex, err := proc.Wait(stdout, stderr)
-		stdout.flush()
-		stderr.flush()
-		if err != nil {
-			body := s.errorOf(r.Context(), err)
-			st.line(api.ExecEvent{Type: api.ExecError, Error: body.Message, Code: body.Code})
-			return
-		}
-		code := ex.ExitCode
-		st.line(api.ExecEvent{Type: api.ExecExit, ExitCode: &code, DurationMS: ex.DurationMS, TimedOut: ex.TimedOut})
+		s.streamProcess(w, r, proc, b64)
 		return
 	}
 	stdout := &cappedBuffer{max: api.MaxBufferedOutput}
@@ -83,9 +76,29 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return b.String()
 	}
 	writeJSON(w, http.StatusOK, api.ExecResult{
+		PID:    proc.PID(),
 		Stdout: enc(&stdout.buf), Stderr: enc(&stderr.buf), ExitCode: ex.ExitCode,
 		DurationMS: ex.DurationMS, TimedOut: ex.TimedOut, Truncated: stdout.truncated || stderr.truncated,
 	})
+}
+
+// streamProcess streams a process as NDJSON: a start line with its pid,
+// stdout and stderr lines, then exit (or error).
+func (s *Server) streamProcess(w http.ResponseWriter, r *http.Request, proc *engine.Process, b64 bool) {
+	st := startStream(w)
+	st.line(api.ExecEvent{Type: api.ExecStart, PID: proc.PID()})
+	stdout := &utf8Lines{st: st, typ: api.ExecStdout, b64: b64}
+	stderr := &utf8Lines{st: st, typ: api.ExecStderr, b64: b64}
+	ex, err := proc.Wait(stdout, stderr)
+	stdout.flush()
+	stderr.flush()
+	if err != nil {
+		body := s.errorOf(r.Context(), err)
+		st.line(api.ExecEvent{Type: api.ExecError, Error: body.Message, Code: body.Code})
+		return
+	}
+	code := ex.ExitCode
+	st.line(api.ExecEvent{Type: api.ExecExit, ExitCode: &code, DurationMS: ex.DurationMS, TimedOut: ex.TimedOut})
 }
 
 // cappedBuffer keeps the first max bytes written and counts the rest.

@@ -77,6 +77,38 @@ type Checkpoint struct {
 	CreateTime            time.Time
 }
 
+// Snapshot is the record of a memory snapshot: a gVisor memory image and a
+// disk checkpoint of the writable layer, taken at one paused instant.
+type Snapshot struct {
+	ID   string
+	Name string
+	// SandboxID and SandboxName are the source's.
+	SandboxID, SandboxName string
+	// Image and ImageID are the source's image: a restore needs the same
+	// lower layer under the captured writable layer.
+	Image, ImageID string
+	// Shape is the source's sandbox shape (JSON), restored with it.
+	Shape []byte
+	// Memory is the stored memory image (JSON of snapshot.Image); Disk the
+	// digests of the disk manifest's chunks.
+	Memory []byte
+	Disk   []string
+	// MemoryBytes and DiskBytes are the logical sizes; StoredBytes what the
+	// snapshot added to the blob store.
+	MemoryBytes, DiskBytes, StoredBytes int64
+	// Metadata is the caller's JSON object, or nil.
+	Metadata []byte
+	// Fork marks the snapshot a fork takes for itself: not billable, and
+	// deleted with the last sandbox made from it.
+	Fork bool
+	// State is "ready", or "expired" (its bytes are gone; kept as a
+	// tombstone so a lookup can say so).
+	State      string
+	CreateTime time.Time
+	// ExpireTime is when it is collected; zero for never.
+	ExpireTime time.Time
+}
+
 // Op is an entry of the operation journal: an operation that must be
 // finished or rolled back after a crash.
 type Op struct {
@@ -95,6 +127,8 @@ type SandboxFilter struct {
 	Pooled bool
 	// All selects both.
 	All bool
+	// SourceSnapshot selects sandboxes started from that snapshot.
+	SourceSnapshot string
 }
 
 // Store persists records. Methods are safe for concurrent use.
@@ -125,6 +159,16 @@ type Store interface {
 	SetCheckpointHealth(ctx context.Context, sandboxID string, seq int, health string) error
 	// DeleteCheckpoints removes every checkpoint of a sandbox.
 	DeleteCheckpoints(ctx context.Context, sandboxID string) error
+
+	// AddSnapshot inserts a snapshot; UpdateSnapshot replaces it.
+	AddSnapshot(ctx context.Context, sn *Snapshot) error
+	UpdateSnapshot(ctx context.Context, sn *Snapshot) error
+	// GetSnapshot returns one snapshot or ErrSnapshotNotFound.
+	GetSnapshot(ctx context.Context, id string) (*Snapshot, error)
+	// ListSnapshots returns snapshots, newest first; with sandboxID "" all.
+	ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error)
+	// DeleteSnapshot removes a snapshot record; a missing one is fine.
+	DeleteSnapshot(ctx context.Context, id string) error
 
 	// PutOp writes a journal entry; DeleteOp removes it; ListOps returns
 	// all, oldest first.

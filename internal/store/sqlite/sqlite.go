@@ -151,11 +151,15 @@ func (s *Store) GetSandbox(ctx context.Context, idOrName string) (*store.Sandbox
 
 // ListSandboxes implements store.Store.
 func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
-	q := `SELECT ` + sandboxCols + ` FROM sandboxes`
+	q := `SELECT ` + sandboxCols + ` FROM sandboxes WHERE 1 = 1`
 	args := []any{}
 	if !f.All {
-		q += ` WHERE pooled = ?`
+		q += ` AND pooled = ?`
 		args = append(args, f.Pooled)
+	}
+	if f.SourceSnapshot != "" {
+		q += ` AND source_snapshot = ?`
+		args = append(args, f.SourceSnapshot)
 	}
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY create_time, id`, args...)
 	if err != nil {
@@ -288,6 +292,121 @@ func (s *Store) SetCheckpointHealth(ctx context.Context, sandboxID string, seq i
 // DeleteCheckpoints implements store.Store.
 func (s *Store) DeleteCheckpoints(ctx context.Context, sandboxID string) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM checkpoints WHERE sandbox_id = ?`, sandboxID)
+	return err
+}
+
+const snapshotCols = `id, name, sandbox_id, sandbox_name, image, image_id, shape, memory, disk, memory_bytes,
+	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time`
+
+func scanSnapshot(row interface{ Scan(...any) error }) (*store.Snapshot, error) {
+	var sn store.Snapshot
+	var shape, memory, disk, metadata, ct, et string
+	if err := row.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.SandboxName, &sn.Image, &sn.ImageID, &shape, &memory,
+		&disk, &sn.MemoryBytes, &sn.DiskBytes, &sn.StoredBytes, &metadata, &sn.Fork, &sn.State, &ct, &et); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(disk), &sn.Disk); err != nil {
+		return nil, fmt.Errorf("snapshot %s: corrupt record: %w", sn.ID, err)
+	}
+	sn.Shape, sn.Memory = []byte(shape), []byte(memory)
+	if metadata != "null" && metadata != "" {
+		sn.Metadata = []byte(metadata)
+	}
+	sn.CreateTime = parseTime(ct)
+	if et != "" {
+		sn.ExpireTime = parseTime(et)
+	}
+	return &sn, nil
+}
+
+func snapshotArgs(sn *store.Snapshot) []any {
+	et := ""
+	if !sn.ExpireTime.IsZero() {
+		et = fmtTime(sn.ExpireTime)
+	}
+	meta := "null"
+	if len(sn.Metadata) > 0 {
+		meta = string(sn.Metadata)
+	}
+	disk := sn.Disk
+	if disk == nil {
+		disk = []string{}
+	}
+	orJSON := func(b []byte, def string) string {
+		if len(b) == 0 {
+			return def
+		}
+		return string(b)
+	}
+	return []any{sn.ID, sn.Name, sn.SandboxID, sn.SandboxName, sn.Image, sn.ImageID, orJSON(sn.Shape, "{}"),
+		orJSON(sn.Memory, "[]"), toJSON(disk), sn.MemoryBytes, sn.DiskBytes, sn.StoredBytes, meta, sn.Fork, sn.State,
+		fmtTime(sn.CreateTime), et}
+}
+
+// AddSnapshot implements store.Store.
+func (s *Store) AddSnapshot(ctx context.Context, sn *store.Snapshot) error {
+	if sn.CreateTime.IsZero() {
+		sn.CreateTime = time.Now()
+	}
+	if sn.State == "" {
+		sn.State = "ready"
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		snapshotArgs(sn)...)
+	return err
+}
+
+// UpdateSnapshot implements store.Store.
+func (s *Store) UpdateSnapshot(ctx context.Context, sn *store.Snapshot) error {
+	args := snapshotArgs(sn)
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET name = ?, sandbox_id = ?, sandbox_name = ?, image = ?,
+		image_id = ?, shape = ?, memory = ?, disk = ?, memory_bytes = ?, disk_bytes = ?, stored_bytes = ?, metadata = ?,
+		fork = ?, state = ?, create_time = ?, expire_time = ? WHERE id = ?`, append(args[1:], args[0])...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", sn.ID)
+	}
+	return nil
+}
+
+// GetSnapshot implements store.Store.
+func (s *Store) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
+	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", id)
+	}
+	return sn, err
+}
+
+// ListSnapshots implements store.Store.
+func (s *Store) ListSnapshots(ctx context.Context, sandboxID string) ([]*store.Snapshot, error) {
+	q := `SELECT ` + snapshotCols + ` FROM snapshots`
+	var args []any
+	if sandboxID != "" {
+		q += ` WHERE sandbox_id = ?`
+		args = append(args, sandboxID)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY create_time DESC, id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.Snapshot
+	for rows.Next() {
+		sn, err := scanSnapshot(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSnapshot implements store.Store.
+func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
 	return err
 }
 

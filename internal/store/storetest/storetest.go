@@ -21,6 +21,54 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Images", func(t *testing.T) { testImages(t, open(t)) })
 	t.Run("Checkpoints", func(t *testing.T) { testCheckpoints(t, open(t)) })
 	t.Run("Ops", func(t *testing.T) { testOps(t, open(t)) })
+	t.Run("Snapshots", func(t *testing.T) { testSnapshots(t, open(t)) })
+}
+
+func testSnapshots(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	exp := time.Now().Add(time.Hour).UTC()
+	sn := &store.Snapshot{ID: "snap_1", Name: "step-3", SandboxID: "sbx_1", SandboxName: "dev", Image: "default",
+		ImageID: "abc", Memory: []byte(`[{"name":"pages.img"}]`), Disk: []string{"sha256:a"}, MemoryBytes: 10,
+		Metadata: []byte(`{"step":3}`), ExpireTime: exp}
+	if err := s.AddSnapshot(ctx, sn); err != nil {
+		t.Fatal(err)
+	}
+	f := &store.Snapshot{ID: "snap_2", SandboxID: "sbx_2", SandboxName: "x", Image: "default", ImageID: "abc", Fork: true}
+	if err := s.AddSnapshot(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSnapshot(ctx, "snap_1")
+	if err != nil || got.Name != "step-3" || string(got.Metadata) != `{"step":3}` || got.ExpireTime.Sub(exp).Abs() > time.Millisecond ||
+		got.Disk[0] != "sha256:a" || got.State != "ready" || got.Fork {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if got, _ := s.GetSnapshot(ctx, "snap_2"); !got.Fork || got.Metadata != nil || !got.ExpireTime.IsZero() {
+		t.Fatalf("fork snapshot: %+v", got)
+	}
+	got.State = "expired"
+	if err := s.UpdateSnapshot(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.ListSnapshots(ctx, "sbx_1"); err != nil || len(l) != 1 {
+		t.Fatalf("list by sandbox: %v %v", l, err)
+	}
+	if l, _ := s.ListSnapshots(ctx, ""); len(l) != 2 {
+		t.Fatalf("list all: %v", l)
+	}
+	if err := s.DeleteSnapshot(ctx, "snap_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSnapshot(ctx, "snap_1"); !errors.Is(err, errdefs.ErrSnapshotNotFound) {
+		t.Fatalf("%v", err)
+	}
+	sb := sandbox("sbx_from", "from-snap")
+	sb.SourceSnapshot = "snap_2"
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := s.ListSandboxes(ctx, store.SandboxFilter{SourceSnapshot: "snap_2"}); len(l) != 1 {
+		t.Fatalf("sandboxes from a snapshot: %v", l)
+	}
 }
 
 func testCheckpoints(t *testing.T, s store.Store) {

@@ -1,0 +1,707 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/blob"
+	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/snapshot"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// Snapshot limits and defaults.
+const (
+	DefaultRetentionDays = 7
+	MaxRetentionDays     = 3650
+	// tombstoneAge is how long an expired snapshot's record is kept, so a
+	// lookup can say it expired.
+	tombstoneAge = 30 * 24 * time.Hour
+)
+
+// shape is the part of a sandbox a snapshot restores with it.
+type sandboxShape struct {
+	CPUs     float64           `json:"cpus"`
+	MemoryMB int               `json:"memory_mb"`
+	Env      map[string]string `json:"env"`
+	Network  api.NetworkRules  `json:"network"`
+}
+
+func newSnapshotID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "snap_" + hex.EncodeToString(b[:])
+}
+
+func (e *Engine) snapshotsDir() string { return filepath.Join(e.cfg.DataDir, "snapshots") }
+
+// --- quiesce epochs: execs that outlive a capture attach again ---
+
+type quiesce struct {
+	epoch int
+	done  chan struct{} // closed when the current capture ends
+}
+
+// beginQuiesce marks sandbox id as being captured (its agent drops its
+// host connections); the returned func ends it.
+func (e *Engine) beginQuiesce(id string) func() {
+	e.qmu.Lock()
+	q := e.quiesces[id]
+	if q == nil {
+		q = &quiesce{}
+		e.quiesces[id] = q
+	}
+	q.epoch++
+	done := make(chan struct{})
+	q.done = done
+	e.qmu.Unlock()
+	return func() { close(done) }
+}
+
+func (e *Engine) quiesceEpoch(id string) int {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	if q := e.quiesces[id]; q != nil {
+		return q.epoch
+	}
+	return 0
+}
+
+// waitQuiesce reports whether a capture of id began since epoch, after
+// waiting for it to end.
+func (e *Engine) waitQuiesce(ctx context.Context, id string, epoch int) bool {
+	e.qmu.Lock()
+	q := e.quiesces[id]
+	e.qmu.Unlock()
+	if q == nil || q.epoch == epoch {
+		return false
+	}
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// captured is what a live capture took.
+type captured struct {
+	dir      string // the memory image, local
+	disk     *disk.Manifest
+	diskRef  disk.ManifestRef
+	diskAdd  int64
+	pausedMS int64
+}
+
+// captureLive takes sb's memory and disk at one paused instant: the agent
+// drops its host sockets (gVisor cannot save them), the sandbox is paused,
+// its writable layer captured and its memory checkpointed (runsc
+// checkpoint --leave-running), then it is resumed and the agent told to
+// listen again (SIGUSR1). The sandbox runs again when it returns, error or
+// not. The caller holds sb's lock and gcMu for reading.
+func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string, progress func(string)) (*captured, error) {
+	ctx = context.WithoutCancel(ctx)
+	end := e.beginQuiesce(sb.ID)
+	defer end()
+	ag := e.agentFor(sb)
+	if err := ag.Quiesce(ctx); err != nil {
+		return nil, fmt.Errorf("quiesce the agent: %w", err)
+	}
+	paused := false
+	var pauseStart time.Time
+	defer func() {
+		// Whatever happened, the sandbox runs and answers again.
+		if paused {
+			if err := e.rt.Resume(ctx, sb.ID); err != nil {
+				e.log.Error("resume after a capture", "sandbox", sb.Name, "err", err)
+			}
+		}
+		if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
+			e.log.Error("wake the agent after a capture", "sandbox", sb.Name, "err", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := ag.WaitReady(wctx); err != nil {
+			e.log.Error("agent after a capture", "sandbox", sb.Name, "err", err)
+		}
+	}()
+	progress("pausing the sandbox")
+	pauseStart = time.Now()
+	if err := e.rt.Pause(ctx, sb.ID); err != nil {
+		return nil, fmt.Errorf("pause: %w", err)
+	}
+	paused = true
+	e.fault("snapshot:paused")
+	m, ref, stats, err := e.storeLayer(ctx, sb.ID, nil, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("capture the disk: %w", err)
+	}
+	progress("saving memory and processes")
+	if err := e.rt.Checkpoint(ctx, sb.ID, dir); err != nil {
+		return nil, fmt.Errorf("checkpoint the memory: %w", err)
+	}
+	if err := e.rt.Resume(ctx, sb.ID); err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+	paused = false
+	return &captured{dir: dir, disk: m, diskRef: ref, diskAdd: stats.AddedBytes, pausedMS: time.Since(pauseStart).Milliseconds()}, nil
+}
+
+// validateSnapshotRequest checks and fills a snapshot request.
+func validateSnapshotRequest(req *api.SnapshotRequest) (time.Duration, error) {
+	if len(req.Name) > api.NameMaxLen || !utf8.ValidString(req.Name) || strings.ContainsAny(req.Name, "\x00\n") {
+		return 0, errdefs.Invalid("name", "at most %d bytes of text on one line", api.NameMaxLen)
+	}
+	days := float64(DefaultRetentionDays)
+	if req.RetentionDays != nil {
+		days = *req.RetentionDays
+	}
+	if !(days > 0) || days > MaxRetentionDays || math.IsInf(days, 0) {
+		return 0, errdefs.Invalid("retention_days", "%g is out of range (0, %d]", days, MaxRetentionDays)
+	}
+	if len(req.Metadata) > 0 {
+		if len(req.Metadata) > api.MaxMetadataBytes {
+			return 0, errdefs.Invalid("metadata", "%d bytes, at most %d", len(req.Metadata), api.MaxMetadataBytes)
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(req.Metadata, &obj); err != nil {
+			return 0, errdefs.Invalid("metadata", "must be a JSON object")
+		}
+	}
+	return time.Duration(days * float64(24*time.Hour)), nil
+}
+
+// snapshotable checks that sb can be snapshotted or forked.
+func snapshotable(sb *store.Sandbox, what string) error {
+	if len(sb.Volumes) > 0 {
+		return errdefs.New(errdefs.ErrHasVolume, "sandbox %q has a volume: its %s could not be restored consistently (volumes are shared, not captured)", sb.Name, what)
+	}
+	if sb.State != api.StateRunning {
+		return errdefs.Conflictf("sandbox %q is %s: a %s keeps running processes, so the sandbox must run (a disk checkpoint works on a stopped one)", sb.Name, sb.State, what)
+	}
+	return nil
+}
+
+// BeginSnapshot checks a snapshot request and takes the sandbox's lock:
+// ErrInvalidArgument, ErrSandboxNotFound, ErrHasVolume, ErrConflict (not
+// running, or another operation runs). Run returns the *store.Snapshot.
+func (e *Engine) BeginSnapshot(ctx context.Context, idOrName string, req api.SnapshotRequest) (*Op, error) {
+	retention, err := validateSnapshotRequest(&req)
+	if err != nil {
+		return nil, err
+	}
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "snapshot")
+	if err != nil {
+		return nil, err
+	}
+	if err := snapshotable(sb, "memory snapshot"); err != nil {
+		unlock()
+		return nil, err
+	}
+	return &Op{unlock: unlock, run: func(ctx context.Context, progress func(string)) (any, error) {
+		return e.snapshotLocked(ctx, sb, req, retention, false, progress)
+	}}, nil
+}
+
+// snapshotLocked captures sb and stores the snapshot: memory image and
+// disk in the blob store, then the record. The caller holds sb's lock.
+func (e *Engine) snapshotLocked(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, error) {
+	sn, c, err := e.takeSnapshot(ctx, sb, req, retention, fork, progress)
+	if c != nil {
+		os.RemoveAll(c.dir)
+	}
+	return sn, err
+}
+
+// takeSnapshot captures sb, stores memory and disk, and records the
+// snapshot; it returns the capture too, whose local image dir the caller
+// removes (a fork restores its copies from it first).
+func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
+	failed := errdefs.ErrSnapshotFailed
+	if fork {
+		failed = errdefs.ErrForkFailed
+	}
+	fail := func(err error) error { return fmt.Errorf("snapshot of %s: %v: %w", sb.Name, err, failed) }
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	id := newSnapshotID()
+	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
+	start := time.Now()
+	c, err := e.captureLive(ctx, sb, dir, progress)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, fail(err)
+	}
+	progress(fmt.Sprintf("captured in %d ms (paused %d ms); storing the memory image", time.Since(start).Milliseconds(), c.pausedMS))
+	im, mstats, err := snapshot.Store(context.WithoutCancel(ctx), e.blobs, dir)
+	if err != nil {
+		return nil, c, fail(err)
+	}
+	memJSON, _ := json.Marshal(im)
+	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Network: sb.Network})
+	_, diskBytes := c.disk.Stats()
+	sn := &store.Snapshot{
+		ID: id, Name: req.Name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
+		Shape: shape, Memory: memJSON, Disk: refStrings(c.diskRef), MemoryBytes: mstats.Bytes, DiskBytes: diskBytes,
+		StoredBytes: mstats.AddedBytes + c.diskAdd, Metadata: req.Metadata, Fork: fork, State: "ready",
+		CreateTime: time.Now().UTC(),
+	}
+	if !fork {
+		sn.ExpireTime = sn.CreateTime.Add(retention)
+	}
+	e.fault("snapshot:before-record")
+	if err := e.st.AddSnapshot(context.WithoutCancel(ctx), sn); err != nil {
+		return nil, c, fail(err)
+	}
+	e.log.Info("snapshot", "sandbox", sb.Name, "id", id, "fork", fork, "ms", time.Since(start).Milliseconds(),
+		"paused_ms", c.pausedMS, "memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes)
+	return sn, c, nil
+}
+
+// Snapshot takes a memory snapshot (BeginSnapshot, then Run).
+func (e *Engine) Snapshot(ctx context.Context, idOrName string, req api.SnapshotRequest, progress func(string)) (*store.Snapshot, error) {
+	op, err := e.BeginSnapshot(ctx, idOrName, req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := op.Run(ctx, progress)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*store.Snapshot), nil
+}
+
+// GetSnapshot returns a snapshot by id; an expired one is
+// ErrSnapshotNotFound saying so.
+func (e *Engine) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
+	sn, err := e.st.GetSnapshot(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sn.State == "expired" || (!sn.ExpireTime.IsZero() && time.Now().After(sn.ExpireTime)) {
+		return nil, errdefs.New(errdefs.ErrSnapshotNotFound, "snapshot %q expired at %s", id, sn.ExpireTime.UTC().Format(time.RFC3339))
+	}
+	return sn, nil
+}
+
+// ListSnapshots returns the snapshots that have not expired, newest first.
+func (e *Engine) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
+	all, err := e.st.ListSnapshots(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	now := time.Now()
+	for _, sn := range all {
+		if sn.State == "ready" && (sn.ExpireTime.IsZero() || now.Before(sn.ExpireTime)) {
+			out = append(out, sn)
+		}
+	}
+	return out, nil
+}
+
+// DeleteSnapshot deletes a snapshot; its blobs go with the next collection.
+// Sandboxes started from it are not affected (they have their own disk and
+// memory).
+func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
+	if _, err := e.st.GetSnapshot(ctx, id); err != nil {
+		return err
+	}
+	if err := e.st.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	e.kickGC()
+	return nil
+}
+
+// restoreInto boots sb (a record in state creating) from a memory image in
+// imageDir and the disk of manifest diskM: it builds the writable layer,
+// records v0 (the copied disk, source "<sandbox>/<snapshot>"), and starts
+// the sandbox with runsc restore; the agent listens again and the hostname
+// becomes sb's name. On failure what it made is left for the caller's
+// cleanup (removeAll).
+func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, imageDir string) error {
+	if err := e.layers.Create(sb.ID); err != nil {
+		return err
+	}
+	upper := e.layers.Paths(sb.ID).Upper
+	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobs}); err != nil {
+		return fmt.Errorf("build the disk: %w", err)
+	}
+	if cache, err := disk.Rescan(upper, diskM); err == nil {
+		_ = e.layers.SaveCache(sb.ID, cache)
+	}
+	files, size := diskM.Stats()
+	if err := e.st.AddCheckpoint(ctx, &store.Checkpoint{
+		SandboxID: sb.ID, Seq: 0, SourceID: sn.SandboxName + "/" + sn.ID, Health: api.HealthOK, Manifest: sn.Disk,
+		SizeBytes: size, Files: files, CreateTime: time.Now().UTC(),
+	}); err != nil {
+		return err
+	}
+	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
+		return err
+	}
+	netns, err := e.net.Create(sb.ID)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(e.runDir(sb.ID), 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(e.socketPath(sb.ID))
+	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	// The restored agent closed its host socket before the save: wake it.
+	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
+		return err
+	}
+	e.dropAgent(sb.ID)
+	wctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
+	defer cancel()
+	ag := e.agentFor(sb)
+	if err := ag.WaitReady(wctx); err != nil {
+		return fmt.Errorf("agent of the restored sandbox: %w", err)
+	}
+	if err := ag.SetHostname(ctx, sb.Name); err != nil {
+		return err
+	}
+	e.watch(sb.ID)
+	return nil
+}
+
+// snapshotDisk loads a snapshot's disk manifest.
+func (e *Engine) snapshotDisk(ctx context.Context, sn *store.Snapshot) (*disk.Manifest, error) {
+	ref := make(disk.ManifestRef, len(sn.Disk))
+	for i, d := range sn.Disk {
+		ref[i] = blob.Digest(d)
+	}
+	return disk.GetManifest(ctx, e.blobs, ref)
+}
+
+// createFromSnapshot makes a sandbox from a snapshot, running, with the
+// snapshot's disk, memory and processes (Create with req.Snapshot).
+func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRequest, progress func(string)) (*store.Sandbox, error) {
+	sn, err := e.GetSnapshot(ctx, req.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	var sh sandboxShape
+	_ = json.Unmarshal(sn.Shape, &sh)
+	if req.Image != "" && req.Image != sn.Image {
+		return nil, errdefs.Invalid("image", "a sandbox from a snapshot runs on the snapshot's image (%s)", sn.Image)
+	}
+	if req.CPUs != 0 || req.MemoryMB != 0 {
+		return nil, errdefs.Invalid("cpus", "a sandbox from a snapshot has the snapshot's cpus and memory_mb (%g, %d)", sh.CPUs, sh.MemoryMB)
+	}
+	if _, err := e.images.Get(ctx, sn.Image); err != nil && !e.imageDirExists(sn.ImageID) {
+		return nil, errdefs.New(errdefs.ErrImageNotFound, "the snapshot's image %q is gone", sn.Image)
+	}
+	env := map[string]string{}
+	for k, v := range sh.Env {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	network := sh.Network
+	if req.Network != nil {
+		network = *req.Network
+	}
+	sb := &store.Sandbox{
+		ID: newID(), Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
+		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network),
+		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
+		CreateTime: time.Now().UTC(),
+	}
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	dir := filepath.Join(e.snapshotsDir(), "tmp-"+sb.ID)
+	defer os.RemoveAll(dir)
+	progress("fetching the memory image")
+	var im snapshot.Image
+	if err := json.Unmarshal(sn.Memory, &im); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
+	}
+	if err := snapshot.Fetch(ctx, e.blobs, im, dir); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
+	}
+	diskM, err := e.snapshotDisk(ctx, sn)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
+	}
+	progress("restoring")
+	if err := e.startCopy(ctx, sb, sn, diskM, dir); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func (e *Engine) imageDirExists(id string) bool {
+	_, err := os.Stat(e.images.RootFS(id))
+	return err == nil
+}
+
+// startCopy records sb (creating), restores it from the image dir and the
+// disk, and marks it running; on failure it leaves nothing.
+func (e *Engine) startCopy(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, dir string) error {
+	unlock, err := e.tryLock(sb.ID, sb.Name, "create")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := e.st.CreateSandbox(ctx, sb); err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	if err := e.restoreInto(ctx, sb, sn, diskM, dir); err != nil {
+		e.removeAll(ctx, sb.ID)
+		_ = e.st.DeleteSandbox(ctx, sb.ID)
+		e.forgetLock(sb.ID)
+		return fmt.Errorf("start %s from %s: %v: %w", sb.Name, sn.ID, err, errdefs.ErrSnapshotFailed)
+	}
+	sb.State = api.StateRunning
+	return e.st.UpdateSandbox(ctx, sb)
+}
+
+// BeginFork checks a fork request and takes the original's lock (held for
+// the capture only). Run returns an *api.ForkResult-ready *ForkResult.
+func (e *Engine) BeginFork(ctx context.Context, idOrName string, req api.ForkRequest) (*Op, error) {
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if req.Count < 1 || req.Count > api.MaxForkCount {
+		return nil, errdefs.Invalid("count", "%d is out of range [1, %d]", req.Count, api.MaxForkCount)
+	}
+	names, err := forkNames(req.Name, req.Count)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if _, err := e.st.GetSandbox(ctx, n); err == nil {
+			return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", n)
+		}
+	}
+	if err := validateLabels(req.Labels); err != nil {
+		return nil, err
+	}
+	if err := validateNetwork(req.Network); err != nil {
+		return nil, err
+	}
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "fork")
+	if err != nil {
+		return nil, err
+	}
+	if err := snapshotable(sb, "fork"); err != nil {
+		unlock()
+		return nil, err
+	}
+	return &Op{unlock: func() {}, run: func(ctx context.Context, progress func(string)) (any, error) {
+		return e.fork(ctx, sb, unlock, req, names, progress)
+	}}, nil
+}
+
+// forkNames are the copies' names: name, or name-1..name-N, or generated.
+func forkNames(name string, n int) ([]string, error) {
+	out := make([]string, n)
+	for i := range out {
+		switch {
+		case name == "":
+			out[i] = generateName()
+		case n == 1:
+			out[i] = name
+		default:
+			out[i] = fmt.Sprintf("%s-%d", name, i+1)
+		}
+		if err := ValidateName("name", out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ForkResult is what a fork made.
+type ForkResult struct {
+	Snapshot *store.Snapshot
+	Copies   []*store.Sandbox // nil where a copy failed
+	Errors   []error
+	PausedMS int64
+}
+
+// fork captures the original (its lock released once it runs again),
+// records the snapshot the fork takes for itself, and starts the copies
+// from the local image, several at once.
+func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req api.ForkRequest, names []string, progress func(string)) (*ForkResult, error) {
+	ctx = context.WithoutCancel(ctx)
+	sn, c, err := e.takeSnapshot(ctx, sb, api.SnapshotRequest{Name: "fork of " + sb.Name}, 0, true, progress)
+	unlock()
+	if c != nil {
+		defer os.RemoveAll(c.dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := &ForkResult{Snapshot: sn, Copies: make([]*store.Sandbox, len(names)), Errors: make([]error, len(names)), PausedMS: c.pausedMS}
+	network := sb.Network
+	if req.Network != nil {
+		network = *req.Network
+	}
+	progress(fmt.Sprintf("starting %d copies", len(names)))
+	e.fault("fork:captured")
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, goruntime.NumCPU()))
+	for i, name := range names {
+		wg.Add(1)
+		go func(i int, name string) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cp := &store.Sandbox{
+				ID: newID(), Name: name, State: api.StateCreating, Image: sb.Image, ImageID: sb.ImageID,
+				CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Labels: req.Labels, Network: normalizeNetwork(network),
+				SourceSandbox: sb.Name, SourceSnapshot: sn.ID, DiskSource: sb.Name + "/" + sn.ID, CreateTime: time.Now().UTC(),
+			}
+			if err := e.startCopy(ctx, cp, sn, c.disk, c.dir); err != nil {
+				res.Errors[i] = fmt.Errorf("%v: %w", err, errdefs.ErrForkFailed)
+				return
+			}
+			res.Copies[i] = cp
+		}(i, name)
+	}
+	wg.Wait()
+	ok := 0
+	for _, cp := range res.Copies {
+		if cp != nil {
+			ok++
+		}
+	}
+	if ok == 0 {
+		_ = e.st.DeleteSnapshot(ctx, sn.ID)
+		e.kickGC()
+	}
+	e.log.Info("fork", "sandbox", sb.Name, "copies", ok, "of", len(names), "paused_ms", c.pausedMS)
+	return res, nil
+}
+
+// Fork forks a sandbox (BeginFork, then Run).
+func (e *Engine) Fork(ctx context.Context, idOrName string, req api.ForkRequest, progress func(string)) (*ForkResult, error) {
+	op, err := e.BeginFork(ctx, idOrName, req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := op.Run(ctx, progress)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*ForkResult), nil
+}
+
+// releaseForkSnapshot deletes the snapshot a fork took for itself once no
+// sandbox made from it is left.
+func (e *Engine) releaseForkSnapshot(ctx context.Context, snapID string) {
+	if snapID == "" {
+		return
+	}
+	sn, err := e.st.GetSnapshot(ctx, snapID)
+	if err != nil || !sn.Fork {
+		return
+	}
+	users, err := e.st.ListSandboxes(ctx, store.SandboxFilter{All: true, SourceSnapshot: snapID})
+	if err != nil || len(users) > 0 {
+		return
+	}
+	if err := e.st.DeleteSnapshot(ctx, snapID); err == nil {
+		e.log.Info("deleted the snapshot of a fork whose copies are gone", "snapshot", snapID)
+	}
+}
+
+// expireSnapshots turns expired snapshots into tombstones (their bytes go
+// with the blob collection) and forgets old tombstones and fork snapshots
+// that no sandbox uses.
+func (e *Engine) expireSnapshots(ctx context.Context) error {
+	all, err := e.st.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, sn := range all {
+		switch {
+		case sn.State == "ready" && !sn.ExpireTime.IsZero() && now.After(sn.ExpireTime):
+			sn.State, sn.Memory, sn.Disk = "expired", []byte("[]"), nil
+			if err := e.st.UpdateSnapshot(ctx, sn); err != nil {
+				return err
+			}
+			e.log.Info("snapshot expired", "snapshot", sn.ID, "sandbox", sn.SandboxName)
+		case sn.State == "expired" && now.Sub(sn.ExpireTime) > tombstoneAge:
+			if err := e.st.DeleteSnapshot(ctx, sn.ID); err != nil {
+				return err
+			}
+		case sn.Fork:
+			e.releaseForkSnapshot(ctx, sn.ID)
+		}
+	}
+	return nil
+}
+
+// snapshotLive adds every blob the snapshots use to live.
+func (e *Engine) snapshotLive(ctx context.Context, live map[blob.Digest]bool) error {
+	all, err := e.st.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range all {
+		if sn.State != "ready" {
+			continue
+		}
+		var im snapshot.Image
+		if err := json.Unmarshal(sn.Memory, &im); err != nil {
+			return fmt.Errorf("snapshot %s: %w", sn.ID, err)
+		}
+		for _, d := range im.Digests() {
+			live[d] = true
+		}
+		ref := make(disk.ManifestRef, len(sn.Disk))
+		for i, d := range sn.Disk {
+			ref[i] = blob.Digest(d)
+			live[ref[i]] = true
+		}
+		m, err := disk.GetManifest(ctx, e.blobs, ref)
+		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
+			e.log.Error("gc: snapshot without a readable disk manifest", "snapshot", sn.ID, "err", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, d := range m.Chunks() {
+			live[d] = true
+		}
+	}
+	return nil
+}
+
+func normalizeNetwork(n api.NetworkRules) api.NetworkRules {
+	for _, l := range []*[]string{&n.Allow, &n.Deny, &n.Connect} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	return n
+}
