@@ -43,6 +43,8 @@ type Sandbox struct {
 	Labels map[string]string `json:"labels"`
 	// Network holds the sandbox's network rules.
 	Network NetworkRules `json:"network"`
+	// Volumes are the named host directories mounted in the sandbox.
+	Volumes []Volume `json:"volumes"`
 	// TimeoutMS is the idle time before auto-suspend; 0 means never.
 	TimeoutMS  int64     `json:"timeout_ms"`
 	CreateTime time.Time `json:"create_time"`
@@ -310,8 +312,12 @@ type Checkpoint struct {
 // Change is a path that differs between two disks.
 type Change struct {
 	Path string `json:"path"`
-	// Type is file, dir, symlink, char, block, fifo or socket.
-	Type string `json:"type"`
+	// Type is file, dir, symlink, char, block, fifo or socket; OldType is
+	// set when a modification changed the type.
+	Type    string `json:"type"`
+	OldType string `json:"old_type,omitempty"`
+	// LinkTarget is a symlink's target.
+	LinkTarget string `json:"link_target,omitempty"`
 	// Size is the size on the newer disk (0 if deleted); OldSize on the
 	// older one (0 if added).
 	Size    int64 `json:"size"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/sbxhq/sbx/api"
 )
@@ -36,6 +37,9 @@ func (sb *Sandbox) ListCheckpoints(ctx context.Context) ([]api.Checkpoint, error
 // every chunk first and Health says "damaged" if one is missing or corrupt.
 // ErrCheckpointNotFound if there is none.
 func (sb *Sandbox) GetCheckpoint(ctx context.Context, id string, verify bool) (*api.Checkpoint, error) {
+	if id == "" {
+		return nil, &Error{Code: api.CodeInvalidArgument, Message: "id: give a checkpoint id such as v1"}
+	}
 	var q url.Values
 	if verify {
 		q = url.Values{"verify": {"1"}}
@@ -52,6 +56,9 @@ func (sb *Sandbox) GetCheckpoint(ctx context.Context, id string, verify bool) (*
 // ErrCheckpointNotFound, ErrConflict, ErrRestoreFailed (the disk is as it
 // was).
 func (sb *Sandbox) Restore(ctx context.Context, id string, progress Progress) error {
+	if id == "" {
+		return &Error{Code: api.CodeInvalidArgument, Message: "id: give a checkpoint id such as v1"}
+	}
 	var out api.Sandbox
 	if err := sb.c.long(ctx, http.MethodPost, sbPath(sb.ID, "checkpoints", url.PathEscape(id), "restore"), nil, nil, "", progress, &out); err != nil {
 		return err
@@ -61,12 +68,24 @@ func (sb *Sandbox) Restore(ctx context.Context, id string, progress Progress) er
 }
 
 // Diff lists the paths added, modified and deleted from checkpoint from to
-// checkpoint to ("live": the disk now). An empty from means the checkpoint
-// before to (the newest, for live).
+// checkpoint to ("live", or "": the disk now). An empty from means the
+// checkpoint before to (the newest, for live).
 func (sb *Sandbox) Diff(ctx context.Context, from, to string) (*api.Diff, error) {
+	return sb.DiffN(ctx, from, to, 0)
+}
+
+// DiffN is Diff with each list cut at limit entries (0: sbxd's default,
+// 10000); Truncated says when a list was cut.
+func (sb *Sandbox) DiffN(ctx context.Context, from, to string, limit int) (*api.Diff, error) {
+	if to == "" {
+		to = "live"
+	}
 	q := url.Values{}
 	if from != "" {
 		q.Set("from", from)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
 	var out api.Diff
 	if err := sb.c.doJSON(ctx, http.MethodGet, sbPath(sb.ID, "checkpoints", url.PathEscape(to), "diff"), q, nil, &out); err != nil {

@@ -177,8 +177,14 @@ var (
 // request sends a request; body may be nil, an io.Reader (sent as is with
 // contentType) or a value sent as JSON.
 func (c *Client) request(ctx context.Context, method, path string, query url.Values, body any, contentType, accept string) (*http.Response, error) {
+	// path's segments are escaped (url.PathEscape): keep them as they are.
 	u := *c.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	raw := strings.TrimSuffix(u.EscapedPath(), "/") + path
+	unescaped, err := url.PathUnescape(raw)
+	if err != nil {
+		return nil, fmt.Errorf("bad path %q: %w", path, err)
+	}
+	u.Path, u.RawPath = unescaped, raw
 	u.RawQuery = query.Encode()
 	var rd io.Reader
 	switch b := body.(type) {

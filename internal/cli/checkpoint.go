@@ -122,6 +122,7 @@ func (a *app) restoreCmd() *cobra.Command {
 }
 
 func (a *app) diffCmd() *cobra.Command {
+	var limit int
 	cmd := &cobra.Command{
 		Use:   "diff NAME [FROM] [TO]",
 		Short: "List the paths added, modified and deleted between two checkpoints",
@@ -144,7 +145,7 @@ func (a *app) diffCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, err := sb.Diff(cmd.Context(), from, to)
+			d, err := sb.DiffN(cmd.Context(), from, to, limit)
 			if err != nil {
 				return err
 			}
@@ -155,11 +156,12 @@ func (a *app) diffCmd() *cobra.Command {
 			printChanges(a, "~", d.Modified)
 			printChanges(a, "-", d.Deleted)
 			if d.Truncated {
-				fmt.Fprintln(a.stderr, "sbx: the list was cut at its limit")
+				fmt.Fprintln(a.stderr, "sbx: the list was cut at its limit (--limit)")
 			}
 			return nil
 		},
 	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "most entries of each list (default 10000)")
 	a.addOutput(cmd)
 	return cmd
 }
@@ -175,9 +177,17 @@ func printChanges(a *app, mark string, cs []api.Change) {
 		default:
 			size = humanBytes(c.OldSize) + " → " + humanBytes(c.Size)
 		}
-		if c.Type == "dir" {
+		switch {
+		case c.Type == "dir":
 			size = "dir"
+		case c.Type == "symlink":
+			size = "→ " + clean(c.LinkTarget)
+		case c.Type != "file":
+			size = c.Type
 		}
-		fmt.Fprintf(a.stdout, "%s %s\t(%s)\n", mark, c.Path, size)
+		if c.OldType != "" {
+			size = c.OldType + " → " + size
+		}
+		fmt.Fprintf(a.stdout, "%s %s\t(%s)\n", mark, clean(c.Path), size)
 	}
 }

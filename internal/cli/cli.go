@@ -11,9 +11,11 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -137,9 +139,31 @@ func (a *app) table(header string, rows [][]string) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = clean(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	tw.Flush()
+}
+
+// clean makes text from a sandbox or a caller safe to print on a
+// terminal: control characters, tabs and bytes that are not UTF-8 are
+// shown escaped, so a file name cannot move the cursor or break a table.
+func clean(s string) string {
+	ok := utf8.ValidString(s)
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // parseKV parses repeated K=V flags.

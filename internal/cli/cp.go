@@ -139,19 +139,28 @@ func (a *app) download(cmd *cobra.Command, sb *client.Sandbox, remote, local str
 		if mode == 0 {
 			mode = 0o644
 		}
-		f, err := os.OpenFile(local, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode|0o200)
+		// Write a temp file beside the destination and rename it over: a
+		// symlink at the destination (say, one an earlier copy brought from
+		// the sandbox) is replaced, never written through.
+		f, err := os.CreateTemp(filepath.Dir(local), ".sbx-cp-*")
 		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(f, rf); err != nil {
-			f.Close()
+		_, err = io.Copy(f, rf)
+		if err == nil {
+			err = f.Chmod(mode)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(f.Name(), local)
+		}
+		if err != nil {
+			os.Remove(f.Name())
 			return fmt.Errorf("copy %s: %w", remote, err)
 		}
-		if err := f.Chmod(mode); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
+		return nil
 	}
 	var ae *client.Error
 	if !errors.As(err, &ae) || !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(ae.Message, "is a directory") {

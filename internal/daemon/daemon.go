@@ -69,7 +69,7 @@ func Defaults() Config {
 		DataDir:         "/var/lib/sbx",
 		Socket:          "/run/sbx/sbx.sock",
 		CacheDir:        "/var/cache/sbx",
-		NetnsDir:        "/run/netns",
+		NetnsDir:        "/run/sbx/netns",
 		PoolSize:        2,
 		DefaultCPUs:     1,
 		DefaultMemoryMB: 1024,
@@ -238,11 +238,18 @@ func lockDataDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("data dir %s is in use by another sbxd", dir)
+	// A previous sbxd that was just killed may take a moment to exit.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("data dir %s is in use by another sbxd", dir)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return f, nil
 }
 
 // Run runs sbxd until ctx is cancelled. Sandboxes keep running after it

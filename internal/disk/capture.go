@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -107,6 +108,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		return nil, nil, err
 	}
 	extents := map[string][]Extent{} // path → extents valid for scan1's stat
+	sums := map[string]string{}
 	var toRead []*scanned
 	for _, s := range scan1 {
 		if s.e.Type != TypeFile {
@@ -114,6 +116,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		}
 		if c := cache[s.e.Path]; c != nil && c.Type == TypeFile && sameStat(c, &s.e) && !racy(c, cacheNS) {
 			extents[s.e.Path] = c.Extents
+			sums[s.e.Path] = c.Sum
 			continue
 		}
 		toRead = append(toRead, s)
@@ -127,6 +130,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		addChunks(res.chunks)
 		for p, ext := range res.extents {
 			extents[p] = ext
+			sums[p] = res.sums[p]
 		}
 		stats.ReadBytes += res.bytes
 	}
@@ -169,6 +173,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		}
 		if c := cache[s.e.Path]; c != nil && c.Type == TypeFile && sameStat(c, &s.e) && !racy(c, cacheNS) {
 			extents[s.e.Path] = c.Extents
+			sums[s.e.Path] = c.Sum
 			continue
 		}
 		delete(extents, s.e.Path)
@@ -182,6 +187,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		addChunks(res.chunks)
 		for p, ext := range res.extents {
 			extents[p] = ext
+			sums[p] = res.sums[p]
 		}
 		stats.ReadBytes += res.bytes
 	}
@@ -203,6 +209,7 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		switch e.Type {
 		case TypeFile:
 			e.Extents = extents[e.Path]
+			e.Sum = sums[e.Path]
 			stats.Files++
 			stats.Bytes += e.Size
 		case TypeDir:
@@ -423,6 +430,7 @@ func readXattrs(path string) (map[string][]byte, error) {
 type readResult struct {
 	chunks  []blob.Chunk
 	extents map[string][]Extent
+	sums    map[string]string
 	bytes   int64
 }
 
@@ -441,13 +449,14 @@ func readFiles(ctx context.Context, root string, files []*scanned, st blob.Store
 	if cr.err != nil {
 		return nil, cr.err
 	}
-	res := &readResult{chunks: chunks, extents: map[string][]Extent{}}
+	res := &readResult{chunks: chunks, extents: map[string][]Extent{}, sums: map[string]string{}}
 	for i, f := range files {
 		n := cr.sizes[i]
 		res.bytes += n
 		// The size read is the truth for this stream; record it.
 		f.e.Size = n
 		res.extents[f.e.Path] = extentsOf(chunks, cr.starts[i], n)
+		res.sums[f.e.Path] = fmt.Sprintf("%08x", cr.sums[i])
 	}
 	return res, nil
 }
@@ -462,6 +471,7 @@ type concatReader struct {
 	off    int64
 	starts []int64
 	sizes  []int64
+	sums   []uint32 // CRC-32C of each file
 	err    error
 }
 
@@ -473,6 +483,7 @@ func (c *concatReader) Read(p []byte) (int, error) {
 			}
 			c.starts = append(c.starts, c.off)
 			c.sizes = append(c.sizes, 0)
+			c.sums = append(c.sums, 0)
 			f, err := os.Open(filepath.Join(c.root, c.files[c.i].e.Path))
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
@@ -487,6 +498,7 @@ func (c *concatReader) Read(p []byte) (int, error) {
 		n, err := c.cur.Read(p)
 		c.off += int64(n)
 		c.sizes[c.i] += int64(n)
+		c.sums[c.i] = crc32.Update(c.sums[c.i], castagnoli, p[:n])
 		if err == io.EOF {
 			c.cur.Close()
 			c.cur = nil
@@ -503,6 +515,8 @@ func (c *concatReader) Read(p []byte) (int, error) {
 		return n, nil
 	}
 }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // statIno is a helper for tests and restores: the inode of path.
 func statIno(path string) (uint64, error) {

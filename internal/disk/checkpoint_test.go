@@ -271,11 +271,11 @@ func TestDiffAgainstImage(t *testing.T) {
 	empty := &Manifest{Version: ManifestVersion, Entries: []Entry{{Path: "", Type: TypeDir}}}
 	later := &Manifest{Version: ManifestVersion, Entries: []Entry{
 		{Path: "", Type: TypeDir},
-		{Path: "etc", Type: TypeDir},
+		{Path: "etc", Type: TypeDir, Mode: 0o755},
 		{Path: "etc/conf", Type: TypeFile, Size: 3, Extents: []Extent{{Chunk: "sha256:x", Len: 3}}},
 		{Path: "new.txt", Type: TypeFile, Size: 7, Extents: []Extent{{Chunk: "sha256:y", Len: 7}}},
-		{Path: "usr", Type: TypeDir},
-		{Path: "usr/share", Type: TypeDir},
+		{Path: "usr", Type: TypeDir, Mode: 0o755},
+		{Path: "usr/share", Type: TypeDir, Mode: 0o755},
 		{Path: "usr/share/doc", Type: TypeWhiteout},
 	}}
 	d := Diff(empty, later, lower)

@@ -6,18 +6,23 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Change is one path that differs between two disks, as the sandbox sees
 // them (the writable layer over the image).
 type Change struct {
 	Path string `json:"path"`
-	// Type of the path on the newer disk, or on the older one if deleted.
-	Type EntryType `json:"type"`
+	// Type of the path on the newer disk, or on the older one if deleted;
+	// OldType is set when a modification changed the type.
+	Type    EntryType `json:"type"`
+	OldType EntryType `json:"old_type,omitempty"`
 	// Size on the newer disk (0 if deleted) and on the older one (0 if
 	// added), in bytes.
 	Size    int64 `json:"size"`
 	OldSize int64 `json:"old_size"`
+	// LinkTarget is a symlink's target (the newer one).
+	LinkTarget string `json:"link_target,omitempty"`
 }
 
 // DiffResult lists what changed from one disk to another.
@@ -32,6 +37,25 @@ type DiffResult struct {
 type view struct {
 	e     *Entry // nil: from the image, or absent
 	lower os.FileInfo
+}
+
+// meta is a view's mode and owner.
+func (v view) meta() (mode uint32, uid, gid int) {
+	if v.e != nil {
+		return v.e.Mode, v.e.UID, v.e.GID
+	}
+	st, ok := v.lower.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, -1, -1
+	}
+	return st.Mode & 0o7777, int(st.Uid), int(st.Gid)
+}
+
+func (v view) target() string {
+	if v.e != nil {
+		return v.e.Target
+	}
+	return ""
 }
 
 func (v view) exists() bool { return v.e != nil || v.lower != nil }
@@ -69,6 +93,18 @@ func (v view) size() int64 {
 func Diff(from, to *Manifest, lower string) *DiffResult {
 	a := index(from)
 	b := index(to)
+	// A hard link shows as the file it shares.
+	for _, m := range []map[string]*Entry{a, b} {
+		for p, e := range m {
+			if e.Type == TypeHardlink {
+				if t, ok := m[e.Target]; ok {
+					cp := *t
+					cp.Path = p
+					m[p] = &cp
+				}
+			}
+		}
+	}
 	paths := map[string]bool{}
 	for p := range a {
 		paths[p] = true
@@ -93,11 +129,15 @@ func Diff(from, to *Manifest, lower string) *DiffResult {
 		va, vb := resolve(a, lower, p), resolve(b, lower, p)
 		switch {
 		case !va.exists() && vb.exists():
-			res.Added = append(res.Added, Change{Path: "/" + p, Type: vb.typ(), Size: vb.size()})
+			res.Added = append(res.Added, Change{Path: "/" + p, Type: vb.typ(), Size: vb.size(), LinkTarget: vb.target()})
 		case va.exists() && !vb.exists():
-			res.Deleted = append(res.Deleted, Change{Path: "/" + p, Type: va.typ(), OldSize: va.size()})
+			res.Deleted = append(res.Deleted, Change{Path: "/" + p, Type: va.typ(), OldSize: va.size(), LinkTarget: va.target()})
 		case va.exists() && vb.exists() && changed(va, vb):
-			res.Modified = append(res.Modified, Change{Path: "/" + p, Type: vb.typ(), Size: vb.size(), OldSize: va.size()})
+			c := Change{Path: "/" + p, Type: vb.typ(), Size: vb.size(), OldSize: va.size(), LinkTarget: vb.target()}
+			if va.typ() != vb.typ() {
+				c.OldType = va.typ()
+			}
+			res.Modified = append(res.Modified, c)
 		}
 	}
 	for _, l := range []*[]Change{&res.Added, &res.Modified, &res.Deleted} {
@@ -138,6 +178,9 @@ func resolve(m map[string]*Entry, lower, p string) view {
 	return view{lower: fi}
 }
 
+// changed reports whether a path differs between two views: type, mode,
+// owner, link target, device, or content (a directory's own times do not
+// count: they move with every entry made in it).
 func changed(a, b view) bool {
 	if a.typ() != b.typ() {
 		return true
@@ -145,24 +188,29 @@ func changed(a, b view) bool {
 	if a.e == nil && b.e == nil {
 		return false // both the image's
 	}
+	am, au, ag := a.meta()
+	bm, bu, bg := b.meta()
+	if am != bm || au != bu || ag != bg {
+		return true
+	}
 	if a.e == nil || b.e == nil {
-		// One side is the image's file: copied up means changed, unless it
-		// is a directory (copy-up of a directory changes nothing visible).
+		// One side is the image's file, the other a copy-up: a copied-up
+		// directory with the image's mode and owner changed nothing visible;
+		// any other copy-up was opened for writing.
 		return a.typ() != TypeDir
 	}
 	ea, eb := a.e, b.e
-	if ea.Mode != eb.Mode || ea.UID != eb.UID || ea.GID != eb.GID || ea.Target != eb.Target || ea.Rdev != eb.Rdev {
+	if ea.Target != eb.Target || ea.Rdev != eb.Rdev {
 		return true
 	}
-	if ea.Type == TypeDir {
+	if ea.Type != TypeFile {
 		return false
 	}
-	if ea.Size != eb.Size || len(ea.Extents) != len(eb.Extents) {
+	if ea.Size != eb.Size {
 		return true
 	}
-	if ea.Extents == nil && eb.Extents == nil && ea.Size > 0 {
-		// Not read in a dry run: fall back to times.
-		return ea.MtimeNS != eb.MtimeNS
+	if ea.Sum != "" && eb.Sum != "" {
+		return ea.Sum != eb.Sum
 	}
 	return !slices.Equal(ea.Extents, eb.Extents)
 }

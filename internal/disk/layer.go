@@ -205,6 +205,22 @@ func (l *Layers) writeCache(id string, cf cacheFile) {
 	}
 }
 
+// DropAllCaches forgets every layer's capture cache. After a chunk was
+// found missing or corrupt, no cache may vouch for extents that use it: the
+// next capture of every layer reads its files again and stores their
+// chunks anew.
+func (l *Layers) DropAllCaches() {
+	l.mu.Lock()
+	l.caches = map[string]cacheFile{}
+	l.mu.Unlock()
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	paths, _ := filepath.Glob(filepath.Join(l.dir, "*", "cache.json.zst"))
+	for _, p := range paths {
+		os.Remove(p)
+	}
+}
+
 // DropCache removes id's capture cache.
 func (l *Layers) DropCache(id string) error {
 	l.mu.Lock()

@@ -61,6 +61,10 @@ type Entry struct {
 	// trusted.overlay.opaque, user.*), values as bytes.
 	Xattrs  map[string][]byte `json:"x,omitempty"`
 	Extents []Extent          `json:"e,omitempty"`
+	// Sum is the CRC-32C of a file's content, in hex: chunk boundaries
+	// depend on what was read with the file, so two captures of the same
+	// content can have different extents; Sum tells them equal.
+	Sum string `json:"k,omitempty"`
 }
 
 // ManifestVersion is the format version of Manifest.

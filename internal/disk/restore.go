@@ -158,17 +158,17 @@ func Rescan(upper string, target *Manifest) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	extents := map[string][]Extent{}
-	for _, e := range target.Entries {
-		if e.Type == TypeFile {
-			extents[e.Path] = e.Extents
+	byPath := map[string]*Entry{}
+	for i := range target.Entries {
+		if e := &target.Entries[i]; e.Type == TypeFile {
+			byPath[e.Path] = e
 		}
 	}
 	m := &Manifest{Version: ManifestVersion, CaptureNS: time.Now().UnixNano()}
 	for _, s := range built {
 		e := s.e
-		if e.Type == TypeFile {
-			e.Extents = extents[e.Path]
+		if t := byPath[e.Path]; t != nil && e.Type == TypeFile {
+			e.Extents, e.Sum = t.Extents, t.Sum
 		}
 		m.Entries = append(m.Entries, e)
 	}

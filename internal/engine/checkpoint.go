@@ -266,6 +266,7 @@ func (e *Engine) GetCheckpoint(ctx context.Context, idOrName, id string, verify 
 		if !errors.Is(err, blob.ErrNotFound) && !errors.Is(err, blob.ErrCorrupt) {
 			return nil, err
 		}
+		e.chunkLost(err)
 		e.log.Warn("checkpoint damaged", "sandbox", sb.Name, "id", id, "err", err)
 		health = api.HealthDamaged
 	}
@@ -274,6 +275,14 @@ func (e *Engine) GetCheckpoint(ctx context.Context, idOrName, id string, verify 
 	}
 	cp.Health = health
 	return cp, nil
+}
+
+// chunkLost reacts to a chunk found missing or corrupt: the capture caches
+// may vouch for it, so they all go (the next captures read and store
+// their files again).
+func (e *Engine) chunkLost(err error) {
+	e.log.Warn("a stored chunk is missing or corrupt: capture caches dropped", "err", err)
+	e.layers.DropAllCaches()
 }
 
 // verify rereads and checks every chunk of a checkpoint.
@@ -382,6 +391,10 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	})
 	if err != nil {
 		e.abandonRestore(ctx, sb.ID, opID)
+		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
+			e.chunkLost(err)
+			_ = e.st.SetCheckpointHealth(ctx, sb.ID, seq, api.HealthDamaged)
+		}
 		return failed(err)
 	}
 	progress(fmt.Sprintf("%d files: %d kept, %d patched, %d written; %d bytes from the store",
@@ -559,7 +572,8 @@ func (e *Engine) Diff(ctx context.Context, idOrName string, o DiffOptions) (*api
 				out.Truncated = true
 				break
 			}
-			res = append(res, api.Change{Path: c.Path, Type: string(c.Type), Size: c.Size, OldSize: c.OldSize})
+			res = append(res, api.Change{Path: c.Path, Type: string(c.Type), OldType: string(c.OldType), Size: c.Size,
+				OldSize: c.OldSize, LinkTarget: c.LinkTarget})
 		}
 		return res
 	}

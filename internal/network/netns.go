@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -18,18 +19,42 @@ import (
 )
 
 // Manager creates and removes sandboxes' network namespaces, each bind
-// mounted at dir/sbx-<id> (dir is /run/netns by default, so `ip netns`
-// lists them).
+// mounted at dir/sbx-<id> (dir is /run/sbx/netns by default).
 type Manager struct {
 	dir string
 }
 
-// NewManager returns a Manager that keeps namespace files in dir.
+// NewManager returns a Manager that keeps namespace files in dir. The dir
+// is made a private mount of itself, so that a change of propagation of a
+// parent (iproute2 makes /run/netns shared) cannot pin its mounts.
 func NewManager(dir string) (*Manager, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	if !isMountPoint(dir) {
+		if err := unix.Mount(dir, dir, "none", unix.MS_BIND, ""); err != nil {
+			return nil, fmt.Errorf("bind mount %s: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("none", dir, "none", unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("make %s private: %w", dir, err)
+	}
 	return &Manager{dir: dir}, nil
+}
+
+// isMountPoint reports whether dir is the root of a mount.
+func isMountPoint(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
 }
 
 // Prefix starts the file name of every namespace sbx creates.

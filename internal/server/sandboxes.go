@@ -24,6 +24,10 @@ func toAPI(sb *store.Sandbox) api.Sandbox {
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}
+	out.Volumes = sb.Volumes
+	if out.Volumes == nil {
+		out.Volumes = []api.Volume{}
+	}
 	for _, l := range []*[]string{&out.Network.Allow, &out.Network.Deny, &out.Network.Connect} {
 		if *l == nil {
 			*l = []string{}

@@ -234,6 +234,7 @@ func (h *harness) cleanup() {
 	for _, e := range ents {
 		_ = syscall.Unmount(filepath.Join(h.netnsDir, e.Name()), syscall.MNT_DETACH)
 	}
+	_ = syscall.Unmount(h.netnsDir, syscall.MNT_DETACH)
 	mounts, _ := os.ReadFile("/proc/self/mounts")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		f := strings.Fields(line)
