@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"io"
+	"log"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -45,7 +47,7 @@ func testImage(t *testing.T, marker string) v1.Image {
 
 func TestImagePullFromRegistry(t *testing.T) {
 	ctx := ctxT(t)
-	reg := httptest.NewServer(registry.New())
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer reg.Close()
 	host := strings.TrimPrefix(reg.URL, "http://")
 	ref, err := name.ParseReference(host+"/team/tools:1.0", name.Insecure)

@@ -90,7 +90,7 @@ func TestExec(t *testing.T) {
 		if stdout != "one\ncafé" {
 			t.Fatalf("stdout %q", stdout)
 		}
-		if seq[0] != api.ExecStdout || !strings.Contains(strings.Join(seq, ","), api.ExecStderr) {
+		if seq[0] != api.ExecStart || st.PID == 0 || seq[1] != api.ExecStdout || !strings.Contains(strings.Join(seq, ","), api.ExecStderr) {
 			t.Fatalf("event order %v", seq)
 		}
 	})
