@@ -18,11 +18,21 @@ import (
 // Measured here: FastCDC cuts ~0.9 GB/s, Rabin (restic/chunker) ~0.45; JC
 // cuts ~8 GB/s but stored 3-4x the bytes of a 1 MB edit in a big file.
 const (
-	chunkAlgo   = "fastcdc-v1.0.0"
-	chunkMin    = 32 << 10
-	chunkNormal = 128 << 10
-	// ChunkMax is the largest chunk, in bytes.
+	chunkAlgo = "fastcdc-v1.0.0"
+	// ChunkMax is the largest chunk of the default profile, in bytes.
 	ChunkMax = 512 << 10
+)
+
+// Sizes is a chunking profile: min, normal (average) and max chunk size,
+// in bytes.
+type Sizes struct{ Min, Normal, Max int }
+
+// Profiles: files of a writable layer are cut small, so that an edit
+// costs little; memory images, which change in scattered pages and are
+// large, in bigger chunks, so that a GiB is ~1000 blobs, not ~8000.
+var (
+	FileChunks   = Sizes{32 << 10, 128 << 10, ChunkMax}
+	MemoryChunks = Sizes{256 << 10, 1 << 20, 4 << 20}
 )
 
 // Chunk is one chunk cut from a stream.
@@ -39,7 +49,12 @@ type Chunk struct {
 // and written by a worker per CPU; the result is in stream order. The
 // chunks are put, not flushed.
 func PutStream(ctx context.Context, st Store, r io.Reader) ([]Chunk, error) {
-	ch, err := chunkers.NewChunker(chunkAlgo, r, &chunkers.ChunkerOpts{MinSize: chunkMin, NormalSize: chunkNormal, MaxSize: ChunkMax})
+	return PutStreamSizes(ctx, st, r, FileChunks)
+}
+
+// PutStreamSizes is PutStream with a chunking profile.
+func PutStreamSizes(ctx context.Context, st Store, r io.Reader, sz Sizes) ([]Chunk, error) {
+	ch, err := chunkers.NewChunker(chunkAlgo, r, &chunkers.ChunkerOpts{MinSize: sz.Min, NormalSize: sz.Normal, MaxSize: sz.Max})
 	if err != nil {
 		return nil, err
 	}

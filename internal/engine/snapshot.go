@@ -221,7 +221,11 @@ func (e *Engine) BeginSnapshot(ctx context.Context, idOrName string, req api.Sna
 // snapshotLocked captures sb and stores the snapshot: memory image and
 // disk in the blob store, then the record. The caller holds sb's lock.
 func (e *Engine) snapshotLocked(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, error) {
+	start := time.Now()
 	sn, c, err := e.takeSnapshot(ctx, sb, req, retention, fork, progress)
+	if err == nil {
+		progress(fmt.Sprintf("done in %d ms", time.Since(start).Milliseconds()))
+	}
 	if c != nil {
 		os.RemoveAll(c.dir)
 	}
@@ -230,47 +234,70 @@ func (e *Engine) snapshotLocked(ctx context.Context, sb *store.Sandbox, req api.
 
 // takeSnapshot captures sb, stores memory and disk, and records the
 // snapshot; it returns the capture too, whose local image dir the caller
-// removes (a fork restores its copies from it first).
+// removes.
 func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
-	failed := errdefs.ErrSnapshotFailed
-	if fork {
-		failed = errdefs.ErrForkFailed
-	}
-	fail := func(err error) error { return fmt.Errorf("snapshot of %s: %v: %w", sb.Name, err, failed) }
 	e.gcMu.RLock()
 	defer e.gcMu.RUnlock()
+	sn, c, err := e.captureSnapshot(ctx, sb, req, retention, fork, progress)
+	if err != nil {
+		return nil, c, err
+	}
+	progress(fmt.Sprintf("captured (paused %d ms); storing the memory image", c.pausedMS))
+	if err := e.storeSnapshot(ctx, sn, c); err != nil {
+		return nil, c, err
+	}
+	return sn, c, nil
+}
+
+func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
+	class := errdefs.ErrSnapshotFailed
+	if fork {
+		class = errdefs.ErrForkFailed
+	}
+	return fmt.Errorf("snapshot of %s: %v: %w", sb.Name, err, class)
+}
+
+// captureSnapshot captures sb (captureLive) and returns the snapshot
+// record to be, not yet stored. The caller holds gcMu for reading.
+func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
 	id := newSnapshotID()
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
-	start := time.Now()
 	c, err := e.captureLive(ctx, sb, dir, progress)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, nil, fail(err)
+		return nil, nil, snapshotFailed(sb, fork, err)
 	}
-	progress(fmt.Sprintf("captured in %d ms (paused %d ms); storing the memory image", time.Since(start).Milliseconds(), c.pausedMS))
-	im, mstats, err := snapshot.Store(context.WithoutCancel(ctx), e.blobs, dir)
-	if err != nil {
-		return nil, c, fail(err)
-	}
-	memJSON, _ := json.Marshal(im)
 	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Network: sb.Network})
 	_, diskBytes := c.disk.Stats()
 	sn := &store.Snapshot{
 		ID: id, Name: req.Name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
-		Shape: shape, Memory: memJSON, Disk: refStrings(c.diskRef), MemoryBytes: mstats.Bytes, DiskBytes: diskBytes,
-		StoredBytes: mstats.AddedBytes + c.diskAdd, Metadata: req.Metadata, Fork: fork, State: "ready",
-		CreateTime: time.Now().UTC(),
+		Shape: shape, Disk: refStrings(c.diskRef), DiskBytes: diskBytes, StoredBytes: c.diskAdd,
+		Metadata: req.Metadata, Fork: fork, State: "ready", CreateTime: time.Now().UTC(),
 	}
 	if !fork {
 		sn.ExpireTime = sn.CreateTime.Add(retention)
 	}
-	e.fault("snapshot:before-record")
-	if err := e.st.AddSnapshot(context.WithoutCancel(ctx), sn); err != nil {
-		return nil, c, fail(err)
-	}
-	e.log.Info("snapshot", "sandbox", sb.Name, "id", id, "fork", fork, "ms", time.Since(start).Milliseconds(),
-		"paused_ms", c.pausedMS, "memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes)
 	return sn, c, nil
+}
+
+// storeSnapshot stores the memory image of a capture and records the
+// snapshot. The caller holds gcMu for reading.
+func (e *Engine) storeSnapshot(ctx context.Context, sn *store.Snapshot, c *captured) error {
+	ctx = context.WithoutCancel(ctx)
+	im, mstats, err := snapshot.Store(ctx, e.blobs, c.dir)
+	if err != nil {
+		return fmt.Errorf("store the memory image of %s: %v: %w", sn.SandboxName, err, errdefs.ErrSnapshotFailed)
+	}
+	sn.Memory, _ = json.Marshal(im)
+	sn.MemoryBytes = mstats.Bytes
+	sn.StoredBytes += mstats.AddedBytes
+	e.fault("snapshot:before-record")
+	if err := e.st.AddSnapshot(ctx, sn); err != nil {
+		return fmt.Errorf("record the snapshot of %s: %v: %w", sn.SandboxName, err, errdefs.ErrSnapshotFailed)
+	}
+	e.log.Info("snapshot", "sandbox", sn.SandboxName, "id", sn.ID, "fork", sn.Fork, "paused_ms", c.pausedMS,
+		"memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes)
+	return nil
 }
 
 // Snapshot takes a memory snapshot (BeginSnapshot, then Run).
@@ -548,7 +575,9 @@ type ForkResult struct {
 // from the local image, several at once.
 func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req api.ForkRequest, names []string, progress func(string)) (*ForkResult, error) {
 	ctx = context.WithoutCancel(ctx)
-	sn, c, err := e.takeSnapshot(ctx, sb, api.SnapshotRequest{Name: "fork of " + sb.Name}, 0, true, progress)
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	sn, c, err := e.captureSnapshot(ctx, sb, api.SnapshotRequest{Name: "fork of " + sb.Name}, 0, true, progress)
 	unlock()
 	if c != nil {
 		defer os.RemoveAll(c.dir)
@@ -561,10 +590,12 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	if req.Network != nil {
 		network = *req.Network
 	}
-	progress(fmt.Sprintf("starting %d copies", len(names)))
+	progress(fmt.Sprintf("captured (paused %d ms); starting %d copies", c.pausedMS, len(names)))
 	e.fault("fork:captured")
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	// The snapshot the fork keeps for itself is stored while the copies
+	// start from the local image.
+	stored := make(chan error, 1)
+	go func() { stored <- e.storeSnapshot(ctx, sn, c) }()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, goruntime.NumCPU()))
 	for i, name := range names {
@@ -586,13 +617,18 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 		}(i, name)
 	}
 	wg.Wait()
+	serr := <-stored
 	ok := 0
 	for _, cp := range res.Copies {
 		if cp != nil {
 			ok++
 		}
 	}
-	if ok == 0 {
+	if serr != nil {
+		// The copies run; only the fork's own record of the capture is lost.
+		e.log.Error("fork: store the snapshot", "sandbox", sb.Name, "err", serr)
+	}
+	if ok == 0 && serr == nil {
 		_ = e.st.DeleteSnapshot(ctx, sn.ID)
 		e.kickGC()
 	}

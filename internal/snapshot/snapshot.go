@@ -72,7 +72,7 @@ func Store(ctx context.Context, st blob.Store, dir string) (Image, Stats, error)
 		if err != nil {
 			return nil, stats, err
 		}
-		chunks, err := blob.PutStream(ctx, st, f)
+		chunks, err := blob.PutStreamSizes(ctx, st, f, blob.MemoryChunks)
 		f.Close()
 		if err != nil {
 			return nil, stats, fmt.Errorf("store %s: %w", e.Name(), err)

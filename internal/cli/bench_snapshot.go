@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
+)
+
+// memoryScript holds N MB of random bytes in a Python process (touched,
+// incompressible memory), then sleeps.
+const memoryScript = `
+import os, sys, time
+mb = int(sys.argv[1])
+blocks = [os.urandom(1 << 20) for _ in range(mb)]
+open("/tmp/ready", "w").write("ok")
+while True:
+    time.sleep(1)
+`
+
+// snapshotRow is one line of the snapshot bench table (ms and bytes).
+type snapshotRow struct {
+	MemoryMB        int     `json:"memory_mb"`
+	SnapshotMS      float64 `json:"snapshot_ms"`
+	PausedMS        int64   `json:"paused_ms"`
+	StartMS         float64 `json:"start_from_snapshot_ms"`
+	ForkMS          float64 `json:"fork_ms"`
+	Fork8MS         float64 `json:"fork_8_ms"`
+	StoredBytes     int64   `json:"stored_bytes"`
+	SecondStoredB   int64   `json:"second_stored_bytes"`
+	MemoryImageSize int64   `json:"memory_bytes"`
+}
+
+func (a *app) benchSnapshotCmd() *cobra.Command {
+	var sizes string
+	var fanout int
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Measure memory snapshots and forks and print a table",
+		Long: "For sandboxes whose processes hold SIZES MB of touched memory: snapshot time (and how long\n" +
+			"the source was paused), start-from-snapshot time, fork time (to a copy that answers exec),\n" +
+			"a FANOUT-way fork, stored bytes, and the stored bytes of a second snapshot right after.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			var rows []snapshotRow
+			for _, f := range strings.Split(sizes, ",") {
+				mb, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || mb < 1 {
+					return fmt.Errorf("--sizes %q: want MB numbers like 50,500", sizes)
+				}
+				row, err := a.benchSnapshot(cmd.Context(), mb, fanout)
+				if err != nil {
+					return fmt.Errorf("%d MB: %w", mb, err)
+				}
+				rows = append(rows, *row)
+			}
+			if a.output == "json" {
+				return a.printJSON(rows)
+			}
+			var out [][]string
+			for _, r := range rows {
+				out = append(out, []string{strconv.Itoa(r.MemoryMB), fmt.Sprintf("%.0f", r.SnapshotMS), strconv.FormatInt(r.PausedMS, 10),
+					fmt.Sprintf("%.0f", r.StartMS), fmt.Sprintf("%.0f", r.ForkMS), fmt.Sprintf("%.0f", r.Fork8MS),
+					humanBytes(r.MemoryImageSize), humanBytes(r.StoredBytes), humanBytes(r.SecondStoredB)})
+			}
+			a.table(fmt.Sprintf("MEMORY_MB\tSNAPSHOT_MS\tPAUSED_MS\tSTART_MS\tFORK_MS\tFORK_%d_MS\tIMAGE\tSTORED\tSECOND_STORED", fanout), out)
+			fmt.Fprintln(a.stdout, "targets: paused ≤ 1 s per GB; fork of 512 MB ≤ 250 ms; 8 forks of 50 MB ≤ 1 s; second snapshot ≤ 10% of the first")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&sizes, "sizes", "50,500,2000", "touched memory of each case, MB")
+	cmd.Flags().IntVar(&fanout, "fanout", 8, "copies of the fan-out fork")
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, error) {
+	labels := map[string]string{"sbx-bench": "1"}
+	var made []*client.Sandbox
+	defer func() {
+		for _, sb := range made {
+			_ = sb.Delete(context.WithoutCancel(ctx))
+		}
+	}()
+	src, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Labels: labels, MemoryMB: mb + 768})
+	if err != nil {
+		return nil, err
+	}
+	made = append(made, src)
+	if err := src.WriteFile(ctx, "/workspace/mem.py", strings.NewReader(memoryScript), 0o644); err != nil {
+		return nil, err
+	}
+	if _, err := src.Start(ctx, api.ExecRequest{Cmd: []string{"python3", "/workspace/mem.py", strconv.Itoa(mb)}}); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(a.stderr, "%d MB: filling memory...\n", mb)
+	for deadline := time.Now().Add(10 * time.Minute); ; {
+		if res, err := src.Exec(ctx, "test -f /tmp/ready"); err == nil && res.ExitCode == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the memory filler did not finish")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	row := &snapshotRow{MemoryMB: mb}
+	start := time.Now()
+	sn, err := src.Snapshot(ctx, api.SnapshotRequest{Name: "bench"})
+	if err != nil {
+		return nil, err
+	}
+	row.SnapshotMS = ms(time.Since(start))
+	row.StoredBytes, row.MemoryImageSize = sn.StoredBytes, sn.MemoryBytes
+	sn2, err := src.Snapshot(ctx, api.SnapshotRequest{Name: "bench-2"})
+	if err != nil {
+		return nil, err
+	}
+	row.SecondStoredB = sn2.StoredBytes
+	defer a.c.Snapshots.Delete(context.WithoutCancel(ctx), sn.ID)
+	defer a.c.Snapshots.Delete(context.WithoutCancel(ctx), sn2.ID)
+
+	start = time.Now()
+	from, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Labels: labels, Snapshot: sn.ID})
+	if err != nil {
+		return nil, err
+	}
+	made = append(made, from)
+	if _, err := from.Run(ctx, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		return nil, err
+	}
+	row.StartMS = ms(time.Since(start))
+
+	start = time.Now()
+	res, err := src.Fork(ctx, api.ForkRequest{Labels: labels})
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range res.Copies {
+		if c == nil {
+			return nil, res.Errors[i]
+		}
+		made = append(made, c)
+	}
+	if _, err := res.Copies[0].Run(ctx, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		return nil, err
+	}
+	row.ForkMS = ms(time.Since(start))
+	row.PausedMS = res.PausedMS
+
+	if fanout > 0 {
+		start = time.Now()
+		res, err = src.Fork(ctx, api.ForkRequest{Labels: labels, Count: fanout})
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range res.Copies {
+			if c == nil {
+				return nil, res.Errors[i]
+			}
+			made = append(made, c)
+		}
+		row.Fork8MS = ms(time.Since(start))
+	}
+	fmt.Fprintf(a.stderr, "%d MB: snapshot %.0f ms (paused %d), start %.0f ms, fork %.0f ms, %d-way fork %.0f ms\n",
+		mb, row.SnapshotMS, row.PausedMS, row.StartMS, row.ForkMS, fanout, row.Fork8MS)
+	return row, nil
+}
