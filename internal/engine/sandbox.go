@@ -46,11 +46,6 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	} else if err := ValidateName("name", req.Name); err != nil {
 		return nil, err
 	}
-	if req.Image == "" {
-		req.Image = disk.DefaultImage
-	} else if err := disk.ValidateImageName(req.Image); err != nil {
-		return nil, errdefs.Invalid("image", "%q is not an image name", req.Image)
-	}
 	if req.Snapshot != "" {
 		if err := validateEnv("env", req.Env); err != nil {
 			return nil, err
@@ -68,6 +63,11 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 			return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", req.Name)
 		}
 		return e.createFromSnapshot(ctx, req, opts.Progress)
+	}
+	if req.Image == "" {
+		req.Image = disk.DefaultImage
+	} else if err := disk.ValidateImageName(req.Image); err != nil {
+		return nil, errdefs.Invalid("image", "%q is not an image name", req.Image)
 	}
 	if req.CPUs == 0 {
 		req.CPUs = e.cfg.DefaultCPUs

@@ -579,10 +579,10 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	defer e.gcMu.RUnlock()
 	sn, c, err := e.captureSnapshot(ctx, sb, api.SnapshotRequest{Name: "fork of " + sb.Name}, 0, true, progress)
 	unlock()
-	if c != nil {
-		defer os.RemoveAll(c.dir)
-	}
 	if err != nil {
+		if c != nil {
+			os.RemoveAll(c.dir)
+		}
 		return nil, err
 	}
 	res := &ForkResult{Snapshot: sn, Copies: make([]*store.Sandbox, len(names)), Errors: make([]error, len(names)), PausedMS: c.pausedMS}
@@ -593,9 +593,27 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	progress(fmt.Sprintf("captured (paused %d ms); starting %d copies", c.pausedMS, len(names)))
 	e.fault("fork:captured")
 	// The snapshot the fork keeps for itself is stored while the copies
-	// start from the local image.
-	stored := make(chan error, 1)
-	go func() { stored <- e.storeSnapshot(ctx, sn, c) }()
+	// start from the local image, and after: the fork answers once its
+	// copies run. The local image goes when both are done.
+	var copies sync.WaitGroup
+	copies.Add(1)
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		e.gcMu.RLock()
+		err := e.storeSnapshot(ctx, sn, c)
+		e.gcMu.RUnlock()
+		copies.Wait()
+		os.RemoveAll(c.dir)
+		if err != nil {
+			// The copies run; only the fork's own record of the capture is lost.
+			e.log.Error("fork: store the snapshot", "sandbox", sb.Name, "err", err)
+			return
+		}
+		// Copies that failed, or were deleted meanwhile, do not hold it.
+		e.releaseForkSnapshot(context.WithoutCancel(ctx), sn.ID)
+	}()
+	defer copies.Done()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, goruntime.NumCPU()))
 	for i, name := range names {
@@ -617,20 +635,11 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 		}(i, name)
 	}
 	wg.Wait()
-	serr := <-stored
 	ok := 0
 	for _, cp := range res.Copies {
 		if cp != nil {
 			ok++
 		}
-	}
-	if serr != nil {
-		// The copies run; only the fork's own record of the capture is lost.
-		e.log.Error("fork: store the snapshot", "sandbox", sb.Name, "err", serr)
-	}
-	if ok == 0 && serr == nil {
-		_ = e.st.DeleteSnapshot(ctx, sn.ID)
-		e.kickGC()
 	}
 	e.log.Info("fork", "sandbox", sb.Name, "copies", ok, "of", len(names), "paused_ms", c.pausedMS)
 	return res, nil

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -163,4 +164,66 @@ func TestCLICopyFileSemantics(t *testing.T) {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// TestCLISnapshotsAndForks drives snapshot, snapshots, create
+// --from-snapshot, fork, ps, attach and kill through the sbx binary.
+func TestCLISnapshotsAndForks(t *testing.T) {
+	name := "clisnap-" + randomHex(3)
+	if _, errs, code := sbxCLI(t, "", "create", "--name", name, "--image", "busybox"); code != 0 {
+		t.Fatalf("create: %s", errs)
+	}
+	t.Cleanup(func() { sbxCLI(t, "", "rm", name) })
+	out, errs, code := sbxCLI(t, "", "exec", "-d", name, "--", "sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done")
+	if code != 0 {
+		t.Fatalf("exec -d: %s", errs)
+	}
+	pid := strings.TrimSpace(out)
+	out, errs, code = sbxCLI(t, "", "snapshot", name, "--name", "s1", "--retention", "2h", "--metadata", `{"step":1}`)
+	if code != 0 || !strings.HasPrefix(out, "snap_") {
+		t.Fatalf("snapshot: %d %q %s", code, out, errs)
+	}
+	snapID := strings.TrimSpace(out)
+	out, _, code = sbxCLI(t, "", "snapshots", "--sandbox", name, "-o", "json")
+	var sns []api.Snapshot
+	var meta bytes.Buffer
+	if code != 0 || json.Unmarshal([]byte(out), &sns) != nil || len(sns) != 1 || sns[0].ID != snapID ||
+		json.Compact(&meta, sns[0].Metadata) != nil || meta.String() != `{"step":1}` {
+		t.Fatalf("snapshots: %d %s", code, out)
+	}
+	copyName := name + "-c"
+	if _, errs, code := sbxCLI(t, "", "fork", name, "--name", copyName, "--offline"); code != 0 {
+		t.Fatalf("fork: %s", errs)
+	}
+	t.Cleanup(func() { sbxCLI(t, "", "rm", copyName) })
+	out, _, code = sbxCLI(t, "", "ps", copyName)
+	if code != 0 || !strings.Contains(out, pid) || !strings.Contains(out, "running") {
+		t.Fatalf("ps in the copy: %q", out)
+	}
+	if _, errs, code := sbxCLI(t, "", "kill", copyName, pid, "-s", "9"); code != 0 {
+		t.Fatalf("kill: %s", errs)
+	}
+	out, _, code = sbxCLI(t, "", "attach", copyName, pid)
+	if code != 137 || !strings.Contains(out, "tick 1\n") {
+		t.Fatalf("attach to a killed process: exit %d, %q", code, out)
+	}
+	// The original's process was not touched by the kill in the copy.
+	out, _, _ = sbxCLI(t, "", "ps", name, "-o", "json")
+	if !strings.Contains(out, `"state": "running"`) {
+		t.Fatalf("the original's process: %s", out)
+	}
+	restored := name + "-r"
+	if _, errs, code := sbxCLI(t, "", "create", "--name", restored, "--from-snapshot", snapID); code != 0 {
+		t.Fatalf("create --from-snapshot: %s", errs)
+	}
+	t.Cleanup(func() { sbxCLI(t, "", "rm", restored) })
+	if out, _, _ := sbxCLI(t, "", "ps", restored); !strings.Contains(out, pid) {
+		t.Fatalf("ps in the restored sandbox: %q", out)
+	}
+	if _, _, code := sbxCLI(t, "", "snapshots", "rm", snapID); code != 0 {
+		t.Fatal("snapshots rm")
+	}
+	if _, errs, code := sbxCLI(t, "", "fork", name, "--count", "99"); code == 0 || !strings.Contains(errs, "count") {
+		t.Fatalf("fork --count 99: %d %s", code, errs)
+	}
 }

@@ -111,8 +111,14 @@ func TestForkCounter(t *testing.T) {
 		t.Fatalf("copy's checkpoints: %+v %v", cps, err)
 	}
 
-	// The snapshot the fork took is not billable and goes with its last copy.
-	sn, err := h.c.Snapshots.Get(ctx, res.Snapshot)
+	// The snapshot the fork took (stored while and after its copies
+	// start) is not billable and goes with its last copy.
+	var sn *api.Snapshot
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if sn, err = h.c.Snapshots.Get(ctx, res.Snapshot); err == nil {
+			break
+		}
+	}
 	if err != nil || sn.Billable {
 		t.Fatalf("fork's snapshot: %+v %v", sn, err)
 	}
