@@ -58,17 +58,80 @@ type Source struct {
 	Snapshot string `json:"snapshot,omitempty"`
 }
 
-// NetworkRules are a sandbox's egress rules: {internet, allow, deny, connect}.
+// NetworkRules are a sandbox's egress rules: {internet, allow, deny,
+// connect}, enforced on the host (see docs/api.md, "Network rules").
 type NetworkRules struct {
-	// Internet false cuts all egress.
+	// Internet false cuts all egress. When the field is absent from a JSON
+	// object it is true, as the API's default is internet on: {"allow":
+	// ["pypi.org"]} means "internet, but only pypi.org".
 	Internet bool `json:"internet"`
 	// Allow, when non-empty, is the only egress allowed: domain names
-	// (with "*." wildcards) and CIDRs.
+	// ("pypi.org", "*.pythonhosted.org") and IPv4 CIDRs ("10.0.0.0/8"; a bare
+	// address is a /32). At most 1000 entries.
 	Allow []string `json:"allow"`
-	// Deny wins over Allow.
+	// Deny wins over Allow; same forms and limit.
 	Deny []string `json:"deny"`
-	// Connect lists the names of other sandboxes this one may reach.
+	// Connect lists the names of other sandboxes this one may open
+	// connections to (on their sandbox addresses, or by name: "web" or
+	// "web.sbx.internal"). At most 1000 entries.
 	Connect []string `json:"connect"`
+}
+
+// UnmarshalJSON decodes rules, with internet true unless the object says
+// otherwise.
+func (n *NetworkRules) UnmarshalJSON(b []byte) error {
+	type plain NetworkRules
+	p := plain{Internet: true}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*n = NetworkRules(p)
+	return nil
+}
+
+// NetworkLog is what the host refused for a sandbox and counts of what it
+// decided, since the sandbox's network was last set up (its boot, or sbxd's
+// start): GET /v1/sandboxes/{name}/network/log.
+type NetworkLog struct {
+	Counts NetworkCounts `json:"counts"`
+	// Refused are recent refused destinations, newest first, one entry per
+	// (kind, destination, port); at most 256.
+	Refused []NetworkRefusal `json:"refused"`
+}
+
+// NetworkCounts count decisions of the host's network enforcement.
+type NetworkCounts struct {
+	// DNSAnswered and DNSRefused count queries to sbxd's DNS server.
+	DNSAnswered uint64 `json:"dns_answered"`
+	DNSRefused  uint64 `json:"dns_refused"`
+	// ConnectionsAllowed and ConnectionsRefused count HTTP and HTTPS
+	// connections through the egress proxy.
+	ConnectionsAllowed uint64 `json:"connections_allowed"`
+	ConnectionsRefused uint64 `json:"connections_refused"`
+	// PacketsRefused counts packets the firewall dropped (a refused TCP
+	// connection is several: the first SYN and its retries).
+	PacketsRefused uint64 `json:"packets_refused"`
+}
+
+// NetworkRefusal is one refused destination.
+type NetworkRefusal struct {
+	// Time is when it was last refused.
+	Time time.Time `json:"time"`
+	// Kind is how it was refused: "dns" (a name not answered), "http" or
+	// "tls" (a proxied connection, by Host header or SNI), "connection" (a
+	// proxied connection without a name), "packet" (the firewall).
+	Kind string `json:"kind"`
+	// Destination is the name asked for, or the address.
+	Destination string `json:"destination"`
+	// Address is the IPv4 address, when known.
+	Address string `json:"address,omitempty"`
+	// Port is the destination port (0 for DNS).
+	Port uint16 `json:"port,omitempty"`
+	// Reason says which rule refused it.
+	Reason string `json:"reason"`
+	// Count is how many times it was refused (packets: at least 1, the
+	// firewall keeps only the last time).
+	Count uint64 `json:"count"`
 }
 
 // Volume attaches a named host directory, which outlives sandboxes, at Path.

@@ -113,7 +113,7 @@ func (a *app) root() *cobra.Command {
 	root.AddCommand(a.createCmd(), a.lsCmd(), a.getCmd(), a.rmCmd(), a.stopCmd(), a.execCmd(),
 		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
 		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(),
-		a.imageCmd(), a.benchCmd(), a.versionCmd())
+		a.netCmd(), a.imageCmd(), a.benchCmd(), a.versionCmd())
 	return root
 }
 
@@ -222,6 +222,7 @@ const sandboxHeader = "NAME\tID\tSTATE\tIMAGE\tCPUS\tMEMORY_MB\tAGE\tLABELS"
 func (a *app) createCmd() *cobra.Command {
 	var req api.CreateSandboxRequest
 	var labels, env []string
+	var nf netFlags
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create and start a sandbox",
@@ -242,6 +243,7 @@ func (a *app) createCmd() *cobra.Command {
 			if req.Env, err = parseKV("env", env); err != nil {
 				return err
 			}
+			req.Network = nf.rules(cmd)
 			ctx := cmd.Context()
 			var prog *progress
 			sb, err := a.c.Sandboxes.CreateStream(ctx, req, func(msg string, _ time.Time) {
@@ -271,6 +273,7 @@ func (a *app) createCmd() *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVar(&env, "env", nil, "environment KEY=VALUE for every exec (repeatable)")
 	f.StringVar(&req.Snapshot, "from-snapshot", "", "start from a memory snapshot (ID), running")
+	nf.add(cmd, false)
 	a.addOutput(cmd)
 	return cmd
 }

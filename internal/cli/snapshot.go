@@ -131,7 +131,7 @@ func (a *app) snapshotsCmd() *cobra.Command {
 
 func (a *app) forkCmd() *cobra.Command {
 	var req api.ForkRequest
-	var offline bool
+	var nf netFlags
 	var labels []string
 	cmd := &cobra.Command{
 		Use:   "fork NAME [--name COPY] [--count N] [--offline]",
@@ -147,9 +147,7 @@ func (a *app) forkCmd() *cobra.Command {
 			if req.Labels, err = parseKV("label", labels); err != nil {
 				return err
 			}
-			if offline {
-				req.Network = &api.NetworkRules{Internet: false}
-			}
+			req.Network = nf.rules(cmd)
 			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -193,7 +191,7 @@ func (a *app) forkCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.Name, "name", "", "name of the copy (with --count, NAME-1, NAME-2, ...)")
 	f.IntVar(&req.Count, "count", 1, "number of copies (1-16)")
-	f.BoolVar(&offline, "offline", false, "the copies start without network")
+	nf.add(cmd, false)
 	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE of the copies (repeatable)")
 	a.addOutput(cmd)
 	return cmd

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -47,6 +48,17 @@ type Config struct {
 	CacheDir string `json:"cache_dir"`
 	// NetnsDir is where sandboxes' network namespaces are bind-mounted.
 	NetnsDir string `json:"netns_dir"`
+	// NetworkCIDR is the IPv4 network sandboxes' addresses come from, a /30
+	// each (default 10.200.0.0/16).
+	NetworkCIDR string `json:"network_cidr"`
+	// NetworkTag names the nftables table ("inet <tag>") and starts the host
+	// interface names ("<tag>-…"); 1–4 lowercase letters or digits, default
+	// "sbx". Two sbxd on one host need different tags and CIDRs.
+	NetworkTag string `json:"network_tag"`
+	// DNSUpstream is the DNS server ("ip" or "ip:port") that names allowed
+	// by sandboxes' rules are resolved with (default: the first nameserver
+	// of /etc/resolv.conf).
+	DNSUpstream string `json:"dns_upstream"`
 	// BlobStore holds checkpoints' chunks: a directory ("" = DataDir/blobs)
 	// or s3://bucket[/prefix]?endpoint=URL&region=R (credentials from the
 	// AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
@@ -70,6 +82,8 @@ func Defaults() Config {
 		Socket:          "/run/sbx/sbx.sock",
 		CacheDir:        "/var/cache/sbx",
 		NetnsDir:        "/run/sbx/netns",
+		NetworkCIDR:     network.DefaultCIDR.String(),
+		NetworkTag:      "sbx",
 		PoolSize:        2,
 		DefaultCPUs:     1,
 		DefaultMemoryMB: 1024,
@@ -100,6 +114,7 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
 		"SBX_RUNSC": &c.Runsc, "SBX_PLATFORM": &c.Platform, "SBX_AGENT_BIN": &c.AgentBin,
 		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore,
+		"SBX_NETWORK_CIDR": &c.NetworkCIDR, "SBX_NETWORK_TAG": &c.NetworkTag, "SBX_DNS_UPSTREAM": &c.DNSUpstream,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -140,6 +155,9 @@ func (c *Config) Validate() error {
 		if len(k) < 16 {
 			errs = append(errs, fmt.Errorf("API key %d is shorter than 16 characters", i+1))
 		}
+	}
+	if _, err := netip.ParsePrefix(c.NetworkCIDR); err != nil {
+		errs = append(errs, fmt.Errorf("network cidr %q: %w", c.NetworkCIDR, err))
 	}
 	if c.PoolSize < 0 || c.PoolSize > 64 {
 		errs = append(errs, fmt.Errorf("pool size %d is out of range [0, 64]", c.PoolSize))
@@ -286,10 +304,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	netm, err := network.NewManager(cfg.NetnsDir)
+	cidr, _ := netip.ParsePrefix(cfg.NetworkCIDR)
+	netm, err := network.NewManager(network.Config{
+		NetnsDir: cfg.NetnsDir, CIDR: cidr, Tag: cfg.NetworkTag, Upstream: cfg.DNSUpstream, Log: log,
+	})
 	if err != nil {
 		return err
 	}
+	defer netm.Close()
 	blobs, err := openBlobs(ctx, cfg)
 	if err != nil {
 		return err

@@ -126,6 +126,12 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 			return nil, err
 		}
 	}
+	if err := os.MkdirAll(filepath.Dir(e.resolvConf()), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(e.resolvConf(), []byte(netm.ResolvConf()), 0o644); err != nil {
+		return nil, err
+	}
 	if err := e.installAgent(); err != nil {
 		return nil, err
 	}
@@ -205,6 +211,9 @@ func newID() string {
 }
 
 func (e *Engine) sandboxDir(id string) string { return filepath.Join(e.sandboxesDir, id) }
+
+// resolvConf is the /etc/resolv.conf of every sandbox (sbxd's DNS server).
+func (e *Engine) resolvConf() string          { return filepath.Join(e.cfg.DataDir, "etc", "resolv.conf") }
 func (e *Engine) bundleDir(id string) string  { return filepath.Join(e.sandboxDir(id), "bundle") }
 func (e *Engine) runDir(id string) string     { return filepath.Join(e.sandboxDir(id), "run") }
 func (e *Engine) socketPath(id string) string { return filepath.Join(e.runDir(id), "agent.sock") }

@@ -117,6 +117,7 @@ func (p *pool) fill(ctx context.Context) {
 		sb := &store.Sandbox{
 			ID: newID(), State: api.StateCreating, Image: disk.DefaultImage, ImageID: want.imageID,
 			CPUs: want.cpus, MemoryMB: want.memoryMB, Pooled: true,
+			// Offline until claimed: the claim gives it the caller's rules.
 			Network: api.NetworkRules{Allow: []string{}, Deny: []string{}, Connect: []string{}},
 		}
 		sb.Name = sb.ID
@@ -207,8 +208,16 @@ func (p *pool) take(ctx context.Context, sb *store.Sandbox, want *store.Sandbox)
 	claimed.Pooled = false
 	claimed.State = api.StateRunning
 	claimed.CreateTime = time.Now().UTC()
+	p.e.net.Rename(sb.ID, want.Name)
+	if err := p.e.net.Update(sb.ID, p.e.rulesOf(&claimed)); err != nil {
+		_ = ag.SetHostname(context.WithoutCancel(ctx), sb.ID)
+		p.e.net.Rename(sb.ID, sb.ID)
+		return nil, err
+	}
 	if err := p.e.st.UpdateSandbox(context.WithoutCancel(ctx), &claimed); err != nil {
 		_ = ag.SetHostname(context.WithoutCancel(ctx), sb.ID)
+		p.e.net.Rename(sb.ID, sb.ID)
+		_ = p.e.net.Update(sb.ID, p.e.rulesOf(sb))
 		return nil, err
 	}
 	return &claimed, nil

@@ -55,7 +55,14 @@ func (e *Engine) reconcile(ctx context.Context) error {
 					e.log.Warn("reconcile: thaw", "sandbox", sb.Name, "err", err)
 				}
 			}
+			netErr := error(nil)
 			if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) {
+				netErr = e.attachNetwork(sb)
+				if netErr != nil {
+					e.log.Warn("reconcile: network lost; stopping", "sandbox", sb.Name, "err", netErr)
+				}
+			}
+			if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) && netErr == nil {
 				if sb.State != api.StateRunning {
 					sb.State = api.StateRunning
 					if err := e.st.UpdateSandbox(ctx, sb); err != nil {
@@ -113,17 +120,10 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			e.removeAll(ctx, c.ID)
 		}
 	}
-	nss, err := e.net.List()
-	if err != nil {
+	// The firewall for the sandboxes reattached; interfaces and namespaces
+	// no running sandbox owns go.
+	if err := e.net.Start(); err != nil {
 		return err
-	}
-	for _, id := range nss {
-		if !known[id] {
-			e.log.Info("reconcile: removing orphan netns", "id", id)
-			if err := e.net.Delete(id); err != nil {
-				return err
-			}
-		}
 	}
 	for _, dir := range []string{e.sandboxesDir, e.layers.Dir()} {
 		des, err := os.ReadDir(dir)

@@ -53,7 +53,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		if err := validateLabels(req.Labels); err != nil {
 			return nil, err
 		}
-		if err := validateNetwork(req.Network); err != nil {
+		if err := e.validateNetwork(ctx, req.Network, req.Name); err != nil {
 			return nil, err
 		}
 		if len(req.Volumes) > 0 || req.DiskMB != 0 || req.TimeoutMS != 0 {
@@ -93,7 +93,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if err := validateLabels(req.Labels); err != nil {
 		return nil, err
 	}
-	if err := validateNetwork(req.Network); err != nil {
+	if err := e.validateNetwork(ctx, req.Network, req.Name); err != nil {
 		return nil, err
 	}
 	if err := e.validateVolumes(req.Volumes); err != nil {
@@ -106,10 +106,14 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if err != nil {
 		return nil, err
 	}
+	rules := defaultNetwork()
+	if req.Network != nil {
+		rules = normalizeNetwork(*req.Network)
+	}
 	sb := &store.Sandbox{
 		ID: newID(), Name: req.Name, State: api.StateCreating, Image: img.Name, ImageID: img.ID,
 		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Env: req.Env, Labels: req.Labels,
-		Network: api.NetworkRules{Internet: false, Allow: []string{}, Deny: []string{}, Connect: []string{}},
+		Network: rules,
 		Volumes: req.Volumes,
 	}
 	if len(req.Volumes) == 0 {
@@ -182,7 +186,7 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 	if err := e.makeVolumes(sb.Volumes); err != nil {
 		return err
 	}
-	netns, err := e.net.Create(sb.ID)
+	netns, err := e.net.Create(sb.ID, sb.Name, e.rulesOf(sb))
 	if err != nil {
 		return err
 	}
@@ -213,6 +217,8 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
 		// /tmp on the writable layer, as on a disk: without a mount, runsc
 		// puts a tmpfs (memory) on an empty /tmp.
 		{Source: filepath.Join(rootfs, "tmp"), Destination: "/tmp"},
+		// Names are answered by sbxd's DNS server, by the sandbox's rules.
+		{Source: e.resolvConf(), Destination: "/etc/resolv.conf", ReadOnly: true},
 	}
 	for _, v := range sb.Volumes {
 		mounts = append(mounts, runtime.Mount{Source: e.volumeDir(v.Name), Destination: v.Path})

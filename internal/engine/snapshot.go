@@ -383,7 +383,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
 		return err
 	}
-	netns, err := e.net.Create(sb.ID)
+	netns, err := e.net.Create(sb.ID, sb.Name, e.rulesOf(sb))
 	if err != nil {
 		return err
 	}
@@ -527,7 +527,7 @@ func (e *Engine) BeginFork(ctx context.Context, idOrName string, req api.ForkReq
 	if err := validateLabels(req.Labels); err != nil {
 		return nil, err
 	}
-	if err := validateNetwork(req.Network); err != nil {
+	if err := e.validateNetwork(ctx, req.Network, ""); err != nil {
 		return nil, err
 	}
 	sb, unlock, err := e.lockSandbox(ctx, idOrName, "fork")

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
@@ -103,16 +102,6 @@ func generateName() string {
 		out = append(out, nameAlphabet[int(c)%len(nameAlphabet)])
 	}
 	return string(out)
-}
-
-func validateNetwork(n *api.NetworkRules) error {
-	if n == nil {
-		return nil
-	}
-	if n.Internet || len(n.Allow) > 0 || len(n.Deny) > 0 || len(n.Connect) > 0 {
-		return errdefs.Invalid("network", "egress (internet, allow, deny, connect) is not available in this version of sbxd: sandboxes are offline, with loopback only; send {\"internet\": false} or no network")
-	}
-	return nil
 }
 
 // checkStatic fails unless b is an ELF executable without an interpreter

@@ -1,0 +1,541 @@
+package network
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// The firewall is one nftables table of sbxd's own ("inet sbx" by default;
+// the table is named after the manager's tag), written with google/nftables
+// over netlink, never with the nft command. P is the interface prefix
+// ("sbx-"), X one sandbox's host interface:
+//
+//	guard        (filter, prerouting -150) from X: a source other than X's
+//	             address is dropped (anti-spoof); IPv6 from P* is dropped.
+//	prerouting   (nat, dstnat) from P*: UDP/TCP 53 to anywhere → sbxd's DNS
+//	             server; from X with domain rules: TCP 80/443 to outside the
+//	             sandbox network → the egress proxy.
+//	input        from P* → sbx_input: replies, and the DNS and proxy ports
+//	             (after the redirect); nothing else of the host. The DNS and
+//	             proxy ports are closed to every other interface.
+//	forward      from X → sb-X (X's rules); from an unknown P* interface:
+//	             drop; into P*: replies only.
+//	sb-X         replies, connect targets, never the sandbox network, the
+//	             host's loopback or link-local (metadata) addresses, then
+//	             internet / deny / allow (CIDRs, and addresses that sbxd's DNS
+//	             server answered for allowed names, in the set ok-X).
+//	postrouting  (nat, srcnat) masquerade what leaves the sandbox network.
+//
+// A refused packet updates the set "dropped" (saddr . daddr . dport, with a
+// one-hour timeout), which the audit log reads, and the counter drops-X.
+type firewall struct {
+	mu        sync.Mutex
+	table     *nftables.Table
+	prefix    string       // interface prefix, e.g. "sbx-"
+	cidr      netip.Prefix // every sandbox's address is in it
+	dnsPort   uint16
+	proxyPort uint16
+	sandboxes map[string]*fwSandbox // by interface name
+}
+
+// fwSandbox is what the firewall knows of one sandbox.
+type fwSandbox struct {
+	ifname     string
+	addr       netip.Addr
+	rules      *Rules
+	connectIPs []netip.Addr
+}
+
+const (
+	droppedSet  = "dropped"
+	dropTimeout = time.Hour
+	// learnMinTTL is the least time an address answered by the DNS server
+	// stays in a sandbox's ok- set, whatever the record's TTL.
+	learnMinTTL = 5 * time.Minute
+)
+
+// internalPrefixes are never reachable from a sandbox, whatever its rules:
+// "this network", loopback, link-local (cloud metadata services live at
+// 169.254.169.254), multicast and broadcast.
+var internalPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/3"),
+}
+
+func newFirewall(table, prefix string, cidr netip.Prefix, dnsPort, proxyPort uint16) *firewall {
+	return &firewall{
+		table:  &nftables.Table{Family: nftables.TableFamilyINet, Name: table},
+		prefix: prefix, cidr: cidr, dnsPort: dnsPort, proxyPort: proxyPort,
+		sandboxes: map[string]*fwSandbox{},
+	}
+}
+
+// setAll makes the sandboxes (by interface name) the ones the firewall
+// enforces and rewrites the rules.
+func (fw *firewall) setAll(sbs map[string]*fwSandbox) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	fw.sandboxes = sbs
+	return fw.syncLocked()
+}
+
+// syncLocked brings the table to the state fw describes. Sets and counters
+// persist across syncs (they hold learned addresses and audit data); the
+// chains are flushed and refilled in one netlink transaction, so a packet
+// meets the old rules or the new, never none. Chains, sets and counters of
+// interfaces no longer known (a sandbox deleted while sbxd was down) go.
+func (fw *firewall) syncLocked() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := fw.table
+	// 1. Table, sets and counters that must exist before rules use them.
+	c.AddTable(t)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: create table inet %s: %w", t.Name, err)
+	}
+	sets, err := c.GetSets(t)
+	if err != nil {
+		return fmt.Errorf("nftables: list sets: %w", err)
+	}
+	haveSet := map[string]*nftables.Set{}
+	for _, s := range sets {
+		haveSet[s.Name] = s
+	}
+	objs, err := c.GetNamedObjects(t)
+	if err != nil {
+		return fmt.Errorf("nftables: list counters: %w", err)
+	}
+	haveObj := map[string]bool{}
+	for _, o := range objs {
+		if co, ok := o.(*nftables.CounterObj); ok {
+			haveObj[co.Name] = true
+		}
+	}
+	if haveSet[droppedSet] == nil {
+		err := c.AddSet(&nftables.Set{
+			Table: t, Name: droppedSet,
+			KeyType:       nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetService),
+			Concatenation: true, Dynamic: true, HasTimeout: true, Timeout: dropTimeout,
+		}, nil)
+		if err != nil {
+			return err
+		}
+	}
+	for n := range fw.sandboxes {
+		if haveSet["ok-"+n] == nil {
+			if err := c.AddSet(&nftables.Set{Table: t, Name: "ok-" + n, KeyType: nftables.TypeIPAddr, HasTimeout: true}, nil); err != nil {
+				return err
+			}
+		}
+		if !haveObj["drops-"+n] {
+			c.AddObj(&nftables.CounterObj{Table: t, Name: "drops-" + n})
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: create sets: %w", err)
+	}
+
+	// 2. Chains, flushed and refilled in one transaction.
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("nftables: list chains: %w", err)
+	}
+	var stale []*nftables.Chain
+	for _, ch := range chains {
+		if ch.Table.Name != t.Name {
+			continue
+		}
+		if n, ok := strings.CutPrefix(ch.Name, "sb-"); ok && fw.sandboxes[n] == nil {
+			stale = append(stale, &nftables.Chain{Table: t, Name: ch.Name})
+		}
+	}
+	accept := nftables.ChainPolicyAccept
+	base := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
+		ch := c.AddChain(&nftables.Chain{Name: name, Table: t, Type: typ, Hooknum: hook, Priority: prio, Policy: &accept})
+		c.FlushChain(ch)
+		return ch
+	}
+	regular := func(name string) *nftables.Chain {
+		ch := c.AddChain(&nftables.Chain{Name: name, Table: t})
+		c.FlushChain(ch)
+		return ch
+	}
+	guard := base("guard", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, nftables.ChainPriorityRef(-150))
+	pre := base("prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+	input := base("input", nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
+	sbxInput := regular("sbx_input")
+	forward := base("forward", nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
+	post := base("postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
+	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(parts...)})
+	}
+	mine := fw.prefixMatch(expr.MetaKeyIIFNAME, expr.CmpOpEq)
+
+	names := make([]string, 0, len(fw.sandboxes))
+	for n := range fw.sandboxes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+
+	// guard: anti-spoof and no IPv6.
+	for _, n := range names {
+		rule(guard, ifnameMatch(expr.MetaKeyIIFNAME, n), ipv4(), saddrNot(fw.sandboxes[n].addr), verdict(expr.VerdictDrop))
+	}
+	rule(guard, mine, nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
+
+	// prerouting: DNS always to sbxd's server; HTTP(S) to the proxy for
+	// sandboxes whose rules name domains.
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(pre, mine, ipv4(), l4proto(proto), dport(53), redirect(fw.dnsPort))
+	}
+	for _, n := range names {
+		if r := fw.sandboxes[n].rules; r.Internet && r.hasDomains() {
+			for _, port := range []uint16{80, 443} {
+				rule(pre, ifnameMatch(expr.MetaKeyIIFNAME, n), ipv4(), daddrNotIn(fw.cidr), l4proto(unix.IPPROTO_TCP), dport(port), redirect(fw.proxyPort))
+			}
+		}
+	}
+
+	// input: sandboxes reach the host only for DNS and the proxy; nobody
+	// else reaches those two ports.
+	rule(input, mine, jump(sbxInput.Name))
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(input, l4proto(proto), dport(fw.dnsPort), verdict(expr.VerdictDrop))
+	}
+	rule(input, l4proto(unix.IPPROTO_TCP), dport(fw.proxyPort), verdict(expr.VerdictDrop))
+	rule(sbxInput, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(sbxInput, ipv4(), l4proto(proto), dport(fw.dnsPort), verdict(expr.VerdictAccept))
+	}
+	rule(sbxInput, ipv4(), l4proto(unix.IPPROTO_TCP), dport(fw.proxyPort), verdict(expr.VerdictAccept))
+	for _, n := range names {
+		for _, r := range fw.dropRules(n, ifnameMatch(expr.MetaKeyIIFNAME, n)) {
+			rule(sbxInput, r)
+		}
+	}
+	rule(sbxInput, verdict(expr.VerdictDrop))
+
+	// forward: each sandbox's own chain.
+	for _, n := range names {
+		ch := regular("sb-" + n)
+		rule(forward, ifnameMatch(expr.MetaKeyIIFNAME, n), jump(ch.Name))
+		fw.sandboxRules(c, ch, fw.sandboxes[n])
+	}
+	rule(forward, mine, verdict(expr.VerdictDrop))
+	rule(forward, fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpEq), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	rule(forward, fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpEq), verdict(expr.VerdictDrop))
+
+	// postrouting: egress leaves with the host's address.
+	rule(post, ipv4(), saddrIn(fw.cidr), fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq), []expr.Any{&expr.Masq{}})
+
+	for _, ch := range stale {
+		c.FlushChain(ch)
+		c.DelChain(ch)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: write rules of table inet %s: %w", t.Name, err)
+	}
+
+	// 3. Sets and counters of interfaces no longer known.
+	n := 0
+	for name, s := range haveSet {
+		if ifn, ok := strings.CutPrefix(name, "ok-"); ok && fw.sandboxes[ifn] == nil {
+			c.DelSet(s)
+			n++
+		}
+	}
+	for name := range haveObj {
+		if ifn, ok := strings.CutPrefix(name, "drops-"); ok && fw.sandboxes[ifn] == nil {
+			c.DeleteObject(&nftables.CounterObj{Table: t, Name: name})
+			n++
+		}
+	}
+	if n > 0 {
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("nftables: remove stale sets: %w", err)
+		}
+	}
+	return nil
+}
+
+// sandboxRules fills a sandbox's forward chain.
+func (fw *firewall) sandboxRules(c *nftables.Conn, ch *nftables.Chain, sb *fwSandbox) {
+	add := func(parts ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: fw.table, Chain: ch, Exprs: cat(parts...)})
+	}
+	drop := func(match ...[]expr.Any) {
+		for _, r := range fw.dropRules(sb.ifname, match...) {
+			add(r)
+		}
+	}
+	add(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	for _, ip := range sb.connectIPs {
+		add(ipv4(), daddrIn(netip.PrefixFrom(ip, 32)), verdict(expr.VerdictAccept))
+	}
+	drop(ipv4(), daddrIn(fw.cidr))
+	for _, p := range internalPrefixes {
+		drop(ipv4(), daddrIn(p))
+	}
+	drop(ipv4(), daddrIn(netip.PrefixFrom(netip.AddrFrom4([4]byte{255, 255, 255, 255}), 32)))
+	r := sb.rules
+	if !r.Internet {
+		drop(ipv4())
+		return
+	}
+	for _, p := range r.DenyCIDRs {
+		drop(ipv4(), daddrIn(p))
+	}
+	if len(r.AllowCIDRs) == 0 && len(r.AllowDomains) == 0 {
+		add(verdict(expr.VerdictAccept))
+		return
+	}
+	for _, p := range r.AllowCIDRs {
+		add(ipv4(), daddrIn(p), verdict(expr.VerdictAccept))
+	}
+	if len(r.AllowDomains) > 0 {
+		add(ipv4(), []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Lookup{SourceRegister: 1, SetName: "ok-" + sb.ifname},
+		}, verdict(expr.VerdictAccept))
+	}
+	drop(ipv4())
+}
+
+// dropRules are the two rules that refuse what match matches: the first
+// counts the packet against the sandbox (counter drops-X) and records it in
+// the dropped set, the second drops it. They are apart so that a packet
+// whose record fails (no transport header) is dropped all the same. Only
+// IPv4 reaches them: the guard chain drops IPv6 from sandboxes.
+func (fw *firewall) dropRules(ifname string, match ...[]expr.Any) [][]expr.Any {
+	record := []expr.Any{
+		&expr.Objref{Type: 1 /* NFT_OBJECT_COUNTER */, Name: "drops-" + ifname},
+		&expr.Payload{DestRegister: 8, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Dynset{SrcRegKey: 8, SetName: droppedSet, Operation: uint32(unix.NFT_DYNSET_OP_UPDATE), Timeout: dropTimeout},
+	}
+	m := cat(match...)
+	return [][]expr.Any{cat(m, record), cat(m, verdict(expr.VerdictDrop))}
+}
+
+// Dropped is a refused packet the firewall recorded: the last one of its
+// (source, destination, port) within the last hour.
+type Dropped struct {
+	Src, Dst netip.Addr
+	Port     uint16
+	// Last is when one was last refused (to the second).
+	Last time.Time
+}
+
+// listDropped reads the dropped set for packets from src.
+func (fw *firewall) listDropped(src netip.Addr) ([]Dropped, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, err
+	}
+	els, err := c.GetSetElements(&nftables.Set{Table: fw.table, Name: droppedSet,
+		KeyType:       nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetService),
+		Concatenation: true})
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var out []Dropped
+	for _, el := range els {
+		d, ok := decodeDropped(el, now)
+		if ok && d.Src == src {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func decodeDropped(el nftables.SetElement, now time.Time) (Dropped, bool) {
+	k := el.Key
+	if len(k) < 10 {
+		return Dropped{}, false
+	}
+	src, _ := netip.AddrFromSlice(k[0:4])
+	dst, _ := netip.AddrFromSlice(k[4:8])
+	d := Dropped{Src: src, Dst: dst, Port: binary.BigEndian.Uint16(k[8:10]), Last: now}
+	if el.Expires > 0 {
+		d.Last = now.Add(el.Expires - dropTimeout).Truncate(time.Second)
+	}
+	return d, true
+}
+
+// forgetDropped deletes the dropped set's records of src (its sandbox is
+// gone; the address may be given to another).
+func (fw *firewall) forgetDropped(src netip.Addr) {
+	c, err := nftables.New()
+	if err != nil {
+		return
+	}
+	set := &nftables.Set{Table: fw.table, Name: droppedSet,
+		KeyType:       nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetService),
+		Concatenation: true}
+	els, err := c.GetSetElements(set)
+	if err != nil {
+		return
+	}
+	var del []nftables.SetElement
+	for _, el := range els {
+		if d, ok := decodeDropped(el, time.Now()); ok && d.Src == src {
+			del = append(del, nftables.SetElement{Key: el.Key})
+		}
+	}
+	if len(del) > 0 && c.SetDeleteElements(set, del) == nil {
+		_ = c.Flush()
+	}
+}
+
+// drops is how many packets the firewall refused for a sandbox.
+func (fw *firewall) drops(ifname string) (uint64, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return 0, err
+	}
+	o, err := c.GetObject(&nftables.CounterObj{Table: fw.table, Name: "drops-" + ifname})
+	if err != nil {
+		return 0, err
+	}
+	if co, ok := o.(*nftables.CounterObj); ok {
+		return co.Packets, nil
+	}
+	return 0, errors.New("drops counter has another type")
+}
+
+// learn lets a sandbox reach addrs (that sbxd's DNS server answered for a
+// name its rules allow) for ttl, at least learnMinTTL.
+func (fw *firewall) learn(ifname string, addrs []netip.Addr, ttl time.Duration) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	ttl = max(ttl, learnMinTTL)
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	els := make([]nftables.SetElement, 0, len(addrs))
+	for _, a := range addrs {
+		b := a.As4()
+		els = append(els, nftables.SetElement{Key: b[:], Timeout: ttl})
+	}
+	if err := c.SetAddElements(&nftables.Set{Table: fw.table, Name: "ok-" + ifname, KeyType: nftables.TypeIPAddr, HasTimeout: true}, els); err != nil {
+		return err
+	}
+	return c.Flush()
+}
+
+// deleteTable removes the table and everything in it.
+func (fw *firewall) deleteTable() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	c.AddTable(fw.table)
+	c.DelTable(fw.table)
+	return c.Flush()
+}
+
+// --- expression helpers ---
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func ifnameBytes(n string) []byte {
+	b := make([]byte, 16)
+	copy(b, n)
+	return b
+}
+
+func ifnameMatch(key expr.MetaKey, n string) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifnameBytes(n)}}
+}
+
+// prefixMatch compares the first bytes of an interface name with the
+// prefix (nft's iifname "sbx-*").
+func (fw *firewall) prefixMatch(key expr.MetaKey, op expr.CmpOp) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: []byte(fw.prefix)}}
+}
+
+func nfproto(p byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
+}
+
+func ipv4() []expr.Any { return nfproto(unix.NFPROTO_IPV4) }
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
+}
+
+func dport(p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p)},
+	}
+}
+
+func addrMatch(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
+	a := p.Masked().Addr().As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: net4Mask(p.Bits()), Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: op, Register: 1, Data: a[:]},
+	}
+}
+
+func net4Mask(bits int) []byte {
+	m := make([]byte, 4)
+	for i := 0; i < bits; i++ {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	return m
+}
+
+func daddrIn(p netip.Prefix) []expr.Any    { return addrMatch(16, p, expr.CmpOpEq) }
+func daddrNotIn(p netip.Prefix) []expr.Any { return addrMatch(16, p, expr.CmpOpNeq) }
+func saddrIn(p netip.Prefix) []expr.Any    { return addrMatch(12, p, expr.CmpOpEq) }
+func saddrNot(a netip.Addr) []expr.Any     { return addrMatch(12, netip.PrefixFrom(a, 32), expr.CmpOpNeq) }
+
+func ctState(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+	}
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+func jump(chain string) []expr.Any {
+	return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
+}
+
+func redirect(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.Redir{RegisterProtoMin: 1},
+	}
+}

@@ -1,0 +1,425 @@
+package network
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/miekg/dns"
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/network/nettest"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// These tests run the real thing as root: network namespaces, veth pairs,
+// nftables, conntrack. A "sandbox" here is a bare network namespace made by
+// Manager.Create (what runsc joins); the tests dial from inside it. The
+// outside world is a namespace the test makes, with an HTTP and a TLS
+// server on its own address, and a DNS upstream on loopback that knows its
+// names. No packet leaves the machine.
+
+// testManager starts a Manager with a tag and network of its own.
+func testManager(t *testing.T, upstream string) *Manager {
+	t.Helper()
+	nettest.RequireRoot(t)
+	tag := fmt.Sprintf("t%d", os.Getpid()%1000)
+	m, err := NewManager(Config{NetnsDir: t.TempDir(), CIDR: netip.MustParsePrefix("10.231.0.0/24"), Tag: tag, Upstream: upstream})
+	must(t, err)
+	must(t, m.Start())
+	t.Cleanup(func() {
+		for _, id := range slices.Collect(maps.Keys(m.byID)) {
+			_ = m.Delete(id)
+		}
+		m.Close()
+		_ = m.Remove()
+		_ = unix.Unmount(m.cfg.NetnsDir, unix.MNT_DETACH)
+	})
+	return m
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rules(t testing.TB, r api.NetworkRules) *Rules {
+	t.Helper()
+	p, err := ParseRules(r)
+	must(t, err)
+	return p
+}
+
+// client makes HTTP requests from inside a sandbox namespace, resolving
+// names with the sandbox's resolver (any address on port 53).
+type nsClient struct {
+	t    testing.TB
+	path string
+}
+
+func (c nsClient) dial(network, addr string) (net.Conn, error) {
+	var conn net.Conn
+	err := nettest.InNS(c.path, func() (err error) {
+		conn, err = net.DialTimeout(network, addr, 2*time.Second)
+		return err
+	})
+	return conn, err
+}
+
+func (c nsClient) lookup(name string) (*dns.Msg, error) {
+	conn, err := c.dial("udp4", "10.231.0.1:53")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	q.SetEdns0(1232, false)
+	dc := &dns.Conn{Conn: conn}
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := dc.WriteMsg(q); err != nil {
+		return nil, err
+	}
+	return dc.ReadMsg()
+}
+
+// get fetches url, connecting to addr (as if DNS said so) whatever the URL
+// names: the proxy must decide by the name, not by addr.
+func (c nsClient) get(url, addr string) (int, string, error) {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return c.dial("tcp4", addr)
+		},
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	resp, err := cl.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+func TestEgressRules(t *testing.T) {
+	nettest.RequireRoot(t)
+	out := nettest.StartOutside(t, fmt.Sprintf("tob%d", os.Getpid()%10000), netip.MustParsePrefix("10.232.0.0/24"))
+	other := netip.MustParseAddr("10.232.0.9") // nothing there
+	up := nettest.StartUpstream(t, map[string]netip.Addr{
+		"outside.test": out.Addr, "api.outside.test": out.Addr, "evil.test": out.Addr, "elsewhere.test": other,
+		"loopback.test": netip.MustParseAddr("127.0.0.1"),
+	}, nil, "")
+	m := testManager(t, up.Addr)
+	path, err := m.Create("sbx_aaaaaaaaaaaaaaaa", "one", rules(t, api.NetworkRules{Internet: true, Allow: []string{"outside.test", "*.outside.test"}}))
+	must(t, err)
+	c := nsClient{t, path}
+	outHTTP := out.Addr.String() + ":80"
+	outTLS := out.Addr.String() + ":443"
+
+	t.Run("dns answers allowed names only", func(t *testing.T) {
+		r, err := c.lookup("outside.test")
+		must(t, err)
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("outside.test: %v", r)
+		}
+		r, err = c.lookup("evil.test")
+		must(t, err)
+		if r.Rcode != dns.RcodeNameError {
+			t.Fatalf("evil.test answered: %v", r)
+		}
+		if opt := r.IsEdns0(); opt == nil || len(opt.Option) == 0 {
+			t.Fatalf("refusal without an extended error: %v", r)
+		}
+	})
+	t.Run("http by Host header", func(t *testing.T) {
+		code, body, err := c.get("http://api.outside.test/", outHTTP)
+		must(t, err)
+		if code != 200 || body != "hello from api.outside.test" {
+			t.Fatalf("allowed: %d %q", code, body)
+		}
+		code, body, err = c.get("http://evil.test/", outHTTP)
+		must(t, err)
+		if code != 403 || !strings.Contains(body, "evil.test") {
+			t.Fatalf("denied name: %d %q", code, body)
+		}
+	})
+	t.Run("tls by SNI", func(t *testing.T) {
+		code, body, err := c.get("https://outside.test/", outTLS)
+		must(t, err)
+		if code != 200 || body != "hello from outside.test" {
+			t.Fatalf("allowed: %d %q", code, body)
+		}
+		if _, _, err := c.get("https://evil.test/", outTLS); err == nil {
+			t.Fatal("TLS to a denied name passed")
+		}
+	})
+	t.Run("a forged name goes where the name resolves", func(t *testing.T) {
+		// The client dials an address that is not outside.test's; the
+		// proxy connects to outside.test's real address instead.
+		code, body, err := c.get("http://outside.test/", other.String()+":80")
+		must(t, err)
+		if code != 200 || body != "hello from outside.test" {
+			t.Fatalf("%d %q", code, body)
+		}
+	})
+	t.Run("a forged SNI goes where the name resolves", func(t *testing.T) {
+		code, body, err := c.get("https://outside.test/", other.String()+":443")
+		must(t, err)
+		if code != 200 || body != "hello from outside.test" {
+			t.Fatalf("%d %q", code, body)
+		}
+	})
+	t.Run("without a name, only allowed addresses", func(t *testing.T) {
+		// TLS to an address (no SNI) outside the allow list; the address
+		// was never answered by DNS for an allowed name.
+		if _, _, err := c.get("https://"+other.String()+"/", other.String()+":443"); err == nil {
+			t.Fatal("TLS to an address outside the allow list passed")
+		}
+		// An address that DNS answered for an allowed name passes, as it
+		// does on other ports.
+		code, _, err := c.get("https://"+out.Addr.String()+"/", outTLS)
+		must(t, err)
+		if code != 200 {
+			t.Fatalf("learned address: %d", code)
+		}
+	})
+	t.Run("names that resolve to the host are refused", func(t *testing.T) {
+		must(t, m.Update("sbx_aaaaaaaaaaaaaaaa", rules(t, api.NetworkRules{Internet: true, Deny: []string{"evil.test"}})))
+		code, body, err := c.get("http://loopback.test/", outHTTP)
+		must(t, err)
+		if code != 403 {
+			t.Fatalf("loopback.test: %d %q", code, body)
+		}
+	})
+	t.Run("other ports: open internet, then CIDR deny", func(t *testing.T) {
+		ln := listenIn(t, out.NS, out.Addr.String()+":8080")
+		conn, err := c.dial("tcp4", out.Addr.String()+":8080")
+		must(t, err)
+		conn.Close()
+		<-ln
+		must(t, m.Update("sbx_aaaaaaaaaaaaaaaa", rules(t, api.NetworkRules{Internet: true, Deny: []string{"10.232.0.0/24"}})))
+		if conn, err := c.dial("tcp4", out.Addr.String()+":8080"); err == nil {
+			conn.Close()
+			t.Fatal("connected to a denied CIDR")
+		}
+	})
+	t.Run("internet off", func(t *testing.T) {
+		must(t, m.Update("sbx_aaaaaaaaaaaaaaaa", rules(t, api.NetworkRules{Internet: false})))
+		if _, _, err := c.get("http://outside.test/", outHTTP); err == nil {
+			t.Fatal("HTTP passed with internet off")
+		}
+		r, err := c.lookup("outside.test")
+		must(t, err)
+		if r.Rcode != dns.RcodeNameError {
+			t.Fatalf("DNS answered with internet off: %v", r)
+		}
+	})
+	t.Run("the host is out of reach", func(t *testing.T) {
+		must(t, m.Update("sbx_aaaaaaaaaaaaaaaa", rules(t, api.NetworkRules{Internet: true})))
+		// A service of the host on every address (like sbxd --listen).
+		ln, err := net.Listen("tcp4", "0.0.0.0:0")
+		must(t, err)
+		defer ln.Close()
+		port := ln.Addr().(*net.TCPAddr).Port
+		gw, _ := m.slotAddrs(1)
+		targets := []string{gw.String(), m.serviceAddr().String()}
+		for _, a := range nettest.HostAddrs() {
+			targets = append(targets, a.String())
+		}
+		for _, a := range targets {
+			if conn, err := c.dial("tcp4", fmt.Sprintf("%s:%d", a, port)); err == nil {
+				conn.Close()
+				t.Errorf("reached the host at %s:%d", a, port)
+			}
+		}
+		// The proxy's own port is not a way in either.
+		if conn, err := c.dial("tcp4", fmt.Sprintf("%s:%d", gw, m.proxy.port)); err == nil {
+			_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+			fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s:%d\r\n\r\n", gw, port)
+			b, _ := io.ReadAll(conn)
+			conn.Close()
+			if strings.Contains(string(b), "200") {
+				t.Errorf("reached the host through the proxy: %q", b)
+			}
+		}
+	})
+	t.Run("link-local (metadata) addresses are refused", func(t *testing.T) {
+		meta := nettest.StartOutside(t, fmt.Sprintf("tom%d", os.Getpid()%10000), netip.MustParsePrefix("169.254.77.0/24"))
+		for _, r := range []api.NetworkRules{{Internet: true}, {Internet: true, Deny: []string{"evil.test"}}} {
+			must(t, m.Update("sbx_aaaaaaaaaaaaaaaa", rules(t, r)))
+			if conn, err := c.dial("tcp4", meta.Addr.String()+":80"); err == nil {
+				_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+				fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", meta.Addr)
+				b, _ := io.ReadAll(conn)
+				conn.Close()
+				if strings.Contains(string(b), "hello") {
+					t.Errorf("rules %+v: reached a link-local address: %q", r, b)
+				}
+			}
+		}
+	})
+	t.Run("audit log", func(t *testing.T) {
+		l, err := m.Log("sbx_aaaaaaaaaaaaaaaa")
+		must(t, err)
+		seen := map[string]bool{}
+		for _, e := range l.Refused {
+			seen[e.Kind+" "+e.Destination] = true
+		}
+		for _, want := range []string{"dns evil.test", "http evil.test", "tls evil.test", "packet " + out.Addr.String()} {
+			if !seen[want] {
+				t.Errorf("audit log lacks %q: %+v", want, l.Refused)
+			}
+		}
+		if l.Counts.DNSRefused == 0 || l.Counts.ConnectionsRefused == 0 || l.Counts.PacketsRefused == 0 || l.Counts.DNSAnswered == 0 {
+			t.Errorf("counts: %+v", l.Counts)
+		}
+	})
+}
+
+// listenIn accepts one connection on addr inside a namespace.
+func listenIn(t *testing.T, path, addr string) <-chan struct{} {
+	t.Helper()
+	var ln net.Listener
+	must(t, nettest.InNS(path, func() (err error) {
+		ln, err = net.Listen("tcp4", addr)
+		return err
+	}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer ln.Close()
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	return done
+}
+
+func TestRulesChangeCutsConnections(t *testing.T) {
+	nettest.RequireRoot(t)
+	out := nettest.StartOutside(t, fmt.Sprintf("toc%d", os.Getpid()%10000), netip.MustParsePrefix("10.233.0.0/24"))
+	up := nettest.StartUpstream(t, map[string]netip.Addr{"outside.test": out.Addr}, nil, "")
+	m := testManager(t, up.Addr)
+	id := "sbx_bbbbbbbbbbbbbbbb"
+	path, err := m.Create(id, "two", rules(t, api.NetworkRules{Internet: true}))
+	must(t, err)
+	c := nsClient{t, path}
+	// A forwarded connection (port 9000) that stays open.
+	var ln net.Listener
+	must(t, nettest.InNS(out.NS, func() (err error) {
+		ln, err = net.Listen("tcp4", out.Addr.String()+":9000")
+		return err
+	}))
+	defer ln.Close()
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(s, s) // echo
+		}
+	}()
+	conn, err := c.dial("tcp4", out.Addr.String()+":9000")
+	must(t, err)
+	defer conn.Close()
+	echo := func() error {
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conn.Write([]byte("ping")); err != nil {
+			return err
+		}
+		b := make([]byte, 4)
+		_, err := io.ReadFull(conn, b)
+		return err
+	}
+	must(t, echo())
+	start := time.Now()
+	must(t, m.Update(id, rules(t, api.NetworkRules{Internet: false})))
+	t.Logf("rules applied in %v", time.Since(start))
+	if err := echo(); err == nil {
+		t.Fatal("an open connection kept working after internet was turned off")
+	}
+}
+
+func TestConnectAndCleanup(t *testing.T) {
+	nettest.RequireRoot(t)
+	m := testManager(t, nettest.StartUpstream(t, nil, nil, "").Addr)
+	pa, err := m.Create("sbx_cccccccccccccccc", "client", rules(t, api.NetworkRules{Internet: false, Connect: []string{"server"}}))
+	must(t, err)
+	pb, err := m.Create("sbx_dddddddddddddddd", "server", rules(t, api.NetworkRules{Internet: false}))
+	must(t, err)
+	addrB, _ := m.Addr("sbx_dddddddddddddddd")
+	addrA, _ := m.Addr("sbx_cccccccccccccccc")
+	lnB := listenIn(t, pb, addrB.String()+":7000")
+	a := nsClient{t, pa}
+	r, err := a.lookup("server")
+	must(t, err)
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != addrB.String() {
+		t.Fatalf("server's name: %v", r)
+	}
+	conn, err := a.dial("tcp4", addrB.String()+":7000")
+	must(t, err)
+	conn.Close()
+	<-lnB
+	// Not the other way: server has no connect rule for client.
+	listenIn(t, pa, addrA.String()+":7001")
+	if conn, err := (nsClient{t, pb}).dial("tcp4", addrA.String()+":7001"); err == nil {
+		conn.Close()
+		t.Fatal("server reached client without a connect rule")
+	}
+
+	for _, id := range []string{"sbx_cccccccccccccccc", "sbx_dddddddddddddddd"} {
+		must(t, m.Delete(id))
+	}
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, m.prefix) {
+			t.Errorf("interface %s left behind", l.Attrs().Name)
+		}
+	}
+	if ids, _ := listNamespaces(m.cfg.NetnsDir); len(ids) != 0 {
+		t.Errorf("namespaces left behind: %v", ids)
+	}
+	routes, _ := netlink.RouteList(nil, netlink.FAMILY_V4)
+	for _, r := range routes {
+		if r.Dst != nil && m.cfg.CIDR.Contains(netip.MustParseAddr(r.Dst.IP.String())) {
+			t.Errorf("route left behind: %v", r)
+		}
+	}
+	must(t, m.Remove())
+	if tables, _ := listTables(); strings.Contains(tables, " "+m.cfg.Tag+" ") {
+		t.Errorf("table left behind: %s", tables)
+	}
+}
+
+// listTables lists nftables tables as " family name " words.
+func listTables() (string, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return "", err
+	}
+	ts, err := c.ListTables()
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, t := range ts {
+		fmt.Fprintf(&b, " %d %s ", t.Family, t.Name)
+	}
+	return b.String(), nil
+}

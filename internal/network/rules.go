@@ -1,0 +1,250 @@
+package network
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
+)
+
+// MaxRuleEntries bounds each of a rule set's lists.
+const MaxRuleEntries = 1000
+
+// Rules are a sandbox's egress rules, parsed: domains and CIDRs apart.
+type Rules struct {
+	Internet bool
+	// Allow and Deny hold domain patterns ("example.org" or
+	// "*.example.org", lowercase, without a trailing dot) and prefixes.
+	AllowDomains, DenyDomains []string
+	AllowCIDRs, DenyCIDRs     []netip.Prefix
+	// Connect is the names of sandboxes this one may reach.
+	Connect []string
+}
+
+// ParseRules validates API rules and returns them parsed, or
+// ErrInvalidArgument naming the entry: "allow[2]: ...". A bare IPv4
+// address is a /32; IPv6 is refused (sandboxes have IPv4 only); a domain
+// must be a host name, not a URL (no scheme, port or path).
+func ParseRules(r api.NetworkRules) (*Rules, error) {
+	out := &Rules{Internet: r.Internet}
+	for _, l := range []struct {
+		field   string
+		entries []string
+		domains *[]string
+		cidrs   *[]netip.Prefix
+	}{
+		{"allow", r.Allow, &out.AllowDomains, &out.AllowCIDRs},
+		{"deny", r.Deny, &out.DenyDomains, &out.DenyCIDRs},
+	} {
+		if len(l.entries) > MaxRuleEntries {
+			return nil, errdefs.Invalid("network."+l.field, "%d entries, at most %d", len(l.entries), MaxRuleEntries)
+		}
+		for i, e := range l.entries {
+			field := fmt.Sprintf("network.%s[%d]", l.field, i)
+			if p, ok, err := parseAddr(e); ok {
+				if err != nil {
+					return nil, errdefs.Invalid(field, "%q: %v", e, err)
+				}
+				*l.cidrs = append(*l.cidrs, p)
+				continue
+			}
+			d, err := parseDomain(e)
+			if err != nil {
+				return nil, errdefs.Invalid(field, "%q: %v", e, err)
+			}
+			*l.domains = append(*l.domains, d)
+		}
+	}
+	if len(r.Connect) > MaxRuleEntries {
+		return nil, errdefs.Invalid("network.connect", "%d entries, at most %d", len(r.Connect), MaxRuleEntries)
+	}
+	out.Connect = append(out.Connect, r.Connect...)
+	return out, nil
+}
+
+// parseAddr recognises an IP address or CIDR; ok is false for anything
+// that is not one (a domain).
+func parseAddr(s string) (netip.Prefix, bool, error) {
+	if strings.Contains(s, "/") && !strings.Contains(s, "://") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			if _, aerr := netip.ParseAddr(strings.SplitN(s, "/", 2)[0]); aerr == nil {
+				return netip.Prefix{}, true, fmt.Errorf("not a CIDR: %v", err)
+			}
+			return netip.Prefix{}, false, nil
+		}
+		if !p.Addr().Is4() {
+			return netip.Prefix{}, true, fmt.Errorf("IPv6 is not supported: sandboxes have IPv4 only")
+		}
+		if p.Masked() != p {
+			return netip.Prefix{}, true, fmt.Errorf("has host bits set: did you mean %s?", p.Masked())
+		}
+		return p, true, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, false, nil
+	}
+	if !a.Is4() {
+		return netip.Prefix{}, true, fmt.Errorf("IPv6 is not supported: sandboxes have IPv4 only")
+	}
+	return netip.PrefixFrom(a, 32), true, nil
+}
+
+// parseDomain checks a domain pattern: a host name of letters, digits and
+// hyphens in dot-separated labels (RFC 1123), optionally "*." first.
+func parseDomain(s string) (string, error) {
+	if s == "" {
+		return "", fmt.Errorf("empty")
+	}
+	if strings.Contains(s, "://") {
+		return "", fmt.Errorf("is a URL: give the host name only (e.g. %q)", hostOf(s))
+	}
+	if strings.ContainsAny(s, "/?#@") {
+		return "", fmt.Errorf("has a path or user part: give the host name only")
+	}
+	if strings.Contains(s, ":") {
+		return "", fmt.Errorf("has a port: rules apply to every port of a name; give the host name only")
+	}
+	d := strings.TrimSuffix(strings.ToLower(s), ".")
+	if len(d) > 253 {
+		return "", fmt.Errorf("longer than 253 characters")
+	}
+	labels := strings.Split(d, ".")
+	if labels[0] == "*" {
+		labels = labels[1:]
+		if len(labels) < 2 {
+			return "", fmt.Errorf("a wildcard needs a domain of two labels or more, e.g. *.example.org")
+		}
+	}
+	if len(labels) < 2 {
+		return "", fmt.Errorf("not a domain name (no dot)")
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 {
+			return "", fmt.Errorf("has an empty or over-long label")
+		}
+		if l[0] == '-' || l[len(l)-1] == '-' {
+			return "", fmt.Errorf("label %q starts or ends with '-'", l)
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				if c == '*' {
+					return "", fmt.Errorf("'*' is allowed only as the whole first label (*.example.org)")
+				}
+				return "", fmt.Errorf("label %q has %q", l, c)
+			}
+		}
+	}
+	return d, nil
+}
+
+func hostOf(u string) string {
+	h := u[strings.Index(u, "://")+3:]
+	if i := strings.IndexAny(h, "/?#"); i >= 0 {
+		h = h[:i]
+	}
+	if i := strings.LastIndex(h, ":"); i >= 0 {
+		h = h[:i]
+	}
+	return h
+}
+
+// matchDomain reports whether name matches a pattern: "example.org" only
+// itself, "*.example.org" every name under it (not example.org itself).
+func matchDomain(pattern, name string) bool {
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if rest, ok := strings.CutPrefix(pattern, "*."); ok {
+		return strings.HasSuffix(name, "."+rest)
+	}
+	return name == pattern
+}
+
+func anyDomain(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if matchDomain(p, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func anyCIDR(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Verdict is a rule decision and its reason (for the audit log).
+type Verdict struct {
+	Allow  bool
+	Reason string
+}
+
+// AllowName decides a DNS query for name.
+func (r *Rules) AllowName(name string) Verdict {
+	switch {
+	case !r.Internet:
+		return Verdict{false, "internet is off"}
+	case anyDomain(r.DenyDomains, name):
+		return Verdict{false, "denied by a deny rule"}
+	case len(r.AllowDomains) > 0 && !anyDomain(r.AllowDomains, name):
+		return Verdict{false, "not in the allow list"}
+	}
+	return Verdict{true, ""}
+}
+
+// AllowConn decides an egress connection to addr, for the name the client
+// asked for ("" when it gave none or an IP).
+func (r *Rules) AllowConn(name string, addr netip.Addr) Verdict {
+	switch {
+	case !r.Internet:
+		return Verdict{false, "internet is off"}
+	case anyCIDR(r.DenyCIDRs, addr):
+		return Verdict{false, "denied by a deny rule (address)"}
+	case name != "" && anyDomain(r.DenyDomains, name):
+		return Verdict{false, "denied by a deny rule (name)"}
+	case len(r.AllowDomains) == 0 && len(r.AllowCIDRs) == 0:
+		return Verdict{true, ""}
+	case anyCIDR(r.AllowCIDRs, addr):
+		return Verdict{true, ""}
+	case name != "" && anyDomain(r.AllowDomains, name):
+		return Verdict{true, ""}
+	}
+	return Verdict{false, "not in the allow list"}
+}
+
+// hasDomains reports whether the rules name any domain, which sends the
+// sandbox's HTTP and HTTPS through the egress proxy.
+func (r *Rules) hasDomains() bool { return len(r.AllowDomains) > 0 || len(r.DenyDomains) > 0 }
+
+// allowAddr decides a packet to addr by the rules alone, as the firewall's
+// forward chain does: connect targets, internal addresses, then internet,
+// deny and allow CIDRs, then learned (addresses the DNS server answered for
+// allowed names).
+func (r *Rules) allowAddr(addr netip.Addr, sandboxNet netip.Prefix, connect, learned func(netip.Addr) bool) bool {
+	if connect(addr) {
+		return true
+	}
+	if sandboxNet.Contains(addr) || isInternal(addr) || !r.Internet || anyCIDR(r.DenyCIDRs, addr) {
+		return false
+	}
+	if len(r.AllowCIDRs) == 0 && len(r.AllowDomains) == 0 {
+		return true
+	}
+	return anyCIDR(r.AllowCIDRs, addr) || (len(r.AllowDomains) > 0 && learned(addr))
+}
+
+// isInternal reports whether addr is one no sandbox may reach: loopback,
+// link-local, "this network", multicast, broadcast, or not IPv4.
+func isInternal(addr netip.Addr) bool {
+	if !addr.Is4() || addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return true
+	}
+	return anyCIDR(internalPrefixes, addr)
+}
