@@ -1,7 +1,7 @@
 // Command sbxd is the sbx daemon: it runs gVisor sandboxes for AI agents and
 // serves the REST API v1 on a Unix socket (and on TCP with an API key).
 //
-//	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--api-key KEY]
+//	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--api-key KEY] [--preview-domain DOMAIN]
 package main
 
 import (
@@ -32,6 +32,7 @@ func main() {
 	netnsDir := fs.String("netns-dir", "", "where sandboxes' network namespaces are mounted (default "+cfg.NetnsDir+")")
 	pool := fs.Int("pool", -1, fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	previewDomain := fs.String("preview-domain", "", "domain of host-based previews: http://PORT-NAME.DOMAIN[:port]/ reaches a sandbox's port (default "+cfg.PreviewDomain+")")
 	_ = fs.Parse(os.Args[1:])
 
 	if *configFile != "" {
@@ -57,6 +58,7 @@ func main() {
 	set(&cfg.NetnsDir, *netnsDir)
 	set(&cfg.BlobStore, *blobStore)
 	set(&cfg.LogLevel, *logLevel)
+	set(&cfg.PreviewDomain, *previewDomain)
 	if *apiKey != "" {
 		cfg.APIKeys = strings.Split(*apiKey, ",")
 	}
