@@ -68,6 +68,10 @@ func newPreviewServer(t *testing.T, auth bool) *previewServer {
 			return nil, errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox named %q", name)
 		case name == "stopped":
 			return nil, errdefs.Conflictf("sandbox %q is stopped: cannot reach its ports", name)
+		case name == "mute":
+			a, b := net.Pipe()
+			b.Close()
+			return a, nil
 		case port == 4000:
 			return nil, errdefs.New(errdefs.ErrPortUnreachable, "nothing listens on port %d in sandbox %s", port, name)
 		}
@@ -177,6 +181,12 @@ func TestPreviewErrors(t *testing.T) {
 	errorOf(t, ps.do(t, "GET", "/", "3000-stopped.localhost"), 409, api.CodeConflict)
 	msg := errorOf(t, ps.do(t, "GET", "/v1/sandboxes/web/ports/4000/x", ""), 502, api.CodePortUnreachable)
 	if msg != "nothing listens on port 4000 in sandbox web" {
+		t.Fatalf("%q", msg)
+	}
+	// A connection that ends before an answer: 502, without the cause
+	// (it may name host paths), which is logged.
+	msg = errorOf(t, ps.do(t, "GET", "/v1/sandboxes/mute/ports/3000/", ""), 502, api.CodePortUnreachable)
+	if msg != "port 3000 in sandbox mute: the connection failed before an answer" {
 		t.Fatalf("%q", msg)
 	}
 }

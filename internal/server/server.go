@@ -221,7 +221,14 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 		body.RequestID = rid
 	} else if code.HTTPStatus() >= 500 {
 		body.RequestID = requestID(ctx)
-		s.log.Warn("operation failed", "request_id", body.RequestID, "code", code, "err", err)
+		level := slog.LevelWarn
+		if code == api.CodePortUnreachable {
+			// A preview of a server not (yet) listening: the user's
+			// condition, not sbxd's; a broken connection is logged where
+			// it is seen.
+			level = slog.LevelDebug
+		}
+		s.log.Log(ctx, level, "operation failed", "request_id", body.RequestID, "code", code, "err", err)
 	}
 	return body
 }
