@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -260,6 +261,28 @@ func TestPortsPreview(t *testing.T) {
 	}
 	resp, body = get(t, "http://"+h.listen+"/v1/sandboxes/no-such-sandbox/ports/3000/", "", "Authorization", "Bearer "+h.apiKey)
 	wantAPIError(t, "unknown sandbox", resp, body, 404, api.CodeSandboxNotFound)
+
+	// A memory snapshot closes open connections (the agent drops its host
+	// sockets for the capture); the server runs on and answers again.
+	c, br = upgrade(t, "/v1/sandboxes/"+sb.Name+"/ports/3001/ws", h.listen)
+	echo(t, c, br, "before snapshot")
+	snap, err := sb.Snapshot(ctx, api.SnapshotRequest{Name: "ports"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = h.c.Snapshots.Delete(ctx, snap.ID)
+	})
+	_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := io.ReadAll(br); err != nil {
+		t.Fatalf("an upgraded connection outlived a snapshot: %v", err)
+	}
+	resp, body = get(t, base+"hello.txt", "", "Authorization", "Bearer "+h.apiKey)
+	if resp.StatusCode != 200 || body != page {
+		t.Fatalf("after a snapshot: %d %q", resp.StatusCode, body)
+	}
 
 	// The CLI lists them, with URLs over TCP.
 	cmd := exec.Command(filepath.Join(h.binDir, "sbx"), "--url", "http://"+h.listen, "ports", sb.Name)
