@@ -55,6 +55,10 @@ const (
 	CodeSnapshotFailed Code = "snapshot_failed"
 	// CodeForkFailed: a fork failed; nothing was changed. 500.
 	CodeForkFailed Code = "fork_failed"
+	// CodePortUnreachable: a request to a sandbox's port (a preview) found
+	// nothing listening there, or the connection failed. 502. An sbx
+	// extension.
+	CodePortUnreachable Code = "port_unreachable"
 	// CodeInternal: anything else; logged by sbxd with the request id. 500.
 	CodeInternal Code = "internal"
 	// CodeUnavailable: sbxd is shutting down or a dependency (runsc, the
@@ -83,6 +87,8 @@ func (c Code) HTTPStatus() int {
 		return http.StatusTooManyRequests
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case CodePortUnreachable:
+		return http.StatusBadGateway
 	default:
 		return http.StatusInternalServerError
 	}

@@ -482,3 +482,21 @@ type SignalRequest struct {
 	// Signal number, e.g. 15 (SIGTERM), 9 (SIGKILL).
 	Signal int `json:"signal"`
 }
+
+// Port is a TCP port that a program listens on inside a sandbox: an element
+// of GET /v1/sandboxes/{name}/ports, e.g.
+// {"port":3000,"address":"0.0.0.0","pid":12,"command":"python3"}.
+type Port struct {
+	// Port is the TCP port number, 1-65535.
+	Port int `json:"port"`
+	// Address is the address the socket is bound to: "0.0.0.0" or "::"
+	// (every address), "127.0.0.1" or "::1" (loopback only), or one of the
+	// sandbox's own addresses. sbxd reaches the port whichever it is.
+	Address string `json:"address"`
+	// PID is the process holding the socket, inside the sandbox; omitted
+	// when it is not found.
+	PID int `json:"pid,omitempty"`
+	// Command is that process's command name (as in /proc/PID/comm, at
+	// most 15 bytes); omitted with PID.
+	Command string `json:"command,omitempty"`
+}

@@ -36,6 +36,8 @@ type Client struct {
 	base   *url.URL
 	hc     *http.Client
 	apiKey string
+	// socket is true when base is a placeholder for a Unix socket.
+	socket bool
 
 	// Sandboxes creates, finds and deletes sandboxes.
 	Sandboxes *Sandboxes
@@ -52,6 +54,7 @@ type Option func(*Client) error
 func WithSocket(path string) Option {
 	return func(c *Client) error {
 		c.base, _ = url.Parse("http://sbxd")
+		c.socket = true
 		c.hc = &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				var d net.Dialer
@@ -71,6 +74,7 @@ func WithURL(rawURL string) Option {
 			return fmt.Errorf("sbx URL %q: want http://host:port", rawURL)
 		}
 		c.base = u
+		c.socket = false
 		c.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 		return nil
 	}
@@ -172,6 +176,7 @@ var (
 	ErrForkFailed         = &Error{Code: api.CodeForkFailed}
 	ErrInternal           = &Error{Code: api.CodeInternal}
 	ErrUnavailable        = &Error{Code: api.CodeUnavailable}
+	ErrPortUnreachable    = &Error{Code: api.CodePortUnreachable}
 )
 
 // request sends a request; body may be nil, an io.Reader (sent as is with

@@ -1,7 +1,7 @@
 // Command sbxd is the sbx daemon: it runs gVisor sandboxes for AI agents and
 // serves the REST API v1 on a Unix socket (and on TCP with an API key).
 //
-//	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--api-key KEY]
+//	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--api-key KEY] [--preview-domain DOMAIN]
 package main
 
 import (
@@ -35,6 +35,7 @@ func main() {
 	dnsUpstream := fs.String("dns-upstream", "", "DNS server for names sandboxes may resolve (default: first nameserver of /etc/resolv.conf)")
 	pool := fs.Int("pool", -1, fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	previewDomain := fs.String("preview-domain", "", "domain of host-based previews: http://PORT-NAME.DOMAIN[:port]/ reaches a sandbox's port (default "+cfg.PreviewDomain+")")
 	_ = fs.Parse(os.Args[1:])
 
 	if *configFile != "" {
@@ -63,6 +64,7 @@ func main() {
 	set(&cfg.NetworkTag, *netTag)
 	set(&cfg.DNSUpstream, *dnsUpstream)
 	set(&cfg.LogLevel, *logLevel)
+	set(&cfg.PreviewDomain, *previewDomain)
 	if *apiKey != "" {
 		cfg.APIKeys = strings.Split(*apiKey, ",")
 	}

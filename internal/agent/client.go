@@ -537,3 +537,35 @@ func (cl *Client) TarIn(ctx context.Context, path string, r io.Reader) (TarResul
 	err := cl.upload(ctx, &Request{Op: OpTarIn, Path: path}, r, &res)
 	return res, err
 }
+
+// Ports lists the TCP ports that programs listen on in the sandbox, one
+// entry a port, by port.
+func (cl *Client) Ports(ctx context.Context) ([]Port, error) {
+	var out []Port
+	err := cl.simple(ctx, &Request{Op: OpPorts}, &out)
+	return out, err
+}
+
+// Dial connects to TCP port in the sandbox through the agent, whatever the
+// sandbox's network rules, and returns the connection: bytes written to it
+// reach the program listening on the port and its answers can be read;
+// CloseWrite (on the *net.UnixConn underneath) half-closes. Cancelling ctx
+// only aborts the dial, not the connection it returns. Nothing listening is
+// *Error of kind refused.
+func (cl *Client) Dial(ctx context.Context, port int) (net.Conn, DialResult, error) {
+	o, err := cl.start(ctx, &Request{Op: OpDial, Port: port})
+	if err != nil {
+		return nil, DialResult{}, err
+	}
+	var res DialResult
+	if err := o.result(&res); err != nil {
+		o.close()
+		return nil, DialResult{}, ctxErr(ctx, err)
+	}
+	if !o.stop() {
+		// ctx ended meanwhile and its AfterFunc closed the connection.
+		o.c.Close()
+		return nil, DialResult{}, ctx.Err()
+	}
+	return o.c, res, nil
+}

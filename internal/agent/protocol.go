@@ -13,7 +13,9 @@
 // carries one operation: the host sends a FrameRequest (JSON [Request]),
 // the two sides exchange data frames, and the agent ends with FrameResult,
 // FrameExit or FrameFail. Closing the connection early cancels the operation
-// (an exec's process group is killed).
+// (an exec's process group is killed). A dial is the one exception: after
+// its FrameResult the connection carries raw bytes to and from a TCP port
+// in the sandbox (OpDial).
 package agent
 
 import (
@@ -58,6 +60,13 @@ const (
 	// too, after the answer), for a gVisor checkpoint; SIGUSR1 to the
 	// agent (runsc kill ID USR1) makes it listen again.
 	OpQuiesce = "quiesce"
+	// OpPorts lists the TCP ports that programs listen on ([]Port).
+	OpPorts = "ports"
+	// OpDial connects to a TCP port in the sandbox (Port). The agent
+	// answers FrameResult (DialResult) or FrameFail; after the result the
+	// connection carries raw bytes both ways, no longer frames, until
+	// either side closes (a shutdown of the write side passes through).
+	OpDial = "dial"
 )
 
 // Request is the first frame of a connection.
@@ -85,6 +94,8 @@ type Request struct {
 	Signal int   `json:"signal,omitempty"`
 	// Hostname field.
 	Hostname string `json:"hostname,omitempty"`
+	// Port is the TCP port of a dial.
+	Port int `json:"port,omitempty"`
 }
 
 // Gap reports output an attach asked for that the agent no longer has.
@@ -108,14 +119,16 @@ type Exit struct {
 
 // Failure kinds, the Kind of a Failure.
 const (
-	FailNotFound   = "not_found"
-	FailInvalid    = "invalid"
-	FailExists     = "exists"
-	FailIsDir      = "is_dir"
-	FailNotDir     = "not_dir"
-	FailNotEmpty   = "not_empty"
-	FailPermission = "permission"
-	FailInternal   = "internal"
+	FailNotFound    = "not_found"
+	FailInvalid     = "invalid"
+	FailExists      = "exists"
+	FailIsDir       = "is_dir"
+	FailNotDir      = "not_dir"
+	FailNotEmpty    = "not_empty"
+	FailPermission  = "permission"
+	FailRefused     = "refused"     // a dial found nothing listening on the port
+	FailUnreachable = "unreachable" // a dial's connect failed otherwise (timeout)
+	FailInternal    = "internal"
 )
 
 // Failure is an operation's error as the agent reports it.

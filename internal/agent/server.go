@@ -314,6 +314,15 @@ func (s *Server) handle(nc net.Conn) {
 		err = c.sendJSON(FrameResult, s.procs.list())
 	case OpSignal:
 		err = s.signalProc(c, &req)
+	case OpPorts:
+		var ports []Port
+		if ports, err = listPorts(); err != nil {
+			err = c.fail(err)
+		} else {
+			err = c.sendJSON(FrameResult, ports)
+		}
+	case OpDial:
+		err = dialPort(c, req.Port)
 	case OpHostname:
 		if err = syscall.Sethostname([]byte(req.Hostname)); err != nil {
 			err = c.fail(err)

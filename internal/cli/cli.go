@@ -112,7 +112,7 @@ func (a *app) root() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.url, "url", "", "sbxd's URL over TCP (default $SBX_URL; key from $SBX_API_KEY)")
 	root.AddCommand(a.createCmd(), a.lsCmd(), a.getCmd(), a.rmCmd(), a.stopCmd(), a.execCmd(),
 		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
-		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(),
+		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(), a.portsCmd(),
 		a.netCmd(), a.imageCmd(), a.benchCmd(), a.versionCmd())
 	return root
 }

@@ -73,6 +73,12 @@ type Config struct {
 	LogLevel string `json:"log_level"`
 	// RunscDebugLogDir, when set, receives runsc's debug logs.
 	RunscDebugLogDir string `json:"runsc_debug_log_dir"`
+	// PreviewDomain is the domain of host-based previews: a request for
+	// http://<port>-<name>.<PreviewDomain>[:port]/ goes to that sandbox's
+	// port. The default, localhost, works in browsers as is (*.localhost
+	// resolves to loopback); elsewhere point a wildcard DNS record at sbxd.
+	// "" (in the config file) turns host-based routing off.
+	PreviewDomain string `json:"preview_domain"`
 }
 
 // Defaults returns the built-in configuration.
@@ -88,6 +94,7 @@ func Defaults() Config {
 		DefaultCPUs:     1,
 		DefaultMemoryMB: 1024,
 		LogLevel:        "info",
+		PreviewDomain:   "localhost",
 	}
 }
 
@@ -108,13 +115,14 @@ func (c *Config) LoadFile(path string) error {
 // LoadEnv merges SBX_* environment variables into c: SBX_DATA_DIR,
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
 // SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
-// SBX_BLOB_STORE.
+// SBX_BLOB_STORE, SBX_PREVIEW_DOMAIN.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
 		"SBX_RUNSC": &c.Runsc, "SBX_PLATFORM": &c.Platform, "SBX_AGENT_BIN": &c.AgentBin,
 		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore,
 		"SBX_NETWORK_CIDR": &c.NetworkCIDR, "SBX_NETWORK_TAG": &c.NetworkTag, "SBX_DNS_UPSTREAM": &c.DNSUpstream,
+		"SBX_PREVIEW_DOMAIN": &c.PreviewDomain,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -171,6 +179,9 @@ func (c *Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	if c.PreviewDomain != "" && !validDomain(c.PreviewDomain) {
+		errs = append(errs, fmt.Errorf("preview domain %q: want a DNS name such as localhost or preview.example.org (no scheme, port or wildcard)", c.PreviewDomain))
+	}
 	if strings.HasPrefix(c.BlobStore, "s3:") {
 		if _, err := blob.ParseS3URL(c.BlobStore); err != nil {
 			errs = append(errs, err)
@@ -179,6 +190,25 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("blob store %q: want an absolute directory or s3://bucket", c.BlobStore))
 	}
 	return errors.Join(errs...)
+}
+
+// validDomain reports whether d is a DNS name: dot-separated labels of
+// letters, digits and inner hyphens, 1-63 bytes each.
+func validDomain(d string) bool {
+	if len(d) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(d, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range []byte(l) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -331,7 +361,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := eng.Start(ctx); err != nil {
 		return err
 	}
-	srv := server.New(eng, server.Config{APIKeys: cfg.APIKeys}, log)
+	srv := server.New(eng, server.Config{APIKeys: cfg.APIKeys, PreviewDomain: cfg.PreviewDomain}, log)
 
 	var servers []*http.Server
 	errc := make(chan error, 2)

@@ -75,6 +75,10 @@ type Engine struct {
 	agentsMu sync.Mutex
 	agents   map[string]*agent.Client
 
+	// ports holds the open connections of DialPort, closed with their
+	// sandbox.
+	ports portConns
+
 	// gcMu keeps the blob collector (write) apart from operations that
 	// store blobs before recording them (read).
 	gcMu   sync.RWMutex

@@ -274,8 +274,9 @@ func (e *Engine) agentFor(sb *store.Sandbox) *agent.Client {
 }
 
 // dropAgent forgets the client of sandbox id's agent (it stopped or
-// reboots), closing its spare connections.
+// reboots), closing its spare connections and its port connections.
 func (e *Engine) dropAgent(id string) {
+	e.closePortConns(id)
 	e.agentsMu.Lock()
 	cl, ok := e.agents[id]
 	delete(e.agents, id)

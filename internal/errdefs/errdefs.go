@@ -29,6 +29,8 @@ var (
 	ErrQuota           = errors.New("quota exceeded")
 	ErrUnavailable     = errors.New("unavailable")
 	ErrFailed          = errors.New("operation failed")
+	// ErrPortUnreachable: nothing answers on a sandbox's TCP port.
+	ErrPortUnreachable = errors.New("port unreachable")
 
 	ErrSandboxNotFound    = fmt.Errorf("sandbox %w", ErrNotFound)
 	ErrImageNotFound      = fmt.Errorf("image %w", ErrNotFound)
@@ -99,6 +101,7 @@ var codes = []struct {
 	{ErrTooLarge, api.CodeTooLarge},
 	{ErrQuota, api.CodeQuotaExceeded},
 	{ErrUnavailable, api.CodeUnavailable},
+	{ErrPortUnreachable, api.CodePortUnreachable},
 	{ErrCheckpointFailed, api.CodeCheckpointFailed},
 	{ErrRestoreFailed, api.CodeRestoreFailed},
 	{ErrSnapshotFailed, api.CodeSnapshotFailed},

@@ -19,6 +19,7 @@ func TestCode(t *testing.T) {
 		{Conflictf("busy"), api.CodeConflict},
 		{New(ErrNameTaken, "taken"), api.CodeNameTaken},
 		{fmt.Errorf("x: %w", ErrCheckpointFailed), api.CodeCheckpointFailed},
+		{New(ErrPortUnreachable, "nothing listens on port 3000"), api.CodePortUnreachable},
 		{errors.New("disk exploded"), api.CodeInternal},
 		{nil, api.CodeInternal},
 	} {

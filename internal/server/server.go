@@ -6,7 +6,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,8 +13,10 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"os"
 	"strings"
 	"time"
@@ -39,6 +40,10 @@ const (
 type Config struct {
 	// APIKeys are the bearer keys accepted where auth is required (TCP).
 	APIKeys []string
+	// PreviewDomain is the domain of host-based previews: a request whose
+	// Host is <port>-<name>.<PreviewDomain> goes whole to that sandbox's
+	// port. "" turns host-based routing off (path-based previews remain).
+	PreviewDomain string
 }
 
 // Server serves the API.
@@ -47,11 +52,18 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// dial connects to a sandbox's TCP port (the engine's DialPort).
+	dial  func(ctx context.Context, name string, port int) (net.Conn, error)
+	proxy *httputil.ReverseProxy
 }
 
 // New returns the API server.
 func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux()}
+	s.dial = func(ctx context.Context, name string, port int) (net.Conn, error) {
+		return s.eng.DialPort(ctx, name, port)
+	}
+	s.proxy = s.newProxy()
 	s.routes()
 	return s
 }
@@ -78,6 +90,10 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/sandboxes/{name}/checkpoints/{id}/diff", s.diff)
 	m.HandleFunc("POST /v1/sandboxes/{name}/snapshot", s.snapshot)
 	m.HandleFunc("POST /v1/sandboxes/{name}/fork", s.fork)
+	m.HandleFunc("GET /v1/sandboxes/{name}/ports", s.listPorts)
+	// Requests for /v1/sandboxes/{name}/ports/{port}/... (any method) and
+	// for <port>-<name>.<preview domain> are proxied before routing
+	// (Handler, servePreview): they have their own authentication.
 	m.HandleFunc("GET /v1/sandboxes/{name}/processes", s.listProcesses)
 	m.HandleFunc("GET /v1/sandboxes/{name}/processes/{pid}/output", s.processOutput)
 	m.HandleFunc("POST /v1/sandboxes/{name}/processes/{pid}/signal", s.signalProcess)
@@ -117,7 +133,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 
 // Handler returns the API handler; with auth it requires a bearer key (the
 // TCP listener), without it trusts the caller (the Unix socket, guarded by
-// its file permissions).
+// its file permissions). Requests for a sandbox's port (previews) are
+// proxied to it; with auth they take the key as a bearer key or as the
+// preview cookie that ?sbx_key=KEY sets.
 func (s *Server) Handler(auth bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -126,7 +144,9 @@ func (s *Server) Handler(auth bool) http.Handler {
 		ctx := context.WithValue(r.Context(), ridKey{}, rid)
 		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
-		if auth && !s.authorized(r) {
+		if p, ok := s.previewOf(r); ok {
+			s.servePreview(sw, r, p, auth)
+		} else if auth && !s.authorized(r) {
 			s.writeError(sw, r, errdefs.New(errdefs.ErrUnauthorized, "missing or wrong API key (Authorization: Bearer <key>)"))
 		} else {
 			s.route(sw, r)
@@ -138,15 +158,7 @@ func (s *Server) Handler(auth bool) http.Handler {
 
 func (s *Server) authorized(r *http.Request) bool {
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || key == "" {
-		return false
-	}
-	for _, k := range s.cfg.APIKeys {
-		if subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 {
-			return true
-		}
-	}
-	return false
+	return ok && s.validKey(key)
 }
 
 type ridKey struct{}
@@ -212,7 +224,14 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 		body.RequestID = rid
 	} else if code.HTTPStatus() >= 500 {
 		body.RequestID = requestID(ctx)
-		s.log.Warn("operation failed", "request_id", body.RequestID, "code", code, "err", err)
+		level := slog.LevelWarn
+		if code == api.CodePortUnreachable {
+			// A preview of a server not (yet) listening: the user's
+			// condition, not sbxd's; a broken connection is logged where
+			// it is seen.
+			level = slog.LevelDebug
+		}
+		s.log.Log(ctx, level, "operation failed", "request_id", body.RequestID, "code", code, "err", err)
 	}
 	return body
 }

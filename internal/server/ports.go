@@ -1,0 +1,324 @@
+package server
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sbxhq/sbx/internal/errdefs"
+)
+
+// Ports: GET /v1/sandboxes/{name}/ports lists the listening TCP ports of a
+// sandbox, and sbxd proxies HTTP and WebSocket traffic to a port, either
+// path-based (/v1/sandboxes/{name}/ports/{port}/...) or host-based
+// (http://{port}-{name}.{preview domain}/...). The engine reaches the port
+// through the sandbox's agent, whatever its network rules.
+
+const (
+	// previewCookie carries a preview's credential in a browser: an HMAC of
+	// the sandbox and port under an API key, never the key itself.
+	previewCookie = "sbx_preview"
+	// previewKeyParam is the query parameter that trades an API key for
+	// the cookie once.
+	previewKeyParam = "sbx_key"
+	// portHostSuffix ends the URL host that names a sandbox port inside the
+	// proxy's transport ("web.3000.sbx-port"): it keys the transport's
+	// connection pool by sandbox and port.
+	portHostSuffix = ".sbx-port"
+)
+
+// preview is a request for a sandbox's port.
+type preview struct {
+	name    string // the sandbox's name or id, as the request gave it
+	portArg string // the port as the request gave it
+	port    int
+	// path is the escaped path the program sees; "" for a path-based
+	// request without the slash after the port (redirected to add it).
+	path string
+	// prefix is the path-based prefix /v1/sandboxes/{name}/ports/{port}
+	// (escaped), "" for host-based routing.
+	prefix string
+	// stripAuth: the Authorization header carried sbxd's key and must not
+	// reach the sandbox.
+	stripAuth bool
+}
+
+// cookiePath is where the preview's cookie applies.
+func (p *preview) cookiePath() string {
+	if p.prefix == "" {
+		return "/"
+	}
+	return p.prefix + "/"
+}
+
+type previewKey struct{}
+
+// validTargetName reports whether s can be a sandbox name or id: names are
+// [a-z0-9-], ids sbx_ and hex.
+func validTargetName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// previewOf reports whether r is for a sandbox's port: by its Host
+// (<port>-<name>.<preview domain>), or by its path
+// (/v1/sandboxes/{name}/ports/{port}/...).
+func (s *Server) previewOf(r *http.Request) (*preview, bool) {
+	if d := s.cfg.PreviewDomain; d != "" {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+		if label, ok := strings.CutSuffix(host, "."+strings.ToLower(d)); ok && !strings.Contains(label, ".") {
+			if port, name, ok := strings.Cut(label, "-"); ok && allDigits(port) && name != "" {
+				return &preview{name: name, portArg: port, path: r.URL.EscapedPath()}, true
+			}
+		}
+	}
+	// "", "v1", "sandboxes", name, "ports", port, rest
+	parts := strings.SplitN(r.URL.EscapedPath(), "/", 7)
+	if len(parts) < 6 || parts[0] != "" || parts[1] != "v1" || parts[2] != "sandboxes" || parts[4] != "ports" || parts[5] == "" {
+		return nil, false
+	}
+	name, err1 := url.PathUnescape(parts[3])
+	port, err2 := url.PathUnescape(parts[5])
+	if err1 != nil || err2 != nil {
+		return nil, false
+	}
+	p := &preview{name: name, portArg: port, prefix: strings.Join(parts[:6], "/")}
+	if len(parts) == 7 {
+		p.path = "/" + parts[6]
+	}
+	return p, true
+}
+
+// servePreview authenticates a request for a sandbox's port (when auth is
+// required) and proxies it.
+func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview, auth bool) {
+	q := r.URL.Query()
+	_, hasKey := q[previewKeyParam]
+	if auth {
+		switch {
+		case s.authorized(r):
+			p.stripAuth = true
+		case s.validPreviewCookie(r, p):
+		case hasKey:
+			key := q.Get(previewKeyParam)
+			if !s.validKey(key) {
+				s.writeError(w, r, errdefs.New(errdefs.ErrUnauthorized, "wrong API key in ?%s=", previewKeyParam))
+				return
+			}
+			http.SetCookie(w, &http.Cookie{
+				Name: previewCookie, Value: previewToken(key, p.name, p.portArg), Path: p.cookiePath(),
+				HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
+			})
+			q.Del(previewKeyParam)
+			s.redirect(w, r, r.URL.EscapedPath(), q)
+			return
+		default:
+			s.writeError(w, r, errdefs.New(errdefs.ErrUnauthorized,
+				"missing or wrong API key: send Authorization: Bearer <key>, or open the URL once with ?%s=<key>", previewKeyParam))
+			return
+		}
+	}
+	if p.path == "" {
+		// Relative links of the page resolve under the port's root only
+		// with the slash.
+		s.redirect(w, r, p.prefix+"/", q)
+		return
+	}
+	if !validTargetName(p.name) {
+		s.writeError(w, r, errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox named %q", p.name))
+		return
+	}
+	port, err := strconv.Atoi(p.portArg)
+	if err != nil || !allDigits(p.portArg) {
+		s.writeError(w, r, errdefs.Invalid("port", "%q is not a port number (1-65535)", p.portArg))
+		return
+	}
+	if port < 1 || port > 65535 {
+		s.writeError(w, r, errdefs.Invalid("port", "%d is out of range [1, 65535]", port))
+		return
+	}
+	p.port = port
+	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), previewKey{}, p)))
+}
+
+// redirect sends the client to path with query q: 302 for GET and HEAD,
+// 307 (same method and body) otherwise.
+func (s *Server) redirect(w http.ResponseWriter, r *http.Request, path string, q url.Values) {
+	loc := path
+	if len(q) > 0 {
+		loc += "?" + q.Encode()
+	}
+	code := http.StatusTemporaryRedirect
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		code = http.StatusFound
+	}
+	w.Header().Set("Location", loc)
+	w.WriteHeader(code)
+}
+
+// validKey reports whether key is one of the API keys.
+func (s *Server) validKey(key string) bool {
+	if key == "" {
+		return false
+	}
+	ok := false
+	for _, k := range s.cfg.APIKeys {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// previewToken is the cookie value that admits a browser to one sandbox
+// port: an HMAC of the sandbox and port under an API key, so the cookie
+// neither reveals the key nor opens anything else.
+func previewToken(key, name, port string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	fmt.Fprintf(m, "sbx-preview\x00%s\x00%s", name, port)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func (s *Server) validPreviewCookie(r *http.Request, p *preview) bool {
+	ok := false
+	for _, c := range r.CookiesNamed(previewCookie) {
+		for _, k := range s.cfg.APIKeys {
+			if hmac.Equal([]byte(c.Value), []byte(previewToken(k, p.name, p.portArg))) {
+				ok = true
+			}
+		}
+	}
+	return ok
+}
+
+// withoutCookie removes the cookie named name from Cookie header values.
+func withoutCookie(values []string, name string) []string {
+	var out []string
+	for _, v := range values {
+		var keep []string
+		for _, part := range strings.Split(v, ";") {
+			n, _, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if n != name && strings.TrimSpace(part) != "" {
+				keep = append(keep, strings.TrimSpace(part))
+			}
+		}
+		if len(keep) > 0 {
+			out = append(out, strings.Join(keep, "; "))
+		}
+	}
+	return out
+}
+
+// newProxy returns the reverse proxy of previews: its transport dials the
+// sandbox's port through the engine (dial), one pool of connections per
+// sandbox and port.
+func (s *Server) newProxy() *httputil.ReverseProxy {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, _, _ := net.SplitHostPort(addr)
+			rest, _ := strings.CutSuffix(host, portHostSuffix)
+			i := strings.LastIndexByte(rest, '.')
+			if i < 0 {
+				return nil, fmt.Errorf("bad preview address %q", addr)
+			}
+			port, err := strconv.Atoi(rest[i+1:])
+			if err != nil {
+				return nil, fmt.Errorf("bad preview address %q", addr)
+			}
+			return s.dial(ctx, rest[:i], port)
+		},
+		Proxy:               nil,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			p := pr.In.Context().Value(previewKey{}).(*preview)
+			out := pr.Out
+			out.URL.Scheme = "http"
+			out.URL.Host = p.name + "." + strconv.Itoa(p.port) + portHostSuffix
+			out.URL.RawPath = p.path
+			out.URL.Path, _ = url.PathUnescape(p.path)
+			q := out.URL.Query()
+			if _, ok := q[previewKeyParam]; ok {
+				q.Del(previewKeyParam)
+				out.URL.RawQuery = q.Encode()
+			}
+			out.Host = pr.In.Host
+			if out.Host == "" {
+				out.Host = "localhost:" + strconv.Itoa(p.port)
+			}
+			if p.stripAuth {
+				out.Header.Del("Authorization")
+			}
+			if c := withoutCookie(out.Header.Values("Cookie"), previewCookie); len(c) > 0 {
+				out.Header["Cookie"] = c
+			} else {
+				out.Header.Del("Cookie")
+			}
+			pr.SetXForwarded()
+			if p.prefix != "" {
+				out.Header.Set("X-Forwarded-Prefix", p.prefix)
+			}
+		},
+		Transport:     tr,
+		FlushInterval: -1, // dev servers stream (event streams, hot reload)
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			if !errdefs.Public(err) {
+				p := r.Context().Value(previewKey{}).(*preview)
+				s.log.Warn("preview", "request_id", requestID(r.Context()), "sandbox", p.name, "port", p.port, "err", err)
+				err = errdefs.New(errdefs.ErrPortUnreachable, "port %d in sandbox %s: the connection failed before an answer", p.port, p.name)
+			}
+			s.writeError(w, r, err)
+		},
+	}
+}
+
+// listPorts answers GET /v1/sandboxes/{name}/ports.
+func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
+	ports, err := s.eng.ListPorts(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ports)
+}
