@@ -34,6 +34,10 @@ import (
 func testManager(t *testing.T, upstream string) *Manager {
 	t.Helper()
 	nettest.RequireRoot(t)
+	// Test hosts live in these; nothing sent to them leaves the machine.
+	for _, p := range []string{"10.232.0.0/16", "10.233.0.0/16", "169.254.77.0/24"} {
+		nettest.Blackhole(t, netip.MustParsePrefix(p))
+	}
 	tag := fmt.Sprintf("t%d", os.Getpid()%1000)
 	m, err := NewManager(Config{NetnsDir: t.TempDir(), CIDR: netip.MustParsePrefix("10.231.0.0/24"), Tag: tag, Upstream: upstream})
 	must(t, err)

@@ -29,6 +29,8 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
+	"github.com/sbxhq/sbx/internal/network/nettest"
+	"github.com/vishvananda/netlink"
 )
 
 // h is the sbxd under test, shared by the package's tests, which run one
@@ -49,6 +51,22 @@ type harness struct {
 	cmd      *exec.Cmd
 	logPath  string
 	c        *client.Client
+	// netTag and netCIDR keep this sbxd's firewall table, interfaces and
+	// addresses apart from any other sbxd on the machine; dnsUpstream is
+	// the test DNS server (names of test hosts; package mirrors forwarded).
+	netTag, netCIDR, dnsUpstream string
+}
+
+// upstream is the DNS server every test sbxd resolves names with.
+var upstream *nettest.Upstream
+
+// netIdentity picks a network tag and a /20 for one test sbxd.
+func netIdentity(first byte) (tag, cidr string) {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
+	tag = string([]byte{first, alnum[int(b[0])%36], alnum[int(b[1])%36], alnum[int(b[2])%36]})
+	return tag, fmt.Sprintf("10.%d.%d.0/20", 240+int(b[3])%8, (int(b[0])%16)*16)
 }
 
 func TestMain(m *testing.M) {
@@ -100,6 +118,14 @@ func run(m *testing.M) (int, error) {
 		logPath:  filepath.Join(tmp, "sbxd.log"),
 		pool:     1,
 	}
+	upstream, err = nettest.NewUpstream(nil, aptMirrorHosts(), nettest.SystemResolver())
+	if err != nil {
+		return 0, err
+	}
+	defer upstream.Close()
+	defer nettest.Blackhole(nil, outsideNet)()
+	h.netTag, h.netCIDR = netIdentity('e')
+	h.dnsUpstream = upstream.Addr
 	if h.cacheDir == "" {
 		h.cacheDir = "/var/cache/sbx"
 	}
@@ -163,7 +189,8 @@ func (h *harness) start() error {
 	}
 	defer logf.Close()
 	args := []string{"--data-dir", h.dataDir, "--socket", h.sock,
-		"--cache-dir", h.cacheDir, "--netns-dir", h.netnsDir, "--pool", fmt.Sprint(h.pool), "--log-level", "debug"}
+		"--cache-dir", h.cacheDir, "--netns-dir", h.netnsDir, "--pool", fmt.Sprint(h.pool), "--log-level", "debug",
+		"--network-tag", h.netTag, "--network-cidr", h.netCIDR, "--dns-upstream", h.dnsUpstream}
 	if h.listen != "" {
 		args = append(args, "--listen", h.listen, "--api-key", h.apiKey)
 	}
@@ -235,6 +262,7 @@ func (h *harness) cleanup() {
 		_ = syscall.Unmount(filepath.Join(h.netnsDir, e.Name()), syscall.MNT_DETACH)
 	}
 	_ = syscall.Unmount(h.netnsDir, syscall.MNT_DETACH)
+	removeNetwork(h.netTag)
 	mounts, _ := os.ReadFile("/proc/self/mounts")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		f := strings.Fields(line)
@@ -460,6 +488,12 @@ func hostLeftovers(t *testing.T, id string) []string {
 	if strings.Contains(string(mounts), id) {
 		left = append(left, "a mount")
 	}
+	if _, err := netlink.LinkByName(vethOf(h, id)); err == nil {
+		left = append(left, "interface "+vethOf(h, id))
+	}
+	if chains := nftChains(t, h.netTag); strings.Contains(chains, " sb-"+vethOf(h, id)+" ") {
+		left = append(left, "nftables chain sb-"+vethOf(h, id))
+	}
 	return left
 }
 
@@ -532,7 +566,9 @@ func secondEnv(t *testing.T, env []string, args ...string) *harness {
 	d := &harness{
 		binDir: h.binDir, dataDir: filepath.Join(tmp, "data"), netnsDir: filepath.Join("/run", filepath.Base(tmp)+"-netns"),
 		sock: filepath.Join(tmp, "sbx.sock"), cacheDir: h.cacheDir, logPath: filepath.Join(tmp, "sbxd.log"), args: args, env: env,
+		dnsUpstream: h.dnsUpstream,
 	}
+	d.netTag, d.netCIDR = netIdentity('f')
 	if err := d.start(); err != nil {
 		t.Fatal(err)
 	}

@@ -155,6 +155,24 @@ func (o *Outside) Listen(t testing.TB, port int) net.Listener {
 	return ln
 }
 
+// Blackhole routes prefix to nowhere on the host until t ends (or, with t
+// nil, until the returned func runs), so that a test address with no test
+// host behind it at some moment is dropped on this machine instead of
+// following the default route out. Routes to test hosts are more specific
+// and win.
+func Blackhole(t testing.TB, prefix netip.Prefix) func() {
+	r := &netlink.Route{Dst: ipNet(prefix.Addr(), prefix.Bits()), Type: unix.RTN_BLACKHOLE}
+	_ = netlink.RouteDel(r)
+	err := netlink.RouteAdd(r)
+	undo := func() { _ = netlink.RouteDel(r) }
+	if t != nil {
+		t.Helper()
+		must(t, err)
+		t.Cleanup(undo)
+	}
+	return undo
+}
+
 // SelfSigned is a certificate for outside.test, *.test and *.outside.test.
 func SelfSigned(t testing.TB) tls.Certificate {
 	t.Helper()
@@ -270,7 +288,7 @@ func (u *Upstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	case !ok:
 		m.Rcode = dns.RcodeNameError
 	case q.Qtype == dns.TypeA:
-		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: a.AsSlice()})
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: a.AsSlice()})
 	}
 	_ = w.WriteMsg(m)
 }
