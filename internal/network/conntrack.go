@@ -8,8 +8,8 @@ import (
 	"github.com/ti-mo/conntrack"
 )
 
-// cutForbidden deletes the conntrack entries of a's forwarded flows that
-// its rules no longer allow. The firewall accepts established flows before
+// cutForbidden deletes the conntrack entries of a's forwarded flows (those
+// with its mark, see ctMark) that its rules no longer allow. The firewall accepts established flows before
 // it looks at the rules; without their entry, a flow's next packet is
 // judged like a new one and dropped. Flows redirected to the DNS server or
 // the proxy are left alone (the proxy rechecks its own).
@@ -19,7 +19,7 @@ func (m *Manager) cutForbidden(a *attachment) error {
 		return fmt.Errorf("conntrack: %w", err)
 	}
 	defer c.Close()
-	flows, err := c.Dump(nil)
+	flows, err := c.DumpFilter(conntrack.NewFilter().Mark(ctMark(a.slot)), nil)
 	if err != nil {
 		return fmt.Errorf("conntrack dump: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,8 +25,9 @@ import (
 //	guard        (filter, prerouting -150) from X: a source other than X's
 //	             address is dropped (anti-spoof); IPv6 from P* is dropped.
 //	prerouting   (nat, dstnat) from P*: UDP/TCP 53 to anywhere → sbxd's DNS
-//	             server; from X with domain rules: TCP 80/443 to outside the
-//	             sandbox network → the egress proxy.
+//	             server; from X → nat-X.
+//	nat-X        with domain rules: TCP 80/443 to outside the sandbox
+//	             network → the egress proxy.
 //	input        from P* → sbx_input: replies, and the DNS and proxy ports
 //	             (after the redirect); nothing else of the host. The DNS and
 //	             proxy ports are closed to every other interface.
@@ -52,6 +54,7 @@ type firewall struct {
 // fwSandbox is what the firewall knows of one sandbox.
 type fwSandbox struct {
 	ifname     string
+	slot       int
 	addr       netip.Addr
 	rules      *Rules
 	connectIPs []netip.Addr
@@ -64,6 +67,11 @@ const (
 	// stays in a sandbox's ok- set, whatever the record's TTL.
 	learnMinTTL = 5 * time.Minute
 )
+
+// ctMark is the conntrack mark of a sandbox's forwarded flows: 0x5b in
+// the top byte, the sandbox's slot below (the firewall owns marks with that
+// top byte).
+func ctMark(slot int) uint32 { return 0x5b<<24 | uint32(slot)&0xffffff }
 
 // internalPrefixes are never reachable from a sandbox, whatever its rules:
 // "this network", loopback, link-local (cloud metadata services live at
@@ -98,7 +106,7 @@ func (fw *firewall) setAll(sbs map[string]*fwSandbox) error {
 // meets the old rules or the new, never none. Chains, sets and counters of
 // interfaces no longer known (a sandbox deleted while sbxd was down) go.
 func (fw *firewall) syncLocked() error {
-	c, err := nftables.New()
+	c, err := newNFT()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -122,8 +130,11 @@ func (fw *firewall) syncLocked() error {
 	}
 	haveObj := map[string]bool{}
 	for _, o := range objs {
-		if co, ok := o.(*nftables.CounterObj); ok {
-			haveObj[co.Name] = true
+		switch o := o.(type) {
+		case *nftables.NamedObj:
+			haveObj[o.Name] = true
+		case *nftables.CounterObj:
+			haveObj[o.Name] = true
 		}
 	}
 	if haveSet[droppedSet] == nil {
@@ -160,8 +171,10 @@ func (fw *firewall) syncLocked() error {
 		if ch.Table.Name != t.Name {
 			continue
 		}
-		if n, ok := strings.CutPrefix(ch.Name, "sb-"); ok && fw.sandboxes[n] == nil {
-			stale = append(stale, &nftables.Chain{Table: t, Name: ch.Name})
+		for _, p := range []string{"sb-", "nat-"} {
+			if n, ok := strings.CutPrefix(ch.Name, p); ok && fw.sandboxes[n] == nil {
+				stale = append(stale, &nftables.Chain{Table: t, Name: ch.Name})
+			}
 		}
 	}
 	accept := nftables.ChainPolicyAccept
@@ -204,11 +217,9 @@ func (fw *firewall) syncLocked() error {
 		rule(pre, mine, ipv4(), l4proto(proto), dport(53), redirect(fw.dnsPort))
 	}
 	for _, n := range names {
-		if r := fw.sandboxes[n].rules; r.Internet && r.hasDomains() {
-			for _, port := range []uint16{80, 443} {
-				rule(pre, ifnameMatch(expr.MetaKeyIIFNAME, n), ipv4(), daddrNotIn(fw.cidr), l4proto(unix.IPPROTO_TCP), dport(port), redirect(fw.proxyPort))
-			}
-		}
+		ch := regular("nat-" + n)
+		rule(pre, ifnameMatch(expr.MetaKeyIIFNAME, n), jump(ch.Name))
+		fw.natRules(c, ch, fw.sandboxes[n])
 	}
 
 	// input: sandboxes reach the host only for DNS and the proxy; nobody
@@ -273,6 +284,46 @@ func (fw *firewall) syncLocked() error {
 	return nil
 }
 
+// update rewrites one sandbox's own chains (its rules changed; nothing
+// else did) in one transaction: cheaper than a full sync, whatever the
+// number of sandboxes. A sandbox the table does not hold yet gets a full
+// sync.
+func (fw *firewall) update(sb *fwSandbox) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.sandboxes[sb.ifname] == nil {
+		fw.sandboxes[sb.ifname] = sb
+		return fw.syncLocked()
+	}
+	fw.sandboxes[sb.ifname] = sb
+	c, err := newNFT()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	fwd := &nftables.Chain{Table: fw.table, Name: "sb-" + sb.ifname}
+	nat := &nftables.Chain{Table: fw.table, Name: "nat-" + sb.ifname}
+	c.FlushChain(fwd)
+	c.FlushChain(nat)
+	fw.sandboxRules(c, fwd, sb)
+	fw.natRules(c, nat, sb)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: rewrite rules of %s: %w", sb.ifname, err)
+	}
+	return nil
+}
+
+// natRules fills a sandbox's prerouting (nat) chain: HTTP and HTTPS to
+// outside the sandbox network go to the egress proxy when the rules name
+// domains.
+func (fw *firewall) natRules(c *nftables.Conn, ch *nftables.Chain, sb *fwSandbox) {
+	if r := sb.rules; r.Internet && r.hasDomains() {
+		for _, port := range []uint16{80, 443} {
+			c.AddRule(&nftables.Rule{Table: fw.table, Chain: ch, Exprs: cat(ipv4(), daddrNotIn(fw.cidr),
+				l4proto(unix.IPPROTO_TCP), dport(port), redirect(fw.proxyPort))})
+		}
+	}
+}
+
 // sandboxRules fills a sandbox's forward chain.
 func (fw *firewall) sandboxRules(c *nftables.Conn, ch *nftables.Chain, sb *fwSandbox) {
 	add := func(parts ...[]expr.Any) {
@@ -283,6 +334,13 @@ func (fw *firewall) sandboxRules(c *nftables.Conn, ch *nftables.Chain, sb *fwSan
 			add(r)
 		}
 	}
+	// Every forwarded flow carries its sandbox's mark, so that a rules
+	// change can find the sandbox's flows without dumping the whole
+	// conntrack table.
+	add([]expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(ctMark(sb.slot))},
+		&expr.Ct{Key: expr.CtKeyMARK, Register: 1, SourceRegister: true},
+	})
 	add(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 	for _, ip := range sb.connectIPs {
 		add(ipv4(), daddrIn(netip.PrefixFrom(ip, 32)), verdict(expr.VerdictAccept))
@@ -344,7 +402,7 @@ type Dropped struct {
 
 // listDropped reads the dropped set for packets from src.
 func (fw *firewall) listDropped(src netip.Addr) ([]Dropped, error) {
-	c, err := nftables.New()
+	c, err := newNFT()
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +440,7 @@ func decodeDropped(el nftables.SetElement, now time.Time) (Dropped, bool) {
 // forgetDropped deletes the dropped set's records of src (its sandbox is
 // gone; the address may be given to another).
 func (fw *firewall) forgetDropped(src netip.Addr) {
-	c, err := nftables.New()
+	c, err := newNFT()
 	if err != nil {
 		return
 	}
@@ -406,7 +464,7 @@ func (fw *firewall) forgetDropped(src netip.Addr) {
 
 // drops is how many packets the firewall refused for a sandbox.
 func (fw *firewall) drops(ifname string) (uint64, error) {
-	c, err := nftables.New()
+	c, err := newNFT()
 	if err != nil {
 		return 0, err
 	}
@@ -427,7 +485,7 @@ func (fw *firewall) learn(ifname string, addrs []netip.Addr, ttl time.Duration) 
 		return nil
 	}
 	ttl = max(ttl, learnMinTTL)
-	c, err := nftables.New()
+	c, err := newNFT()
 	if err != nil {
 		return err
 	}
@@ -444,7 +502,7 @@ func (fw *firewall) learn(ifname string, addrs []netip.Addr, ttl time.Duration) 
 
 // deleteTable removes the table and everything in it.
 func (fw *firewall) deleteTable() error {
-	c, err := nftables.New()
+	c, err := newNFT()
 	if err != nil {
 		return err
 	}
@@ -538,4 +596,35 @@ func redirect(port uint16) []expr.Any {
 		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
 		&expr.Redir{RegisterProtoMin: 1},
 	}
+}
+
+// nftBuffer is the socket buffer, each way, of sbxd's nftables netlink
+// connections. A table rewrite is one batch of a few messages per rule
+// (about 20 rules a sandbox) and the kernel answers each with an ack: the
+// default 208 KiB would cap a batch at a few sandboxes.
+const nftBuffer = 64 << 20
+
+// newNFT opens an nftables connection with buffers for big batches
+// (SO_SNDBUFFORCE and SO_RCVBUFFORCE: sbxd runs as root, past
+// net.core.[rw]mem_max).
+func newNFT() (*nftables.Conn, error) {
+	return nftables.New(nftables.WithSockOptions(func(c *netlink.Conn) error {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		err = rc.Control(func(fd uintptr) {
+			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, nftBuffer); e != nil {
+				serr = e
+			}
+			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nftBuffer); e != nil {
+				serr = e
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}))
 }

@@ -306,6 +306,12 @@ func (m *Manager) Create(id, name string, rules *Rules) (path string, err error)
 	if old := m.byID[id]; old != nil {
 		m.unregister(old)
 	}
+	for _, other := range m.byID {
+		if other.ifname == m.ifname(id) {
+			m.mu.Unlock()
+			return "", fmt.Errorf("network of %s: interface name %s is taken by sandbox %s (ids alike in their first characters)", name, other.ifname, other.name)
+		}
+	}
 	slot := 0
 	for i := 1; i < m.slotCount(); i++ {
 		if _, taken := m.slots[i]; !taken {
@@ -426,7 +432,7 @@ func (m *Manager) Update(id string, rules *Rules) error {
 	a.mu.Lock()
 	a.rules = rules
 	a.mu.Unlock()
-	err := m.syncLocked()
+	err := m.fw.update(m.fwSandbox(a, nil))
 	m.mu.Unlock()
 	if err != nil {
 		return err
@@ -500,16 +506,29 @@ func (m *Manager) syncLocked() error {
 	}
 	sbs := make(map[string]*fwSandbox, len(m.byID))
 	for _, a := range m.byID {
-		r := a.getRules()
-		sb := &fwSandbox{ifname: a.ifname, addr: a.addr, rules: r}
-		for _, n := range r.Connect {
-			if t := byName[n]; t != nil && t != a {
-				sb.connectIPs = append(sb.connectIPs, t.addr)
-			}
-		}
-		sbs[a.ifname] = sb
+		sbs[a.ifname] = m.fwSandbox(a, byName)
 	}
 	return m.fw.setAll(sbs)
+}
+
+// fwSandbox is what the firewall needs of a: its rules, and the addresses
+// of the running sandboxes its connect rules name (byName: the running
+// sandboxes by name; nil to build it). m.mu is held.
+func (m *Manager) fwSandbox(a *attachment, byName map[string]*attachment) *fwSandbox {
+	if byName == nil {
+		byName = map[string]*attachment{}
+		for _, x := range m.byID {
+			byName[x.name] = x
+		}
+	}
+	r := a.getRules()
+	sb := &fwSandbox{ifname: a.ifname, slot: a.slot, addr: a.addr, rules: r}
+	for _, n := range r.Connect {
+		if t := byName[n]; t != nil && t != a {
+			sb.connectIPs = append(sb.connectIPs, t.addr)
+		}
+	}
+	return sb
 }
 
 // lookup is the attachment whose sandbox has address src, or nil.

@@ -427,3 +427,54 @@ func listTables() (string, error) {
 	}
 	return b.String(), nil
 }
+
+// fakeSandboxes are n firewall entries (no interfaces: the rules do not
+// need them to exist).
+func fakeSandboxes(t testing.TB, n int, r *Rules) map[string]*fwSandbox {
+	t.Helper()
+	sbs := map[string]*fwSandbox{}
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("tfw-%011d", i)
+		sbs[name] = &fwSandbox{ifname: name, slot: i, addr: netip.AddrFrom4([4]byte{10, 235, byte(i / 64), byte(4*(i%64) + 2)}), rules: r}
+	}
+	return sbs
+}
+
+// TestFirewallManySandboxes: a table of 500 sandboxes is one batch of
+// thousands of messages; it must go through (the default netlink buffers
+// overflow past a few sandboxes), and so must a one-sandbox update.
+func TestFirewallManySandboxes(t *testing.T) {
+	nettest.RequireRoot(t)
+	fw := newFirewall("tfw", "tfw-", netip.MustParsePrefix("10.235.0.0/16"), 5353, 5354)
+	t.Cleanup(func() { _ = fw.deleteTable() })
+	sbs := fakeSandboxes(t, 500, rules(t, api.NetworkRules{Internet: true, Allow: []string{"pypi.org"}, Deny: []string{"10.0.0.0/8"}}))
+	start := time.Now()
+	must(t, fw.setAll(sbs))
+	t.Logf("full table of %d sandboxes in %v", len(sbs), time.Since(start))
+	sb := *sbs["tfw-00000000007"]
+	sb.rules = rules(t, api.NetworkRules{Internet: false})
+	start = time.Now()
+	must(t, fw.update(&sb))
+	t.Logf("one sandbox's update in %v", time.Since(start))
+	if chains, err := listChains("tfw"); err != nil || strings.Count(chains, " sb-tfw-") != 500 {
+		t.Fatalf("chains: %d, %v", strings.Count(chains, " sb-tfw-"), err)
+	}
+}
+
+func listChains(table string) (string, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return "", err
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, ch := range chains {
+		if ch.Table.Name == table {
+			b.WriteString(" " + ch.Name + " ")
+		}
+	}
+	return b.String(), nil
+}
