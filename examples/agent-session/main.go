@@ -4,7 +4,9 @@
 // runs the tests, breaks a file, sees the tests fail, and puts the file
 // back with git. Then it takes a disk checkpoint, wrecks the machine (rm -rf
 // of the project, apt-get remove git), sees what changed, and restores the
-// checkpoint: everything is back. It prints each step with its exit code
+// checkpoint: everything is back. Last it narrows the sandbox's network to
+// one package registry and sees a request elsewhere refused on the host,
+// with the reason in the network log. It prints each step with its exit code
 // and exits non-zero if the sandbox did not behave as an agent expects.
 //
 //	go run ./examples/agent-session [--keep]
@@ -172,6 +174,31 @@ func run(ctx context.Context, keep bool) error {
 	if _, err := s.step(ctx, "everything is back: git, the project, its history, passing tests",
 		"cd /workspace/proj && git --version && git log --oneline && python3 -m unittest >/tmp/out 2>&1; code=$?; tail -n 1 /tmp/out; exit $code", 0); err != nil {
 		return err
+	}
+
+	fmt.Println("\n### before running code it did not write, the agent narrows the network to one registry")
+	rules, err := sb.Network().Set(ctx, api.NetworkRules{Internet: true, Allow: []string{"pypi.org", "files.pythonhosted.org"}})
+	if err != nil {
+		return fmt.Errorf("network rules: %w", err)
+	}
+	fmt.Printf("  internet %v, allow %v (enforced on the host)\n", rules.Internet, rules.Allow)
+	// The name is refused by sbxd's DNS server on the host: nothing leaves.
+	if _, err := s.step(ctx, "a name outside the rules does not even resolve",
+		"getent hosts exfil.example.com; echo \"exit $?\"; exit 0", 0); err != nil {
+		return err
+	}
+	nlog, err := sb.Network().Log(ctx)
+	if err != nil {
+		return fmt.Errorf("network log: %w", err)
+	}
+	fmt.Println("\n### the network log says why")
+	found := false
+	for _, e := range nlog.Refused {
+		fmt.Printf("  %s %s: %s\n", e.Kind, e.Destination, e.Reason)
+		found = found || e.Destination == "exfil.example.com"
+	}
+	if !found {
+		return fmt.Errorf("the network log does not show the refused name")
 	}
 	return nil
 }

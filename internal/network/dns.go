@@ -85,9 +85,9 @@ func (s *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		return
 	}
 	if target, ok := sandboxName(name); ok {
-		addr, ok := s.m.connectAddr(a, target)
-		if !ok {
-			a.audit.refuse("dns", name, "", 0, "no sandbox named "+target+" in this sandbox's connect rules")
+		addr, why := s.m.connectAddr(a, target)
+		if why != "" {
+			a.audit.refuse("dns", name, "", 0, why)
 			m.Rcode = dns.RcodeNameError
 			reply(m)
 			return

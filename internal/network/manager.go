@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -539,24 +540,24 @@ func (m *Manager) lookup(src netip.Addr) *attachment {
 }
 
 // connectAddr is the address of the sandbox named target if a may reach
-// it (it is in a's connect list and runs).
-func (m *Manager) connectAddr(a *attachment, target string) (netip.Addr, bool) {
+// it (it is a itself, or in a's connect list and running); otherwise why
+// not.
+func (m *Manager) connectAddr(a *attachment, target string) (netip.Addr, string) {
 	r := a.getRules()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if target == a.name {
-		return a.addr, true
+		return a.addr, ""
 	}
-	for _, n := range r.Connect {
-		if n == target {
-			for _, t := range m.byID {
-				if t.name == target {
-					return t.addr, true
-				}
-			}
+	if !slices.Contains(r.Connect, target) {
+		return netip.Addr{}, "no sandbox named " + target + " in this sandbox's connect rules"
+	}
+	for _, t := range m.byID {
+		if t.name == target {
+			return t.addr, ""
 		}
 	}
-	return netip.Addr{}, false
+	return netip.Addr{}, "sandbox " + target + " is not running"
 }
 
 // isConnectAddr reports whether addr is a sandbox a may reach.
