@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -20,17 +19,21 @@ import (
 // The firewall is one nftables table of sbxd's own ("inet sbx" by default;
 // the table is named after the manager's tag), written with google/nftables
 // over netlink, never with the nft command. P is the interface prefix
-// ("sbx-"), X one sandbox's host interface:
+// ("sbx-"), X one sandbox's host interface. Base chains dispatch to a
+// sandbox's own chains through verdict maps keyed by interface name, so
+// adding, changing or removing a sandbox touches only its own chains and
+// map elements, whatever the number of sandboxes:
 //
-//	guard        (filter, prerouting -150) from X: a source other than X's
-//	             address is dropped (anti-spoof); IPv6 from P* is dropped.
+//	guard        (filter, prerouting -150) from X → g-X: a source other
+//	             than X's address is dropped (anti-spoof); IPv6 from P* is
+//	             dropped.
 //	prerouting   (nat, dstnat) from P*: UDP/TCP 53 to anywhere → sbxd's DNS
-//	             server; from X → nat-X.
-//	nat-X        with domain rules: TCP 80/443 to outside the sandbox
-//	             network → the egress proxy.
+//	             server; from X → nat-X: with domain rules, TCP 80/443 to
+//	             outside the sandbox network → the egress proxy.
 //	input        from P* → sbx_input: replies, and the DNS and proxy ports
-//	             (after the redirect); nothing else of the host. The DNS and
-//	             proxy ports are closed to every other interface.
+//	             (after the redirect); anything else → in-X (recorded,
+//	             dropped). The DNS and proxy ports are closed to every other
+//	             interface.
 //	forward      from X → sb-X (X's rules); from an unknown P* interface:
 //	             drop; into P*: replies only.
 //	sb-X         replies, connect targets, never the sandbox network, the
@@ -68,6 +71,12 @@ const (
 	learnMinTTL = 5 * time.Minute
 )
 
+// dispatch lists the verdict maps of the base chains and the prefix of
+// the per-sandbox chain each sends a sandbox's packets to.
+var dispatch = []struct{ vmap, chain string }{
+	{"v_guard", "g-"}, {"v_nat", "nat-"}, {"v_in", "in-"}, {"v_fwd", "sb-"},
+}
+
 // ctMark is the conntrack mark of a sandbox's forwarded flows: 0x5b in
 // the top byte, the sandbox's slot below (the firewall owns marks with that
 // top byte).
@@ -92,7 +101,7 @@ func newFirewall(table, prefix string, cidr netip.Prefix, dnsPort, proxyPort uin
 }
 
 // setAll makes the sandboxes (by interface name) the ones the firewall
-// enforces and rewrites the rules.
+// enforces and rewrites the whole table (sbxd's start).
 func (fw *firewall) setAll(sbs map[string]*fwSandbox) error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
@@ -100,11 +109,20 @@ func (fw *firewall) setAll(sbs map[string]*fwSandbox) error {
 	return fw.syncLocked()
 }
 
-// syncLocked brings the table to the state fw describes. Sets and counters
-// persist across syncs (they hold learned addresses and audit data); the
-// chains are flushed and refilled in one netlink transaction, so a packet
-// meets the old rules or the new, never none. Chains, sets and counters of
-// interfaces no longer known (a sandbox deleted while sbxd was down) go.
+func (fw *firewall) vmapSet(name string) *nftables.Set {
+	return &nftables.Set{Table: fw.table, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+}
+
+func (fw *firewall) okSet(ifname string) *nftables.Set {
+	return &nftables.Set{Table: fw.table, Name: "ok-" + ifname, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+}
+
+// syncLocked brings the whole table to the state fw describes. Sets and
+// counters persist (they hold learned addresses and audit data); chains and
+// verdict maps are flushed and refilled in one netlink transaction, so a
+// packet meets the old rules or the new, never none. Chains, sets and
+// counters of interfaces no longer known (a sandbox deleted while sbxd was
+// down) go.
 func (fw *firewall) syncLocked() error {
 	c, err := newNFT()
 	if err != nil {
@@ -147,9 +165,16 @@ func (fw *firewall) syncLocked() error {
 			return err
 		}
 	}
+	for _, d := range dispatch {
+		if haveSet[d.vmap] == nil {
+			if err := c.AddSet(fw.vmapSet(d.vmap), nil); err != nil {
+				return err
+			}
+		}
+	}
 	for n := range fw.sandboxes {
 		if haveSet["ok-"+n] == nil {
-			if err := c.AddSet(&nftables.Set{Table: t, Name: "ok-" + n, KeyType: nftables.TypeIPAddr, HasTimeout: true}, nil); err != nil {
+			if err := c.AddSet(fw.okSet(n), nil); err != nil {
 				return err
 			}
 		}
@@ -161,7 +186,7 @@ func (fw *firewall) syncLocked() error {
 		return fmt.Errorf("nftables: create sets: %w", err)
 	}
 
-	// 2. Chains, flushed and refilled in one transaction.
+	// 2. Chains and verdict maps, flushed and refilled in one transaction.
 	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return fmt.Errorf("nftables: list chains: %w", err)
@@ -171,89 +196,21 @@ func (fw *firewall) syncLocked() error {
 		if ch.Table.Name != t.Name {
 			continue
 		}
-		for _, p := range []string{"sb-", "nat-"} {
-			if n, ok := strings.CutPrefix(ch.Name, p); ok && fw.sandboxes[n] == nil {
+		for _, d := range dispatch {
+			if n, ok := strings.CutPrefix(ch.Name, d.chain); ok && fw.sandboxes[n] == nil {
 				stale = append(stale, &nftables.Chain{Table: t, Name: ch.Name})
 			}
 		}
 	}
-	accept := nftables.ChainPolicyAccept
-	base := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
-		ch := c.AddChain(&nftables.Chain{Name: name, Table: t, Type: typ, Hooknum: hook, Priority: prio, Policy: &accept})
-		c.FlushChain(ch)
-		return ch
+	for _, d := range dispatch {
+		c.FlushSet(fw.vmapSet(d.vmap))
 	}
-	regular := func(name string) *nftables.Chain {
-		ch := c.AddChain(&nftables.Chain{Name: name, Table: t})
-		c.FlushChain(ch)
-		return ch
-	}
-	guard := base("guard", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, nftables.ChainPriorityRef(-150))
-	pre := base("prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
-	input := base("input", nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
-	sbxInput := regular("sbx_input")
-	forward := base("forward", nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
-	post := base("postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
-	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(parts...)})
-	}
-	mine := fw.prefixMatch(expr.MetaKeyIIFNAME, expr.CmpOpEq)
-
-	names := make([]string, 0, len(fw.sandboxes))
-	for n := range fw.sandboxes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-
-	// guard: anti-spoof and no IPv6.
-	for _, n := range names {
-		rule(guard, ifnameMatch(expr.MetaKeyIIFNAME, n), ipv4(), saddrNot(fw.sandboxes[n].addr), verdict(expr.VerdictDrop))
-	}
-	rule(guard, mine, nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
-
-	// prerouting: DNS always to sbxd's server; HTTP(S) to the proxy for
-	// sandboxes whose rules name domains.
-	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		rule(pre, mine, ipv4(), l4proto(proto), dport(53), redirect(fw.dnsPort))
-	}
-	for _, n := range names {
-		ch := regular("nat-" + n)
-		rule(pre, ifnameMatch(expr.MetaKeyIIFNAME, n), jump(ch.Name))
-		fw.natRules(c, ch, fw.sandboxes[n])
-	}
-
-	// input: sandboxes reach the host only for DNS and the proxy; nobody
-	// else reaches those two ports.
-	rule(input, mine, jump(sbxInput.Name))
-	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		rule(input, l4proto(proto), dport(fw.dnsPort), verdict(expr.VerdictDrop))
-	}
-	rule(input, l4proto(unix.IPPROTO_TCP), dport(fw.proxyPort), verdict(expr.VerdictDrop))
-	rule(sbxInput, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
-	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		rule(sbxInput, ipv4(), l4proto(proto), dport(fw.dnsPort), verdict(expr.VerdictAccept))
-	}
-	rule(sbxInput, ipv4(), l4proto(unix.IPPROTO_TCP), dport(fw.proxyPort), verdict(expr.VerdictAccept))
-	for _, n := range names {
-		for _, r := range fw.dropRules(n, ifnameMatch(expr.MetaKeyIIFNAME, n)) {
-			rule(sbxInput, r)
+	fw.baseChains(c)
+	for _, sb := range fw.sandboxes {
+		if err := fw.sandboxChains(c, sb); err != nil {
+			return err
 		}
 	}
-	rule(sbxInput, verdict(expr.VerdictDrop))
-
-	// forward: each sandbox's own chain.
-	for _, n := range names {
-		ch := regular("sb-" + n)
-		rule(forward, ifnameMatch(expr.MetaKeyIIFNAME, n), jump(ch.Name))
-		fw.sandboxRules(c, ch, fw.sandboxes[n])
-	}
-	rule(forward, mine, verdict(expr.VerdictDrop))
-	rule(forward, fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpEq), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
-	rule(forward, fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpEq), verdict(expr.VerdictDrop))
-
-	// postrouting: egress leaves with the host's address.
-	rule(post, ipv4(), saddrIn(fw.cidr), fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq), []expr.Any{&expr.Masq{}})
-
 	for _, ch := range stale {
 		c.FlushChain(ch)
 		c.DelChain(ch)
@@ -284,17 +241,156 @@ func (fw *firewall) syncLocked() error {
 	return nil
 }
 
-// update rewrites one sandbox's own chains (its rules changed; nothing
-// else did) in one transaction: cheaper than a full sync, whatever the
-// number of sandboxes. A sandbox the table does not hold yet gets a full
-// sync.
-func (fw *firewall) update(sb *fwSandbox) error {
+// baseChains flushes and fills the hooked chains and sbx_input.
+func (fw *firewall) baseChains(c *nftables.Conn) {
+	t := fw.table
+	accept := nftables.ChainPolicyAccept
+	base := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority) *nftables.Chain {
+		ch := c.AddChain(&nftables.Chain{Name: name, Table: t, Type: typ, Hooknum: hook, Priority: prio, Policy: &accept})
+		c.FlushChain(ch)
+		return ch
+	}
+	guard := base("guard", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, nftables.ChainPriorityRef(-150))
+	pre := base("prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
+	input := base("input", nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
+	sbxInput := c.AddChain(&nftables.Chain{Name: "sbx_input", Table: t})
+	c.FlushChain(sbxInput)
+	forward := base("forward", nftables.ChainTypeFilter, nftables.ChainHookForward, nftables.ChainPriorityFilter)
+	post := base("postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
+	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(parts...)})
+	}
+	mine := fw.prefixMatch(expr.MetaKeyIIFNAME, expr.CmpOpEq)
+	viaMap := func(name string) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Lookup{SourceRegister: 1, SetName: name, DestRegister: 0, IsDestRegSet: true},
+		}
+	}
+
+	rule(guard, mine, viaMap("v_guard"))
+	rule(guard, mine, nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
+
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(pre, mine, ipv4(), l4proto(proto), dport(53), redirect(fw.dnsPort))
+	}
+	rule(pre, mine, viaMap("v_nat"))
+
+	rule(input, mine, jump(sbxInput.Name))
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(input, l4proto(proto), dport(fw.dnsPort), verdict(expr.VerdictDrop))
+	}
+	rule(input, l4proto(unix.IPPROTO_TCP), dport(fw.proxyPort), verdict(expr.VerdictDrop))
+	rule(sbxInput, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(sbxInput, ipv4(), l4proto(proto), dport(fw.dnsPort), verdict(expr.VerdictAccept))
+	}
+	rule(sbxInput, ipv4(), l4proto(unix.IPPROTO_TCP), dport(fw.proxyPort), verdict(expr.VerdictAccept))
+	rule(sbxInput, viaMap("v_in"))
+	rule(sbxInput, verdict(expr.VerdictDrop))
+
+	rule(forward, mine, viaMap("v_fwd"))
+	rule(forward, mine, verdict(expr.VerdictDrop))
+	rule(forward, fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpEq), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+	rule(forward, fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpEq), verdict(expr.VerdictDrop))
+
+	rule(post, ipv4(), saddrIn(fw.cidr), fw.prefixMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq), []expr.Any{&expr.Masq{}})
+}
+
+// sandboxChains creates (or flushes) and fills a sandbox's four chains and
+// points the verdict maps at them. Its ok- set and drops- counter must
+// exist.
+func (fw *firewall) sandboxChains(c *nftables.Conn, sb *fwSandbox) error {
+	t := fw.table
+	n := sb.ifname
+	mk := func(name string) *nftables.Chain {
+		ch := c.AddChain(&nftables.Chain{Name: name + n, Table: t})
+		c.FlushChain(ch)
+		return ch
+	}
+	g, nat, in, fwd := mk("g-"), mk("nat-"), mk("in-"), mk("sb-")
+	c.AddRule(&nftables.Rule{Table: t, Chain: g, Exprs: cat(ipv4(), saddrNot(sb.addr), verdict(expr.VerdictDrop))})
+	fw.natRules(c, nat, sb)
+	for _, r := range fw.dropRules(n) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: r})
+	}
+	fw.sandboxRules(c, fwd, sb)
+	for _, d := range dispatch {
+		err := c.SetAddElements(fw.vmapSet(d.vmap), []nftables.SetElement{{
+			Key: ifnameBytes(n), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: d.chain + n},
+		}})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add starts enforcing a new sandbox: its set, counter, chains and map
+// elements, in two transactions; nothing of other sandboxes is touched.
+func (fw *firewall) add(sb *fwSandbox) error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
-	if fw.sandboxes[sb.ifname] == nil {
-		fw.sandboxes[sb.ifname] = sb
-		return fw.syncLocked()
+	c, err := newNFT()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
 	}
+	if err := c.AddSet(fw.okSet(sb.ifname), nil); err != nil {
+		return err
+	}
+	c.AddObj(&nftables.CounterObj{Table: fw.table, Name: "drops-" + sb.ifname})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: add sets of %s: %w", sb.ifname, err)
+	}
+	if err := fw.sandboxChains(c, sb); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: add rules of %s: %w", sb.ifname, err)
+	}
+	fw.sandboxes[sb.ifname] = sb
+	return nil
+}
+
+// remove stops enforcing a sandbox and deletes its chains, set and counter.
+// Traffic from its interface, if the interface remains, is dropped (the
+// base chains drop unknown P* interfaces).
+func (fw *firewall) remove(ifname string) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	c, err := newNFT()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	for _, d := range dispatch {
+		if err := c.SetDeleteElements(fw.vmapSet(d.vmap), []nftables.SetElement{{Key: ifnameBytes(ifname)}}); err != nil {
+			return err
+		}
+	}
+	for _, d := range dispatch {
+		ch := &nftables.Chain{Table: fw.table, Name: d.chain + ifname}
+		c.FlushChain(ch)
+		c.DelChain(ch)
+	}
+	if err := c.Flush(); err != nil && fw.sandboxes[ifname] != nil {
+		return fmt.Errorf("nftables: remove rules of %s: %w", ifname, err)
+	}
+	c.DelSet(fw.okSet(ifname))
+	c.DeleteObject(&nftables.CounterObj{Table: fw.table, Name: "drops-" + ifname})
+	_ = c.Flush() // already gone is fine
+	delete(fw.sandboxes, ifname)
+	return nil
+}
+
+// update rewrites one sandbox's rules (its forward and nat chains) in one
+// transaction. A sandbox the table does not hold yet is added.
+func (fw *firewall) update(sb *fwSandbox) error {
+	fw.mu.Lock()
+	if fw.sandboxes[sb.ifname] == nil {
+		fw.mu.Unlock()
+		return fw.add(sb)
+	}
+	defer fw.mu.Unlock()
 	fw.sandboxes[sb.ifname] = sb
 	c, err := newNFT()
 	if err != nil {

@@ -239,7 +239,33 @@ func (m *Manager) Attach(id, name string, rules *Rules) error {
 	}
 	m.register(a)
 	if m.started {
-		return m.syncLocked()
+		return m.addLocked(a)
+	}
+	return nil
+}
+
+// addLocked writes a new attachment's rules, and refreshes the rules of
+// the sandboxes whose connect lists name it. m.mu is held.
+func (m *Manager) addLocked(a *attachment) error {
+	if err := m.fw.add(m.fwSandbox(a, nil)); err != nil {
+		return err
+	}
+	return m.refreshConnectors(a.name)
+}
+
+// refreshConnectors rewrites the rules of running sandboxes whose connect
+// lists name one of names (that sandbox came, went or was renamed). m.mu is
+// held.
+func (m *Manager) refreshConnectors(names ...string) error {
+	for _, x := range m.byID {
+		for _, n := range x.getRules().Connect {
+			if slices.Contains(names, n) {
+				if err := m.fw.update(m.fwSandbox(x, nil)); err != nil {
+					return err
+				}
+				break
+			}
+		}
 	}
 	return nil
 }
@@ -354,8 +380,9 @@ func (m *Manager) Create(id, name string, rules *Rules) (path string, err error)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.register(a)
-	if err := m.syncLocked(); err != nil {
+	if err := m.addLocked(a); err != nil {
 		m.unregister(a)
+		_ = m.fw.remove(a.ifname)
 		return "", err
 	}
 	return path, nil
@@ -451,8 +478,9 @@ func (m *Manager) Rename(id, name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if a := m.byID[id]; a != nil {
+		old := a.name
 		a.name = name
-		_ = m.syncLocked()
+		_ = m.refreshConnectors(old, name)
 	}
 }
 
@@ -465,10 +493,11 @@ func (m *Manager) Delete(id string) error {
 	if a != nil {
 		m.unregister(a)
 		if m.started {
-			if err := m.syncLocked(); err != nil {
+			if err := m.fw.remove(a.ifname); err != nil {
 				m.mu.Unlock()
 				return err
 			}
+			_ = m.refreshConnectors(a.name)
 		}
 	}
 	m.mu.Unlock()

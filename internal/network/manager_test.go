@@ -456,8 +456,18 @@ func TestFirewallManySandboxes(t *testing.T) {
 	start = time.Now()
 	must(t, fw.update(&sb))
 	t.Logf("one sandbox's update in %v", time.Since(start))
-	if chains, err := listChains("tfw"); err != nil || strings.Count(chains, " sb-tfw-") != 500 {
+	extra := &fwSandbox{ifname: "tfw-extra000000", slot: 999, addr: netip.MustParseAddr("10.235.200.2"), rules: sb.rules}
+	start = time.Now()
+	must(t, fw.add(extra))
+	t.Logf("one more sandbox added in %v", time.Since(start))
+	if chains, err := listChains("tfw"); err != nil || strings.Count(chains, " sb-tfw-") != 501 {
 		t.Fatalf("chains: %d, %v", strings.Count(chains, " sb-tfw-"), err)
+	}
+	start = time.Now()
+	must(t, fw.remove(extra.ifname))
+	t.Logf("and removed in %v", time.Since(start))
+	if chains, err := listChains("tfw"); err != nil || strings.Count(chains, " sb-tfw-") != 500 || strings.Contains(chains, "extra") {
+		t.Fatalf("chains after remove: %d, %v", strings.Count(chains, " sb-tfw-"), err)
 	}
 }
 
