@@ -40,7 +40,17 @@ type Sandbox struct {
 	DiskSource string
 	// Pooled marks a warm sandbox booted ahead of requests and not yet
 	// given to a caller; it is hidden from lists and lookups by name.
-	Pooled     bool
+	Pooled bool
+	// SuspendSnapshot is the snapshot (memory and disk in the blob store)
+	// a suspended sandbox wakes from; "" when it is not suspended.
+	SuspendSnapshot string
+	// WakeOn is the event key a suspended sandbox waits on ("" none).
+	WakeOn string
+	// SuspendTime is when it was suspended (zero when not suspended).
+	SuspendTime time.Time
+	// KeepAlive: a process running in the sandbox counts as activity for
+	// the idle timeout (TimeoutMS).
+	KeepAlive  bool
 	CreateTime time.Time
 	UpdateTime time.Time
 }
@@ -101,6 +111,9 @@ type Snapshot struct {
 	// Fork marks the snapshot a fork takes for itself: not billable, and
 	// deleted with the last sandbox made from it.
 	Fork bool
+	// Suspend marks the snapshot of a suspended sandbox: hidden from
+	// lists, not billable as a snapshot, deleted when the sandbox resumes.
+	Suspend bool
 	// State is "ready", or "expired" (its bytes are gone; kept as a
 	// tombstone so a lookup can say so).
 	State      string
@@ -117,6 +130,23 @@ type Op struct {
 	Kind       string
 	Data       []byte // JSON, the operation's own
 	CreateTime time.Time
+}
+
+// Event is a message posted to POST /v1/events/{key}: delivered to the
+// sandboxes waiting on the key, or kept, undelivered (SandboxID ""), until
+// one suspends on it or it expires.
+type Event struct {
+	ID  string
+	Key string
+	// SandboxID is the sandbox it was delivered to; "" while pending.
+	SandboxID   string
+	Data        []byte
+	ContentType string
+	CreateTime  time.Time
+	// DeliverTime is when it was delivered (zero while pending).
+	DeliverTime time.Time
+	// ExpireTime is when a pending event is dropped.
+	ExpireTime time.Time
 }
 
 // SandboxFilter selects sandboxes in ListSandboxes.
@@ -175,6 +205,18 @@ type Store interface {
 	PutOp(ctx context.Context, op *Op) error
 	DeleteOp(ctx context.Context, id string) error
 	ListOps(ctx context.Context) ([]*Op, error)
+
+	// AddEvent inserts an event.
+	AddEvent(ctx context.Context, ev *Event) error
+	// ListEvents returns the events delivered to a sandbox, oldest first.
+	ListEvents(ctx context.Context, sandboxID string) ([]*Event, error)
+	// TakePending delivers to sandboxID the pending, unexpired events of
+	// key (all of them) and returns them, oldest first.
+	TakePending(ctx context.Context, key, sandboxID string, now time.Time) ([]*Event, error)
+	// DeleteEvents removes a sandbox's events; DeleteExpiredEvents the
+	// pending events that expired before now.
+	DeleteEvents(ctx context.Context, sandboxID string) error
+	DeleteExpiredEvents(ctx context.Context, now time.Time) (int, error)
 
 	// PutImage inserts or replaces an image record.
 	PutImage(ctx context.Context, img *Image) error

@@ -86,15 +86,16 @@ func isUnique(err error) bool {
 }
 
 const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
-	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time`
+	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time,
+	suspend_snapshot, wake_on, keep_alive, suspend_time`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var sb store.Sandbox
-	var env, labels, network, volumes, ct, ut string
+	var env, labels, network, volumes, ct, ut, st string
 	var state string
 	if err := row.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
 		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
-		&sb.DiskSource, &sb.Pooled, &ct, &ut); err != nil {
+		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)
@@ -103,6 +104,9 @@ func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 		return nil, fmt.Errorf("sandbox %s: corrupt record: %w", sb.ID, err)
 	}
 	sb.CreateTime, sb.UpdateTime = parseTime(ct), parseTime(ut)
+	if st != "" {
+		sb.SuspendTime = parseTime(st)
+	}
 	return &sb, nil
 }
 
@@ -114,10 +118,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	}
 	sb.UpdateTime = now
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
-		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime))
+		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime))
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -193,10 +198,12 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	sb.UpdateTime = time.Now()
 	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, state_reason = ?,
 		image = ?, image_id = ?, cpus = ?, memory_mb = ?, disk_mb = ?, env = ?, labels = ?, network = ?, volumes = ?, timeout_ms = ?,
-		source_sandbox = ?, source_snapshot = ?, disk_source = ?, pooled = ?, create_time = ?, update_time = ? WHERE id = ?`,
+		source_sandbox = ?, source_snapshot = ?, disk_source = ?, pooled = ?, create_time = ?, update_time = ?,
+		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ? WHERE id = ?`,
 		sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
-		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime), sb.ID)
+		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.ID)
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -296,13 +303,13 @@ func (s *Store) DeleteCheckpoints(ctx context.Context, sandboxID string) error {
 }
 
 const snapshotCols = `id, name, sandbox_id, sandbox_name, image, image_id, shape, memory, disk, memory_bytes,
-	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time`
+	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time, suspend`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (*store.Snapshot, error) {
 	var sn store.Snapshot
 	var shape, memory, disk, metadata, ct, et string
 	if err := row.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.SandboxName, &sn.Image, &sn.ImageID, &shape, &memory,
-		&disk, &sn.MemoryBytes, &sn.DiskBytes, &sn.StoredBytes, &metadata, &sn.Fork, &sn.State, &ct, &et); err != nil {
+		&disk, &sn.MemoryBytes, &sn.DiskBytes, &sn.StoredBytes, &metadata, &sn.Fork, &sn.State, &ct, &et, &sn.Suspend); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(disk), &sn.Disk); err != nil {
@@ -340,7 +347,7 @@ func snapshotArgs(sn *store.Snapshot) []any {
 	}
 	return []any{sn.ID, sn.Name, sn.SandboxID, sn.SandboxName, sn.Image, sn.ImageID, orJSON(sn.Shape, "{}"),
 		orJSON(sn.Memory, "[]"), toJSON(disk), sn.MemoryBytes, sn.DiskBytes, sn.StoredBytes, meta, sn.Fork, sn.State,
-		fmtTime(sn.CreateTime), et}
+		fmtTime(sn.CreateTime), et, sn.Suspend}
 }
 
 // AddSnapshot implements store.Store.
@@ -351,7 +358,7 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *store.Snapshot) error {
 	if sn.State == "" {
 		sn.State = "ready"
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		snapshotArgs(sn)...)
 	return err
 }
@@ -361,7 +368,7 @@ func (s *Store) UpdateSnapshot(ctx context.Context, sn *store.Snapshot) error {
 	args := snapshotArgs(sn)
 	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET name = ?, sandbox_id = ?, sandbox_name = ?, image = ?,
 		image_id = ?, shape = ?, memory = ?, disk = ?, memory_bytes = ?, disk_bytes = ?, stored_bytes = ?, metadata = ?,
-		fork = ?, state = ?, create_time = ?, expire_time = ? WHERE id = ?`, append(args[1:], args[0])...)
+		fork = ?, state = ?, create_time = ?, expire_time = ?, suspend = ? WHERE id = ?`, append(args[1:], args[0])...)
 	if err != nil {
 		return err
 	}
@@ -449,6 +456,121 @@ func (s *Store) ListOps(ctx context.Context) ([]*store.Op, error) {
 		out = append(out, &op)
 	}
 	return out, rows.Err()
+}
+
+// optTime formats t, or "" for the zero time.
+func optTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return fmtTime(t)
+}
+
+const eventCols = `id, key, sandbox_id, data, content_type, create_time, deliver_time, expire_time`
+
+func scanEvents(rows *sql.Rows) ([]*store.Event, error) {
+	defer rows.Close()
+	var out []*store.Event
+	for rows.Next() {
+		var ev store.Event
+		var ct, dt, et string
+		if err := rows.Scan(&ev.ID, &ev.Key, &ev.SandboxID, &ev.Data, &ev.ContentType, &ct, &dt, &et); err != nil {
+			return nil, err
+		}
+		ev.CreateTime = parseTime(ct)
+		if dt != "" {
+			ev.DeliverTime = parseTime(dt)
+		}
+		if et != "" {
+			ev.ExpireTime = parseTime(et)
+		}
+		out = append(out, &ev)
+	}
+	return out, rows.Err()
+}
+
+// AddEvent implements store.Store.
+func (s *Store) AddEvent(ctx context.Context, ev *store.Event) error {
+	if ev.CreateTime.IsZero() {
+		ev.CreateTime = time.Now()
+	}
+	data := ev.Data
+	if data == nil {
+		data = []byte{}
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO events (`+eventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		ev.ID, ev.Key, ev.SandboxID, data, ev.ContentType, fmtTime(ev.CreateTime), optTime(ev.DeliverTime), optTime(ev.ExpireTime))
+	return err
+}
+
+// ListEvents implements store.Store.
+func (s *Store) ListEvents(ctx context.Context, sandboxID string) ([]*store.Event, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+eventCols+` FROM events WHERE sandbox_id = ? ORDER BY create_time, id`, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// TakePending implements store.Store, in one transaction.
+func (s *Store) TakePending(ctx context.Context, key, sandboxID string, now time.Time) ([]*store.Event, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT `+eventCols+` FROM events WHERE key = ? AND sandbox_id = ''
+		ORDER BY create_time, id`, key)
+	if err != nil {
+		return nil, err
+	}
+	all, err := scanEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	// Times are RFC 3339 text, not fixed width: compare them in Go.
+	var evs []*store.Event
+	for _, ev := range all {
+		if ev.ExpireTime.IsZero() || ev.ExpireTime.After(now) {
+			evs = append(evs, ev)
+		}
+	}
+	for _, ev := range evs {
+		ev.SandboxID, ev.DeliverTime = sandboxID, now
+		if _, err := tx.ExecContext(ctx, `UPDATE events SET sandbox_id = ?, deliver_time = ? WHERE id = ?`,
+			sandboxID, fmtTime(now), ev.ID); err != nil {
+			return nil, err
+		}
+	}
+	return evs, tx.Commit()
+}
+
+// DeleteEvents implements store.Store.
+func (s *Store) DeleteEvents(ctx context.Context, sandboxID string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE sandbox_id = ? AND sandbox_id != ''`, sandboxID)
+	return err
+}
+
+// DeleteExpiredEvents implements store.Store.
+func (s *Store) DeleteExpiredEvents(ctx context.Context, now time.Time) (int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+eventCols+` FROM events WHERE sandbox_id = '' AND expire_time != ''`)
+	if err != nil {
+		return 0, err
+	}
+	evs, err := scanEvents(rows)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, ev := range evs {
+		if !ev.ExpireTime.After(now) {
+			if _, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE id = ?`, ev.ID); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 // PutImage implements store.Store.

@@ -22,6 +22,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Checkpoints", func(t *testing.T) { testCheckpoints(t, open(t)) })
 	t.Run("Ops", func(t *testing.T) { testOps(t, open(t)) })
 	t.Run("Snapshots", func(t *testing.T) { testSnapshots(t, open(t)) })
+	t.Run("Suspend", func(t *testing.T) { testSuspend(t, open(t)) })
+	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
 }
 
 func testSnapshots(t *testing.T, s store.Store) {
@@ -264,5 +266,78 @@ func testImages(t *testing.T, s store.Store) {
 	}
 	if err := s.DeleteImage(ctx, "default"); !errors.Is(err, errdefs.ErrImageNotFound) {
 		t.Fatalf("delete missing image: %v", err)
+	}
+}
+
+func testSuspend(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	sb := sandbox("sbx_0000000000000009", "sleeper")
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	sb.State, sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive = api.StateSuspended, "snap_1", "approval-42", true
+	sb.SuspendTime = time.Now().Truncate(time.Millisecond)
+	if err := s.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.SuspendSnapshot != "snap_1" || got.WakeOn != "approval-42" || !got.KeepAlive || !got.SuspendTime.Equal(sb.SuspendTime) {
+		t.Fatalf("suspend fields not kept: %+v", got)
+	}
+	sn := &store.Snapshot{ID: "snap_1", SandboxID: sb.ID, SandboxName: sb.Name, Image: "default", ImageID: "i", Suspend: true}
+	if err := s.AddSnapshot(ctx, sn); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := s.GetSnapshot(ctx, "snap_1"); err != nil || !g.Suspend {
+		t.Fatalf("snapshot suspend flag: %+v, %v", g, err)
+	}
+}
+
+func testEvents(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	for i, ev := range []*store.Event{
+		{ID: "ev1", Key: "k", Data: []byte(`{"ok":true}`), ContentType: "application/json", ExpireTime: now.Add(time.Hour)},
+		{ID: "ev2", Key: "k", Data: []byte("second"), ExpireTime: now.Add(time.Hour)},
+		{ID: "ev3", Key: "k", Data: []byte("expired"), ExpireTime: now.Add(-time.Second)},
+		{ID: "ev4", Key: "other", Data: []byte("x"), ExpireTime: now.Add(time.Hour)},
+		{ID: "ev5", Key: "k", SandboxID: "sbx_b", Data: []byte("delivered"), DeliverTime: now},
+	} {
+		ev.CreateTime = now.Add(time.Duration(i) * time.Millisecond)
+		if err := s.AddEvent(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.TakePending(ctx, "k", "sbx_a", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != "ev1" || got[1].ID != "ev2" || string(got[0].Data) != `{"ok":true}` || got[0].SandboxID != "sbx_a" {
+		t.Fatalf("pending of k: %+v", got)
+	}
+	if again, _ := s.TakePending(ctx, "k", "sbx_c", now); len(again) != 0 {
+		t.Fatalf("events delivered twice: %+v", again)
+	}
+	list, err := s.ListEvents(ctx, "sbx_a")
+	if err != nil || len(list) != 2 || list[1].ContentType != "" || list[0].ContentType != "application/json" || list[0].DeliverTime.IsZero() {
+		t.Fatalf("events of sbx_a: %+v, %v", list, err)
+	}
+	if n, err := s.DeleteExpiredEvents(ctx, now); err != nil || n != 1 {
+		t.Fatalf("expired: %d, %v", n, err)
+	}
+	if err := s.DeleteEvents(ctx, "sbx_a"); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.ListEvents(ctx, "sbx_a"); len(list) != 0 {
+		t.Fatalf("events after delete: %+v", list)
+	}
+	if list, _ := s.ListEvents(ctx, "sbx_b"); len(list) != 1 {
+		t.Fatalf("another sandbox's events went: %+v", list)
+	}
+	if left, _ := s.TakePending(ctx, "other", "sbx_a", now); len(left) != 1 {
+		t.Fatalf("pending of other: %+v", left)
 	}
 }
