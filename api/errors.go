@@ -55,6 +55,12 @@ const (
 	CodeSnapshotFailed Code = "snapshot_failed"
 	// CodeForkFailed: a fork failed; nothing was changed. 500.
 	CodeForkFailed Code = "fork_failed"
+	// CodeSuspendFailed: a suspend failed; the sandbox runs as before. 500.
+	// An sbx extension.
+	CodeSuspendFailed Code = "suspend_failed"
+	// CodeResumeFailed: a resume failed; the sandbox is still suspended,
+	// its memory and disk in the blob store. 500. An sbx extension.
+	CodeResumeFailed Code = "resume_failed"
 	// CodePortUnreachable: a request to a sandbox's port (a preview) found
 	// nothing listening there, or the connection failed. 502. An sbx
 	// extension.

@@ -46,8 +46,15 @@ type Sandbox struct {
 	// Volumes are the named host directories mounted in the sandbox.
 	Volumes []Volume `json:"volumes"`
 	// TimeoutMS is the idle time before auto-suspend; 0 means never.
-	TimeoutMS  int64     `json:"timeout_ms"`
-	CreateTime time.Time `json:"create_time"`
+	TimeoutMS int64 `json:"timeout_ms"`
+	// KeepAliveWhileRunning: a process running in the sandbox counts as
+	// activity for TimeoutMS.
+	KeepAliveWhileRunning bool `json:"keep_alive_while_running"`
+	// WakeOn is the event key a suspended sandbox waits on.
+	WakeOn string `json:"wake_on,omitempty"`
+	// SuspendTime is when a suspended sandbox was suspended.
+	SuspendTime *time.Time `json:"suspend_time,omitempty"`
+	CreateTime  time.Time  `json:"create_time"`
 	// Source is what the sandbox was forked or started from, or null.
 	Source *Source `json:"source"`
 }
@@ -158,6 +165,53 @@ type CreateSandboxRequest struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// TimeoutMS is the idle time before auto-suspend in ms; 0 = never.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// KeepAliveWhileRunning makes a process running in the sandbox count
+	// as activity for TimeoutMS.
+	KeepAliveWhileRunning bool `json:"keep_alive_while_running,omitempty"`
+}
+
+// UpdateSandboxRequest is the body of PUT /v1/sandboxes/{name}: the
+// fields given change, the others stay.
+type UpdateSandboxRequest struct {
+	// TimeoutMS is the idle time before auto-suspend in ms; 0 = never.
+	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
+	// KeepAliveWhileRunning: see CreateSandboxRequest.
+	KeepAliveWhileRunning *bool `json:"keep_alive_while_running,omitempty"`
+}
+
+// SuspendRequest is the optional body of POST /v1/sandboxes/{name}/suspend.
+type SuspendRequest struct {
+	// WakeOn is an event key: POST /v1/events/{key} resumes the sandbox.
+	// 1 to 256 bytes of [A-Za-z0-9._:/-].
+	WakeOn string `json:"wake_on,omitempty"`
+}
+
+// Event is an event delivered to a sandbox: GET /v1/sandboxes/{name}/events.
+type Event struct {
+	ID  string `json:"id"`
+	Key string `json:"key"`
+	// Data is the body posted, when it was JSON; DataText when it was UTF-8
+	// text; DataBase64 otherwise (standard base64).
+	Data       json.RawMessage `json:"data,omitempty"`
+	DataText   string          `json:"data_text,omitempty"`
+	DataBase64 string          `json:"data_base64,omitempty"`
+	// CreateTime is when it was posted; DeliverTime when it reached the
+	// sandbox (later if it waited for the sandbox to suspend on its key).
+	CreateTime  time.Time `json:"create_time"`
+	DeliverTime time.Time `json:"deliver_time"`
+}
+
+// EventResult answers POST /v1/events/{key}.
+type EventResult struct {
+	ID string `json:"id"`
+	// Woken are the names of the sandboxes it was delivered to (and that
+	// are resuming); empty when none waits on the key, and then the event
+	// is kept for one that suspends on it later.
+	Woken []string `json:"woken"`
+	// Pending is true when the event was kept for later.
+	Pending bool `json:"pending"`
+	// ExpireTime is when a pending event is dropped.
+	ExpireTime *time.Time `json:"expire_time,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{name}/exec.

@@ -494,6 +494,10 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 					return err
 				}
 			}
+		case "suspend", "resume":
+			if err := e.recoverSuspend(ctx, op); err != nil {
+				return err
+			}
 		default:
 			e.log.Warn("recover: unknown operation", "kind", op.Kind, "id", op.ID)
 			_ = e.st.DeleteOp(ctx, op.ID)
@@ -526,6 +530,9 @@ func (e *Engine) Diff(ctx context.Context, idOrName string, o DiffOptions) (*api
 	var to *disk.Manifest
 	toSeq := -1
 	if o.To == "live" {
+		if sb.State == api.StateSuspended {
+			return nil, stateForbids(sb, `diff its live disk (it is in the blob store until it resumes; compare checkpoints, or resume it)`)
+		}
 		e.gcMu.RLock()
 		to, _, err = disk.Capture(ctx, disk.CaptureOptions{Upper: e.layers.Paths(sb.ID).Upper, Cache: e.layers.LoadCache(sb.ID)})
 		e.gcMu.RUnlock()

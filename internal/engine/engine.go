@@ -44,6 +44,9 @@ type Config struct {
 	MaxMemoryMB int
 	// BootTimeout bounds a boot, from runsc run to the agent's first answer.
 	BootTimeout time.Duration
+	// EventRetention is how long an event no sandbox waits for is kept
+	// (default DefaultEventRetention).
+	EventRetention time.Duration
 	// Faults pause named points of operations (SBX_FAULTS, for crash
 	// tests); empty in production.
 	Faults map[string]time.Duration
@@ -86,6 +89,8 @@ type Engine struct {
 
 	qmu      sync.Mutex
 	quiesces map[string]*quiesce
+
+	act activity
 
 	bg     sync.WaitGroup
 	ctx    context.Context
@@ -160,8 +165,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	e.pool.start()
-	e.bg.Add(1)
+	e.bg.Add(2)
 	go e.gcLoop()
+	go e.idleLoop()
 	e.kickGC()
 	return nil
 }

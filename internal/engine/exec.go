@@ -41,6 +41,7 @@ type Process struct {
 	actx   context.Context // the caller's, with the host-side deadline
 	cancel context.CancelFunc
 	epoch  int // the sandbox's capture epoch when attached
+	done   func() // ends the activity it counts as (idle timeout)
 	// Sandbox is the sandbox it runs in.
 	Sandbox *store.Sandbox
 }
@@ -99,7 +100,7 @@ func (e *Engine) AttachProcess(ctx context.Context, idOrName string, pid int, of
 		}
 		return nil, e.sandboxErr(ctx, sb, err)
 	}
-	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb}, nil
+	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID)}, nil
 }
 
 // SignalProcess sends a signal (1-64) to the process group of a running
@@ -130,6 +131,7 @@ func (e *Engine) SignalProcess(ctx context.Context, idOrName string, pid, sig in
 // the error says so, as ErrConflict.
 func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 	defer p.cancel()
+	defer p.done()
 	start := time.Now()
 	for {
 		ex, err := p.p.Wait(stdout, stderr)
@@ -160,6 +162,7 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 func (p *Process) Close() {
 	p.p.Close()
 	p.cancel()
+	p.done()
 }
 
 // Exec starts req.Cmd in sandbox idOrName, booting it if it is stopped.
@@ -229,7 +232,7 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	if req.Detach {
 		cancel()
 	}
-	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb}, nil
+	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID)}, nil
 }
 
 // execEnv is the environment of a process: the image's, then defaults
@@ -330,6 +333,7 @@ func (e *Engine) fileTarget(ctx context.Context, idOrName, p string) (*store.San
 	if err != nil {
 		return nil, "", err
 	}
+	e.touch(sb.ID)
 	return sb, path, nil
 }
 

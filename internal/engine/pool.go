@@ -205,6 +205,7 @@ func (p *pool) take(ctx context.Context, sb *store.Sandbox, want *store.Sandbox)
 	claimed.Env = want.Env
 	claimed.Labels = want.Labels
 	claimed.Network = want.Network
+	claimed.TimeoutMS, claimed.KeepAlive = want.TimeoutMS, want.KeepAlive
 	claimed.Pooled = false
 	claimed.State = api.StateRunning
 	claimed.CreateTime = time.Now().UTC()

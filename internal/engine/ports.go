@@ -81,6 +81,11 @@ func (e *Engine) portTarget(ctx context.Context, idOrName, what string) (*store.
 	if err != nil {
 		return nil, err
 	}
+	if sb.State == api.StateSuspended {
+		if sb, err = e.Resume(ctx, sb.ID, nil); err != nil {
+			return nil, err
+		}
+	}
 	if sb.State != api.StateRunning {
 		return nil, stateForbids(sb, what)
 	}
@@ -124,11 +129,13 @@ type portConn struct {
 	e    *Engine
 	id   string
 	once sync.Once
+	done func() // ends the activity it counts as (idle timeout)
 }
 
 // Close closes the connection.
 func (c *portConn) Close() error {
 	c.once.Do(func() {
+		c.done()
 		c.e.ports.mu.Lock()
 		delete(c.e.ports.conns[c.id], c)
 		if len(c.e.ports.conns[c.id]) == 0 {
@@ -149,7 +156,7 @@ func (c *portConn) CloseWrite() error {
 }
 
 func (e *Engine) trackPortConn(id string, c net.Conn) net.Conn {
-	pc := &portConn{Conn: c, e: e, id: id}
+	pc := &portConn{Conn: c, e: e, id: id, done: e.busy(id)}
 	e.ports.mu.Lock()
 	if e.ports.conns == nil {
 		e.ports.conns = map[string]map[*portConn]bool{}

@@ -31,6 +31,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		status[c.ID] = c.Status
 	}
 	known := map[string]bool{}
+	suspended := map[string]bool{}
 	imageIDs := map[string]bool{}
 	for _, sb := range recs {
 		switch sb.State {
@@ -98,6 +99,21 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			if err := e.stopLocked(ctx, sb, reason); err != nil {
 				return err
 			}
+		case api.StateSuspended:
+			// Its memory and disk are in the blob store; nothing of it runs
+			// or stays on the host but the local copy of its memory image.
+			if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
+				if err := e.rt.Delete(ctx, sb.ID); err != nil {
+					return err
+				}
+			}
+			if err := e.net.Delete(sb.ID); err != nil {
+				return err
+			}
+			if err := e.layers.Remove(sb.ID); err != nil {
+				return err
+			}
+			suspended[sb.ID] = true
 		case api.StateStopped:
 			if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
 				if err := e.rt.Delete(ctx, sb.ID); err != nil {
@@ -124,6 +140,14 @@ func (e *Engine) reconcile(ctx context.Context) error {
 	// no running sandbox owns go.
 	if err := e.net.Start(); err != nil {
 		return err
+	}
+	if des, err := os.ReadDir(filepath.Dir(e.suspendCache("x"))); err == nil {
+		for _, de := range des {
+			if !suspended[de.Name()] {
+				e.log.Info("reconcile: removing the memory image of a sandbox not suspended", "id", de.Name())
+				_ = os.RemoveAll(e.suspendCache(de.Name()))
+			}
+		}
 	}
 	for _, dir := range []string{e.sandboxesDir, e.layers.Dir()} {
 		des, err := os.ReadDir(dir)

@@ -56,8 +56,11 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		if err := e.validateNetwork(ctx, req.Network, req.Name); err != nil {
 			return nil, err
 		}
-		if len(req.Volumes) > 0 || req.DiskMB != 0 || req.TimeoutMS != 0 {
-			return nil, errdefs.Invalid("snapshot", "volumes, disk_mb and timeout_ms cannot be given with a snapshot")
+		if len(req.Volumes) > 0 || req.DiskMB != 0 {
+			return nil, errdefs.Invalid("snapshot", "volumes and disk_mb cannot be given with a snapshot")
+		}
+		if err := validateTimeout(req.TimeoutMS); err != nil {
+			return nil, err
 		}
 		if _, err := e.st.GetSandbox(ctx, req.Name); err == nil {
 			return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", req.Name)
@@ -84,8 +87,8 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if req.DiskMB != 0 {
 		return nil, errdefs.Invalid("disk_mb", "disk limits are not available in this version of sbxd")
 	}
-	if req.TimeoutMS != 0 {
-		return nil, errdefs.Invalid("timeout_ms", "idle suspend is not available in this version of sbxd")
+	if err := validateTimeout(req.TimeoutMS); err != nil {
+		return nil, err
 	}
 	if err := validateEnv("env", req.Env); err != nil {
 		return nil, err
@@ -114,7 +117,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		ID: newID(), Name: req.Name, State: api.StateCreating, Image: img.Name, ImageID: img.ID,
 		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Env: req.Env, Labels: req.Labels,
 		Network: rules,
-		Volumes: req.Volumes,
+		Volumes: req.Volumes, TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 	}
 	if len(req.Volumes) == 0 {
 		if warm, err := e.pool.claim(ctx, shape{img.ID, req.CPUs, req.MemoryMB}, sb); err != nil || warm != nil {
@@ -327,6 +330,12 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	}
 	e.forgetLock(sb.ID)
 	e.releaseForkSnapshot(ctx, sb.SourceSnapshot)
+	if sb.SuspendSnapshot != "" {
+		_ = e.st.DeleteSnapshot(ctx, sb.SuspendSnapshot)
+	}
+	_ = os.RemoveAll(e.suspendCache(sb.ID))
+	_ = e.st.DeleteEvents(ctx, sb.ID)
+	e.act.forget(sb.ID)
 	e.kickGC()
 	e.log.Info("deleted", "sandbox", sb.Name, "id", sb.ID)
 	return nil
@@ -363,6 +372,12 @@ func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.San
 		}
 		sb.State, sb.StateReason = api.StateRunning, ""
 		if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
+			return nil, err
+		}
+		return sb, nil
+	case api.StateSuspended:
+		// A request that needs it running wakes it: a slower first answer.
+		if err := e.resumeLocked(context.WithoutCancel(ctx), sb, nil); err != nil {
 			return nil, err
 		}
 		return sb, nil
@@ -419,4 +434,50 @@ func errAgent(err error, field string) error {
 	default:
 		return errdefs.Invalid(field, "%s", ae.Message)
 	}
+}
+
+// MaxIdleTimeoutMS bounds timeout_ms: 30 days.
+const MaxIdleTimeoutMS = 30 * 24 * 3600 * 1000
+
+// validateTimeout checks an idle timeout: 0 (never) or 1 s to 30 days.
+func validateTimeout(ms int64) error {
+	if ms != 0 && (ms < 1000 || ms > MaxIdleTimeoutMS) {
+		return errdefs.Invalid("timeout_ms", "%d is out of range: 0 (never) or [1000, %d]", ms, MaxIdleTimeoutMS)
+	}
+	return nil
+}
+
+// Update changes a sandbox's idle timeout and keep-alive; the fields not
+// given stay. The idle clock restarts.
+//
+// Errors: ErrSandboxNotFound; ErrInvalidArgument (timeout_ms).
+func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSandboxRequest) (*store.Sandbox, error) {
+	if req.TimeoutMS != nil {
+		if err := validateTimeout(*req.TimeoutMS); err != nil {
+			return nil, err
+		}
+	}
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := e.waitLock(ctx, sb.ID, "update")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb, err = e.Get(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	if req.TimeoutMS != nil {
+		sb.TimeoutMS = *req.TimeoutMS
+	}
+	if req.KeepAliveWhileRunning != nil {
+		sb.KeepAlive = *req.KeepAliveWhileRunning
+	}
+	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
+		return nil, err
+	}
+	e.touch(sb.ID)
+	return sb, nil
 }

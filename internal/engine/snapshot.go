@@ -320,6 +320,9 @@ func (e *Engine) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, e
 	if err != nil {
 		return nil, err
 	}
+	if sn.Suspend {
+		return nil, errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", id)
+	}
 	if sn.State == "expired" || (!sn.ExpireTime.IsZero() && time.Now().After(sn.ExpireTime)) {
 		return nil, errdefs.New(errdefs.ErrSnapshotNotFound, "snapshot %q expired at %s", id, sn.ExpireTime.UTC().Format(time.RFC3339))
 	}
@@ -335,7 +338,7 @@ func (e *Engine) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
 	out := all[:0]
 	now := time.Now()
 	for _, sn := range all {
-		if sn.State == "ready" && (sn.ExpireTime.IsZero() || now.Before(sn.ExpireTime)) {
+		if sn.State == "ready" && !sn.Suspend && (sn.ExpireTime.IsZero() || now.Before(sn.ExpireTime)) {
 			out = append(out, sn)
 		}
 	}
@@ -346,8 +349,10 @@ func (e *Engine) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
 // Sandboxes started from it are not affected (they have their own disk and
 // memory).
 func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
-	if _, err := e.st.GetSnapshot(ctx, id); err != nil {
+	if sn, err := e.st.GetSnapshot(ctx, id); err != nil {
 		return err
+	} else if sn.Suspend {
+		return errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", id)
 	}
 	if err := e.st.DeleteSnapshot(ctx, id); err != nil {
 		return err
@@ -452,7 +457,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	}
 	sb := &store.Sandbox{
 		ID: newID(), Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
-		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network),
+		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
 		CreateTime: time.Now().UTC(),
 	}

@@ -42,6 +42,8 @@ var (
 	ErrCheckpointFailed = fmt.Errorf("checkpoint %w", ErrFailed)
 	ErrRestoreFailed    = fmt.Errorf("restore %w", ErrFailed)
 	ErrSnapshotFailed   = fmt.Errorf("snapshot %w", ErrFailed)
+	ErrSuspendFailed    = fmt.Errorf("suspend %w", ErrFailed)
+	ErrResumeFailed     = fmt.Errorf("resume %w", ErrFailed)
 	ErrForkFailed       = fmt.Errorf("fork %w", ErrFailed)
 )
 
@@ -106,6 +108,8 @@ var codes = []struct {
 	{ErrRestoreFailed, api.CodeRestoreFailed},
 	{ErrSnapshotFailed, api.CodeSnapshotFailed},
 	{ErrForkFailed, api.CodeForkFailed},
+	{ErrSuspendFailed, api.CodeSuspendFailed},
+	{ErrResumeFailed, api.CodeResumeFailed},
 }
 
 // Code returns the API error code of err's class, api.CodeInternal when it

@@ -16,7 +16,11 @@ func toAPI(sb *store.Sandbox) api.Sandbox {
 	out := api.Sandbox{
 		ID: sb.ID, Name: sb.Name, State: sb.State, StateReason: sb.StateReason, Image: sb.Image,
 		CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Labels: sb.Labels, Network: sb.Network,
-		TimeoutMS: sb.TimeoutMS, CreateTime: sb.CreateTime.UTC(),
+		TimeoutMS: sb.TimeoutMS, KeepAliveWhileRunning: sb.KeepAlive, WakeOn: sb.WakeOn, CreateTime: sb.CreateTime.UTC(),
+	}
+	if !sb.SuspendTime.IsZero() {
+		t := sb.SuspendTime.UTC()
+		out.SuspendTime = &t
 	}
 	if out.Env == nil {
 		out.Env = map[string]string{}

@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+// activity tracks, per sandbox, requests in flight (exec, files, ports)
+// and when the last one ended: what the idle timeout measures.
+type activity struct {
+	mu       sync.Mutex
+	inflight map[string]int
+	last     map[string]time.Time
+}
+
+// busy marks a request on sandbox id; the returned func ends it.
+func (e *Engine) busy(id string) func() {
+	a := &e.act
+	a.mu.Lock()
+	if a.inflight == nil {
+		a.inflight, a.last = map[string]int{}, map[string]time.Time{}
+	}
+	a.inflight[id]++
+	a.last[id] = time.Now()
+	a.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			a.inflight[id]--
+			if a.inflight[id] <= 0 {
+				delete(a.inflight, id)
+			}
+			a.last[id] = time.Now()
+			a.mu.Unlock()
+		})
+	}
+}
+
+// touch records activity on sandbox id now.
+func (e *Engine) touch(id string) { e.busy(id)() }
+
+// idleFor is how long sandbox id has had no request in flight (0 while one
+// is); a sandbox never touched since sbxd started counts from start.
+func (e *Engine) idleFor(id string, start time.Time) time.Duration {
+	a := &e.act
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inflight[id] > 0 {
+		return 0
+	}
+	last, ok := a.last[id]
+	if !ok {
+		last = start
+	}
+	return time.Since(last)
+}
+
+// forget drops a sandbox's activity (deleted).
+func (a *activity) forget(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.inflight, id)
+	delete(a.last, id)
+}
+
+// idleLoop suspends running sandboxes whose timeout_ms passed without
+// activity; with keep_alive_while_running a process running in the
+// sandbox (any the agent started) counts as activity.
+func (e *Engine) idleLoop() {
+	defer e.bg.Done()
+	start := time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		sbs, err := e.st.ListSandboxes(e.ctx, storeAll)
+		if err != nil {
+			continue
+		}
+		for _, sb := range sbs {
+			if sb.Pooled || sb.State != api.StateRunning || sb.TimeoutMS <= 0 {
+				continue
+			}
+			if e.idleFor(sb.ID, start) < time.Duration(sb.TimeoutMS)*time.Millisecond {
+				continue
+			}
+			if sb.KeepAlive && e.hasRunning(sb.ID) {
+				continue
+			}
+			unlock, err := e.tryLock(sb.ID, sb.Name, "suspend")
+			if err != nil {
+				continue // an operation runs: not idle
+			}
+			cur, err := e.st.GetSandbox(e.ctx, sb.ID)
+			if err == nil && cur.State == api.StateRunning && len(cur.Volumes) == 0 {
+				e.log.Info("idle: suspending", "sandbox", cur.Name, "timeout_ms", cur.TimeoutMS)
+				if _, err := e.suspendLocked(context.WithoutCancel(e.ctx), cur, cur.WakeOn, nil); err != nil {
+					e.log.Warn("idle suspend failed", "sandbox", cur.Name, "err", err)
+					e.touch(cur.ID) // try again after another timeout
+				}
+			}
+			unlock()
+		}
+	}
+}
+
+// hasRunning reports whether a process started by the agent runs in
+// sandbox id.
+func (e *Engine) hasRunning(id string) bool {
+	sb, err := e.st.GetSandbox(e.ctx, id)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	ps, err := e.agentFor(sb).Ps(ctx)
+	if err != nil {
+		return true // unknown: do not suspend on a guess
+	}
+	for _, p := range ps {
+		if p.Exit == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,441 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/snapshot"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// A suspended sandbox holds no CPU, memory, network namespace or writable
+// layer: its memory image and disk are a snapshot in the blob store
+// (Snapshot.Suspend), named by the record's SuspendSnapshot, so any sbxd
+// that reaches the same store and blob store can wake it. This sbxd also
+// keeps the memory image it captured on local disk (suspendCache) so that a
+// resume here restores from it at once (runsc restore --background) instead
+// of fetching it from the blob store first.
+
+// wakeKeyRE is the form of an event key.
+var wakeKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,256}$`)
+
+// validateWakeKey checks an event key given as field.
+func validateWakeKey(field, key string) error {
+	if !wakeKeyRE.MatchString(key) {
+		return errdefs.Invalid(field, "%q: want 1 to 256 of A-Z a-z 0-9 . _ : / -", key)
+	}
+	return nil
+}
+
+// suspendOp is the journal entry of a suspend or a resume.
+type suspendOp struct {
+	Snapshot string `json:"snapshot"`
+}
+
+func (e *Engine) suspendCache(id string) string {
+	return filepath.Join(e.cfg.DataDir, "suspended", id)
+}
+
+// suspendCacheReady marks a cache dir whose image is whole (the file holds
+// the snapshot id).
+const suspendCacheReady = ".ready"
+
+// Suspend captures a running sandbox's memory and disk at one paused
+// instant, stores both in the blob store, and releases its container,
+// network namespace and writable layer; it becomes suspended. With
+// wake_on, POST /v1/events/{key} resumes it; an event already waiting on
+// that key (posted before) resumes it at once. Suspending a suspended
+// sandbox only changes its wake_on.
+//
+// Errors: ErrSandboxNotFound; ErrInvalidArgument (wake_on); ErrHasVolume;
+// ErrConflict (not running, or another operation runs); ErrSuspendFailed
+// (nothing changed: the sandbox runs on).
+func (e *Engine) Suspend(ctx context.Context, idOrName string, req api.SuspendRequest, progress func(string)) (*store.Sandbox, error) {
+	if progress == nil {
+		progress = func(string) {}
+	}
+	if req.WakeOn != "" {
+		if err := validateWakeKey("wake_on", req.WakeOn); err != nil {
+			return nil, err
+		}
+	}
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := e.waitLock(ctx, sb.ID, "suspend")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb, err = e.Get(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	if sb.State == api.StateSuspended {
+		sb.WakeOn = req.WakeOn
+		if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
+			return nil, err
+		}
+		e.deliverPending(ctx, sb)
+		return sb, nil
+	}
+	if err := snapshotable(sb, "suspend"); err != nil {
+		return nil, err
+	}
+	return e.suspendLocked(context.WithoutCancel(ctx), sb, req.WakeOn, progress)
+}
+
+// suspendLocked suspends sb, which runs; the caller holds its lock.
+func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn string, progress func(string)) (*store.Sandbox, error) {
+	start := time.Now()
+	failed := func(err error) error {
+		return fmt.Errorf("suspend %s: %v: %w", sb.Name, err, errdefs.ErrSuspendFailed)
+	}
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	id := newSnapshotID()
+	opID := "suspend-" + sb.ID
+	data, _ := json.Marshal(suspendOp{Snapshot: id})
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "suspend", Data: data}); err != nil {
+		return nil, failed(err)
+	}
+	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
+	c, err := e.captureAndHold(ctx, sb, dir, progress)
+	if err != nil {
+		os.RemoveAll(dir)
+		_ = e.st.DeleteOp(ctx, opID)
+		return nil, failed(err)
+	}
+	// From here the sandbox is paused: it either ends suspended or runs on.
+	undo := func() {
+		e.runOn(ctx, sb)
+		os.RemoveAll(dir)
+		_ = e.st.DeleteSnapshot(ctx, id)
+		_ = e.st.DeleteOp(ctx, opID)
+	}
+	progress(fmt.Sprintf("captured (paused %d ms); storing memory and disk", c.pausedMS))
+	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Network: sb.Network})
+	_, diskBytes := c.disk.Stats()
+	sn := &store.Snapshot{
+		ID: id, Name: "suspend", SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
+		Shape: shape, Disk: refStrings(c.diskRef), DiskBytes: diskBytes, StoredBytes: c.diskAdd,
+		Suspend: true, State: "ready", CreateTime: time.Now().UTC(),
+	}
+	im, mstats, err := snapshot.Store(ctx, e.blobs, dir)
+	if err != nil {
+		undo()
+		return nil, failed(fmt.Errorf("store the memory image: %w", err))
+	}
+	sn.Memory, _ = json.Marshal(im)
+	sn.MemoryBytes, sn.StoredBytes = mstats.Bytes, sn.StoredBytes+mstats.AddedBytes
+	if err := e.st.AddSnapshot(ctx, sn); err != nil {
+		undo()
+		return nil, failed(err)
+	}
+	e.fault("suspend:stored")
+	// Keep the image here for a fast resume on this node.
+	cache := e.suspendCache(sb.ID)
+	_ = os.RemoveAll(cache)
+	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err == nil && os.Rename(dir, cache) == nil {
+		_ = os.WriteFile(filepath.Join(cache, suspendCacheReady), []byte(id), 0o600)
+	}
+	os.RemoveAll(dir)
+	if err := e.finishSuspend(ctx, sb, sn.ID, wakeOn); err != nil {
+		return nil, failed(err)
+	}
+	_ = e.st.DeleteOp(ctx, opID)
+	e.log.Info("suspended", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
+		"paused_ms", c.pausedMS, "memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes, "wake_on", wakeOn)
+	progress(fmt.Sprintf("suspended in %d ms", time.Since(start).Milliseconds()))
+	e.deliverPending(ctx, sb)
+	return sb, nil
+}
+
+// finishSuspend releases what a captured sandbox holds on the host and
+// records it suspended on snapshot snapID. Each step is idempotent (a
+// recovery repeats them).
+func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, wakeOn string) error {
+	e.unwatch(sb.ID)
+	e.dropAgent(sb.ID)
+	e.closePortConns(sb.ID)
+	if err := e.rt.Delete(ctx, sb.ID); err != nil {
+		return err
+	}
+	if err := e.net.Delete(sb.ID); err != nil {
+		return err
+	}
+	if err := e.layers.Remove(sb.ID); err != nil {
+		return err
+	}
+	sb.State, sb.StateReason = api.StateSuspended, ""
+	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = snapID, wakeOn, time.Now().UTC()
+	return e.st.UpdateSandbox(ctx, sb)
+}
+
+// captureAndHold is captureLive for a suspend: the sandbox stays paused
+// after the capture (nothing it does afterwards could be kept). On error
+// it runs again.
+func (e *Engine) captureAndHold(ctx context.Context, sb *store.Sandbox, dir string, progress func(string)) (*captured, error) {
+	end := e.beginQuiesce(sb.ID)
+	defer end()
+	ag := e.agentFor(sb)
+	if err := ag.Quiesce(ctx); err != nil {
+		return nil, fmt.Errorf("quiesce the agent: %w", err)
+	}
+	progress("pausing the sandbox")
+	pauseStart := time.Now()
+	if err := e.rt.Pause(ctx, sb.ID); err != nil {
+		e.runOn(ctx, sb)
+		return nil, fmt.Errorf("pause: %w", err)
+	}
+	e.fault("suspend:paused")
+	m, ref, stats, err := e.storeLayer(ctx, sb.ID, nil, nil, nil)
+	if err != nil {
+		e.runOn(ctx, sb)
+		return nil, fmt.Errorf("capture the disk: %w", err)
+	}
+	progress("saving memory and processes")
+	if err := e.rt.Checkpoint(ctx, sb.ID, dir); err != nil {
+		e.runOn(ctx, sb)
+		return nil, fmt.Errorf("checkpoint the memory: %w", err)
+	}
+	return &captured{dir: dir, disk: m, diskRef: ref, diskAdd: stats.AddedBytes, pausedMS: time.Since(pauseStart).Milliseconds()}, nil
+}
+
+// runOn makes a sandbox whose suspend failed run and answer again.
+func (e *Engine) runOn(ctx context.Context, sb *store.Sandbox) {
+	if err := e.rt.Resume(ctx, sb.ID); err != nil {
+		e.log.Warn("resume after a failed suspend", "sandbox", sb.Name, "err", err)
+	}
+	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
+		e.log.Warn("wake the agent after a failed suspend", "sandbox", sb.Name, "err", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = e.agentFor(sb).WaitReady(wctx)
+}
+
+// Resume restores a suspended sandbox, running, with its processes,
+// network rules and name. A running sandbox is returned as it is.
+//
+// Errors: ErrSandboxNotFound; ErrConflict (stopped, or another operation
+// runs and ctx ends first); ErrResumeFailed (it stays suspended).
+func (e *Engine) Resume(ctx context.Context, idOrName string, progress func(string)) (*store.Sandbox, error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == api.StateRunning {
+		return sb, nil
+	}
+	unlock, err := e.waitLock(ctx, sb.ID, "resume")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if sb, err = e.Get(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	switch sb.State {
+	case api.StateRunning:
+		return sb, nil
+	case api.StateSuspended:
+		return sb, e.resumeLocked(context.WithoutCancel(ctx), sb, progress)
+	}
+	return nil, stateForbids(sb, "resume (only a suspended sandbox resumes)")
+}
+
+// resumeLocked restores sb (suspended) and records it running; the caller
+// holds its lock. On failure sb stays suspended and nothing is left.
+func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress func(string)) error {
+	if progress == nil {
+		progress = func(string) {}
+	}
+	start := time.Now()
+	failed := func(err error) error {
+		return fmt.Errorf("resume %s: %v: %w", sb.Name, err, errdefs.ErrResumeFailed)
+	}
+	sn, err := e.st.GetSnapshot(ctx, sb.SuspendSnapshot)
+	if err != nil {
+		return failed(fmt.Errorf("its snapshot %s: %w", sb.SuspendSnapshot, err))
+	}
+	opID := "resume-" + sb.ID
+	data, _ := json.Marshal(suspendOp{Snapshot: sn.ID})
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "resume", Data: data}); err != nil {
+		return failed(err)
+	}
+	undo := func() {
+		e.unwatch(sb.ID)
+		e.dropAgent(sb.ID)
+		_ = e.rt.Delete(ctx, sb.ID)
+		_ = e.net.Delete(sb.ID)
+		_ = e.layers.Remove(sb.ID)
+		_ = e.st.DeleteOp(ctx, opID)
+	}
+	imageDir, fetched, err := e.suspendImage(ctx, sb, sn)
+	if err != nil {
+		undo()
+		return failed(err)
+	}
+	if fetched {
+		defer os.RemoveAll(imageDir)
+	}
+	tImage := time.Now()
+	diskM, err := e.snapshotDisk(ctx, sn)
+	if err != nil {
+		undo()
+		return failed(fmt.Errorf("its disk manifest: %w", err))
+	}
+	progress("restoring")
+	if err := e.resumeInto(ctx, sb, diskM, imageDir); err != nil {
+		undo()
+		return failed(err)
+	}
+	e.fault("resume:restored")
+	sb.State, sb.StateReason = api.StateRunning, ""
+	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = "", "", time.Time{}
+	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
+		undo()
+		return failed(err)
+	}
+	e.touch(sb.ID)
+	_ = os.RemoveAll(e.suspendCache(sb.ID))
+	_ = e.st.DeleteSnapshot(ctx, sn.ID)
+	_ = e.st.DeleteOp(ctx, opID)
+	e.kickGC()
+	e.log.Info("resumed", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
+		"image_ms", tImage.Sub(start).Milliseconds(), "fetched", fetched)
+	progress(fmt.Sprintf("resumed in %d ms", time.Since(start).Milliseconds()))
+	return nil
+}
+
+// suspendImage is the local dir of sb's memory image: this node's cache
+// when it holds the snapshot's image whole, else a copy fetched from the
+// blob store (fetched true: the caller removes it).
+func (e *Engine) suspendImage(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot) (string, bool, error) {
+	cache := e.suspendCache(sb.ID)
+	if b, err := os.ReadFile(filepath.Join(cache, suspendCacheReady)); err == nil && string(b) == sn.ID {
+		return cache, false, nil
+	}
+	var im snapshot.Image
+	if err := json.Unmarshal(sn.Memory, &im); err != nil {
+		return "", false, fmt.Errorf("its memory image record: %w", err)
+	}
+	dir := filepath.Join(e.snapshotsDir(), "tmp-"+newSnapshotID())
+	if err := snapshot.Fetch(ctx, e.blobs, im, dir); err != nil {
+		os.RemoveAll(dir)
+		return "", false, fmt.Errorf("fetch its memory image: %w", err)
+	}
+	return dir, true, nil
+}
+
+// resumeInto rebuilds sb's writable layer from diskM and restores its
+// memory from imageDir in a new network namespace; the agent listens
+// again. On failure the caller removes what was made.
+func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest, imageDir string) error {
+	_ = e.layers.Remove(sb.ID)
+	if err := e.layers.Create(sb.ID); err != nil {
+		return err
+	}
+	upper := e.layers.Paths(sb.ID).Upper
+	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobs}); err != nil {
+		return fmt.Errorf("build the disk: %w", err)
+	}
+	if cache, err := disk.Rescan(upper, diskM); err == nil {
+		_ = e.layers.SaveCache(sb.ID, cache)
+	}
+	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
+		return err
+	}
+	netns, err := e.net.Create(sb.ID, sb.Name, e.rulesOf(sb))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(e.runDir(sb.ID), 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(e.socketPath(sb.ID))
+	if err := e.rt.Delete(ctx, sb.ID); err != nil {
+		return err
+	}
+	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
+		return err
+	}
+	e.dropAgent(sb.ID)
+	wctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
+	defer cancel()
+	if err := e.agentFor(sb).WaitReady(wctx); err != nil {
+		return fmt.Errorf("agent of the resumed sandbox: %w", err)
+	}
+	e.watch(sb.ID)
+	return nil
+}
+
+// recoverSuspend finishes or rolls back a suspend or resume that a crash
+// interrupted (recoverOps, before reconcile).
+func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
+	var so suspendOp
+	_ = json.Unmarshal(op.Data, &so)
+	done := func() error { return e.st.DeleteOp(ctx, op.ID) }
+	sb, err := e.st.GetSandbox(ctx, op.SandboxID)
+	if err != nil {
+		if so.Snapshot != "" && op.Kind == "suspend" {
+			_ = e.st.DeleteSnapshot(ctx, so.Snapshot)
+		}
+		return done()
+	}
+	_ = os.RemoveAll(filepath.Join(e.snapshotsDir(), "tmp-"+so.Snapshot))
+	switch op.Kind {
+	case "suspend":
+		recorded := false
+		if sn, err := e.st.GetSnapshot(ctx, so.Snapshot); err == nil && sn.Suspend {
+			recorded = true
+		}
+		switch {
+		case sb.State == api.StateSuspended:
+			// Recorded: only the host's leftovers may remain.
+			e.log.Info("recover: finishing a suspend", "sandbox", sb.Name)
+			if err := e.finishSuspend(ctx, sb, sb.SuspendSnapshot, sb.WakeOn); err != nil {
+				return err
+			}
+		case recorded:
+			// Memory and disk are stored: the suspend completes (the
+			// container, paused since the capture, goes).
+			e.log.Info("recover: completing a suspend whose memory and disk were stored", "sandbox", sb.Name)
+			if err := e.finishSuspend(ctx, sb, so.Snapshot, sb.WakeOn); err != nil {
+				return err
+			}
+		default:
+			// Not stored: the sandbox runs on (reconcile resumes a paused
+			// container and wakes its agent).
+			e.log.Info("recover: rolling back a suspend", "sandbox", sb.Name)
+		}
+	case "resume":
+		if sb.State == api.StateSuspended {
+			e.log.Info("recover: rolling back a resume; the sandbox stays suspended", "sandbox", sb.Name)
+			_ = e.rt.Delete(ctx, sb.ID)
+			if err := e.net.Delete(sb.ID); err != nil {
+				return err
+			}
+			if err := e.layers.Remove(sb.ID); err != nil {
+				return err
+			}
+		} else if so.Snapshot != "" {
+			_ = e.st.DeleteSnapshot(ctx, so.Snapshot)
+			_ = os.RemoveAll(e.suspendCache(sb.ID))
+		}
+	}
+	return done()
+}
