@@ -327,6 +327,13 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	}
 	e.forgetLock(sb.ID)
 	e.releaseForkSnapshot(ctx, sb.SourceSnapshot)
+	if !sb.Pooled {
+		e.bg.Add(1)
+		go func() {
+			defer e.bg.Done()
+			e.dropConnectTo(e.ctx, sb.Name)
+		}()
+	}
 	e.kickGC()
 	e.log.Info("deleted", "sandbox", sb.Name, "id", sb.ID)
 	return nil
