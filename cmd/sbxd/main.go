@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -33,7 +34,7 @@ func main() {
 	netCIDR := fs.String("network-cidr", "", "IPv4 network of sandbox addresses, a /30 each (default "+cfg.NetworkCIDR+")")
 	netTag := fs.String("network-tag", "", "names the nftables table and starts host interface names (default "+cfg.NetworkTag+")")
 	dnsUpstream := fs.String("dns-upstream", "", "DNS server for names sandboxes may resolve (default: first nameserver of /etc/resolv.conf)")
-	pool := fs.Int("pool", -1, fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
+	pool := fs.String("pool", "", fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	previewDomain := fs.String("preview-domain", "", "domain of host-based previews: http://PORT-NAME.DOMAIN[:port]/ reaches a sandbox's port (default "+cfg.PreviewDomain+")")
 	_ = fs.Parse(os.Args[1:])
@@ -68,8 +69,12 @@ func main() {
 	if *apiKey != "" {
 		cfg.APIKeys = strings.Split(*apiKey, ",")
 	}
-	if *pool >= 0 {
-		cfg.PoolSize = *pool
+	if *pool != "" {
+		n, err := strconv.Atoi(*pool)
+		if err != nil {
+			fatal(fmt.Errorf("--pool %q: want a number", *pool))
+		}
+		cfg.PoolSize = n
 	}
 	if err := cfg.Validate(); err != nil {
 		fatal(err)

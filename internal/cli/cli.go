@@ -243,7 +243,9 @@ func (a *app) createCmd() *cobra.Command {
 			if req.Env, err = parseKV("env", env); err != nil {
 				return err
 			}
-			req.Network = nf.rules(cmd)
+			if req.Network, err = nf.rules(cmd); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			var prog *progress
 			sb, err := a.c.Sandboxes.CreateStream(ctx, req, func(msg string, _ time.Time) {

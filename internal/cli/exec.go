@@ -86,7 +86,7 @@ func (a *app) execCmd() *cobra.Command {
 	f.BoolVarP(&detach, "detach", "d", false, "start it and print its pid; follow it with sbx attach")
 	f.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment KEY=VALUE (repeatable)")
-	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m)")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m; none with -d)")
 	return cmd
 }
 

@@ -30,7 +30,8 @@ func (n *netFlags) add(cmd *cobra.Command, withInternet bool) {
 }
 
 // rules are the rules the flags give, or nil when no flag was given.
-func (n *netFlags) rules(cmd *cobra.Command) *api.NetworkRules {
+// --offline with --internet=true is an error.
+func (n *netFlags) rules(cmd *cobra.Command) (*api.NetworkRules, error) {
 	any := false
 	for _, name := range []string{"internet", "offline", "allow", "deny", "connect"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
@@ -38,13 +39,16 @@ func (n *netFlags) rules(cmd *cobra.Command) *api.NetworkRules {
 		}
 	}
 	if !any {
-		return nil
+		return nil, nil
 	}
 	internet := !n.offline
 	if f := cmd.Flags().Lookup("internet"); f != nil && f.Changed {
+		if n.offline && n.internet {
+			return nil, fmt.Errorf("--offline and --internet=true contradict each other")
+		}
 		internet = internet && n.internet
 	}
-	return &api.NetworkRules{Internet: internet, Allow: orEmpty(n.allow), Deny: orEmpty(n.deny), Connect: orEmpty(n.connect)}
+	return &api.NetworkRules{Internet: internet, Allow: orEmpty(n.allow), Deny: orEmpty(n.deny), Connect: orEmpty(n.connect)}, nil
 }
 
 func orEmpty(s []string) []string {
@@ -106,8 +110,12 @@ func (a *app) printRules(r api.NetworkRules) {
 		}
 		return strings.Join(out, ", ")
 	}
+	allowNone := "(anything not denied)"
+	if !r.Internet {
+		allowNone = "- (no egress)"
+	}
 	fmt.Fprintf(a.stdout, "internet: %s\nallow:    %s\ndeny:     %s\nconnect:  %s\n", on,
-		list(r.Allow, "(anything not denied)"), list(r.Deny, "-"), list(r.Connect, "-"))
+		list(r.Allow, allowNone), list(r.Deny, "-"), list(r.Connect, "-"))
 }
 
 func (a *app) netSetCmd() *cobra.Command {
@@ -130,7 +138,10 @@ func (a *app) netSetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rules := nf.rules(cmd)
+			rules, err := nf.rules(cmd)
+			if err != nil {
+				return err
+			}
 			if rules == nil {
 				rules = &api.NetworkRules{Internet: true, Allow: []string{}, Deny: []string{}, Connect: []string{}}
 			}

@@ -147,7 +147,9 @@ func (a *app) forkCmd() *cobra.Command {
 			if req.Labels, err = parseKV("label", labels); err != nil {
 				return err
 			}
-			req.Network = nf.rules(cmd)
+			if req.Network, err = nf.rules(cmd); err != nil {
+				return err
+			}
 			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
 			if err != nil {
 				return err

@@ -203,6 +203,9 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	}
 	timeout := req.TimeoutMS
 	switch {
+	case timeout == 0 && req.Detach:
+		// A detached process is a server or a long job: it runs until it
+		// exits or is signalled, unless the caller gives a timeout.
 	case timeout == 0:
 		timeout = DefaultExecTimeoutMS
 	case timeout < 0 || timeout > MaxExecTimeoutMS:

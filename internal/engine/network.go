@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
@@ -35,16 +36,21 @@ func (e *Engine) attachNetwork(sb *store.Sandbox) error {
 	return e.net.Attach(sb.ID, sb.Name, e.rulesOf(sb))
 }
 
-// validateNetwork checks rules given in a request: the forms of the
-// entries (network.ParseRules) and that every connect entry names an
-// existing sandbox other than self. Nil rules are fine (the default).
+// validateNetwork checks rules given in a request and rewrites them in
+// their canonical form (network.Rules.API): the forms of the entries, no
+// allow entry inside the sandbox network, and every connect entry naming
+// an existing sandbox other than self. Nil rules are fine (the default).
 //
 // Errors: ErrInvalidArgument naming the entry ("network.connect[0]: ...").
 func (e *Engine) validateNetwork(ctx context.Context, n *api.NetworkRules, self string) error {
 	if n == nil {
 		return nil
 	}
-	if _, err := network.ParseRules(*n); err != nil {
+	parsed, err := network.ParseRules(*n)
+	if err != nil {
+		return err
+	}
+	if err := e.net.Check(parsed); err != nil {
 		return err
 	}
 	for i, c := range n.Connect {
@@ -55,13 +61,11 @@ func (e *Engine) validateNetwork(ctx context.Context, n *api.NetworkRules, self 
 		if err := ValidateName(field, c); err != nil {
 			return err
 		}
-		if slices.Index(n.Connect, c) != i {
-			return errdefs.Invalid(field, "%q is listed twice", c)
-		}
 		if _, err := e.st.GetSandbox(ctx, c); err != nil {
 			return errdefs.Invalid(field, "no sandbox named %q", c)
 		}
 	}
+	*n = parsed.API()
 	return nil
 }
 
@@ -87,7 +91,6 @@ func (e *Engine) SetNetwork(ctx context.Context, idOrName string, rules api.Netw
 	if err != nil {
 		return api.NetworkRules{}, err
 	}
-	rules = normalizeNetwork(rules)
 	if err := e.validateNetwork(ctx, &rules, sb.Name); err != nil {
 		return api.NetworkRules{}, err
 	}
@@ -121,4 +124,33 @@ func (e *Engine) NetworkLog(ctx context.Context, idOrName string) (api.NetworkLo
 		return api.NetworkLog{}, err
 	}
 	return e.net.Log(sb.ID)
+}
+
+// dropConnectTo removes a deleted sandbox's name from the connect rules of
+// the others, so that a later sandbox of that name is not reachable by
+// rules written for the one deleted.
+func (e *Engine) dropConnectTo(ctx context.Context, name string) {
+	sbs, err := e.st.ListSandboxes(ctx, storeAll)
+	if err != nil {
+		return
+	}
+	for _, x := range sbs {
+		if !slices.Contains(x.Network.Connect, name) {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		unlock, err := e.waitLock(lctx, x.ID, "network")
+		cancel()
+		if err != nil {
+			e.log.Warn("connect rules of a deleted sandbox stay", "sandbox", x.Name, "target", name, "err", err)
+			continue
+		}
+		if cur, err := e.st.GetSandbox(ctx, x.ID); err == nil {
+			cur.Network.Connect = slices.DeleteFunc(slices.Clone(cur.Network.Connect), func(n string) bool { return n == name })
+			if err := e.st.UpdateSandbox(ctx, cur); err == nil {
+				_ = e.net.Update(cur.ID, e.rulesOf(cur))
+			}
+		}
+		unlock()
+	}
 }

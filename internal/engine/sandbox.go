@@ -336,6 +336,13 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	_ = os.RemoveAll(e.suspendCache(sb.ID))
 	_ = e.st.DeleteEvents(ctx, sb.ID)
 	e.act.forget(sb.ID)
+	if !sb.Pooled {
+		e.bg.Add(1)
+		go func() {
+			defer e.bg.Done()
+			e.dropConnectTo(e.ctx, sb.Name)
+		}()
+	}
 	e.kickGC()
 	e.log.Info("deleted", "sandbox", sb.Name, "id", sb.ID)
 	return nil

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"net/netip"
 	"sort"
 	"sync"
 	"time"
@@ -70,9 +71,9 @@ func (l *auditLog) refuse(kind, dest, addr string, port uint16, reason string) {
 	e.Count++
 }
 
-// snapshot returns the log with the firewall's dropped packets merged in,
-// newest first.
-func (l *auditLog) snapshot(dropped []Dropped, packets uint64) api.NetworkLog {
+// snapshot returns the log with the firewall's dropped packets merged in
+// (reason says why each was refused), newest first.
+func (l *auditLog) snapshot(dropped []Dropped, packets uint64, reason func(netip.Addr) string) api.NetworkLog {
 	l.mu.Lock()
 	out := api.NetworkLog{Counts: l.counts, Refused: make([]api.NetworkRefusal, 0, len(l.refused)+len(dropped))}
 	for _, e := range l.refused {
@@ -83,7 +84,7 @@ func (l *auditLog) snapshot(dropped []Dropped, packets uint64) api.NetworkLog {
 	for _, d := range dropped {
 		out.Refused = append(out.Refused, api.NetworkRefusal{
 			Time: d.Last.UTC(), Kind: "packet", Destination: d.Dst.String(), Address: d.Dst.String(), Port: d.Port,
-			Reason: "refused by the firewall", Count: 1,
+			Reason: reason(d.Dst), Count: 1,
 		})
 	}
 	sort.SliceStable(out.Refused, func(i, j int) bool { return out.Refused[i].Time.After(out.Refused[j].Time) })

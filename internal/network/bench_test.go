@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/miekg/dns"
 	"github.com/sbxhq/sbx/api"
@@ -29,11 +28,11 @@ func benchProxy(b *testing.B, target netip.AddrPort) *proxy {
 	}
 	p := newProxy(ln)
 	r, _ := ParseRules(api.NetworkRules{Internet: true, Allow: []string{"bench.test"}})
-	a := &attachment{rules: r, audit: newAuditLog(), learned: map[netip.Addr]time.Time{}}
+	a := &attachment{rules: r, audit: newAuditLog(), learned: map[netip.Addr]learnedAddr{}}
 	p.lookup = func(netip.Addr) *attachment { return a }
 	p.origDst = func(*net.TCPConn) (netip.AddrPort, error) { return target, nil }
 	p.resolve = func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{target.Addr()}, nil }
-	p.forbidden = func(*attachment, netip.Addr) bool { return false }
+	p.never = func(*attachment, netip.Addr) string { return "" }
 	go p.serve()
 	b.Cleanup(p.close)
 	return p

@@ -38,7 +38,9 @@ func (m *Manager) cutForbidden(a *attachment) error {
 		}
 		if err := c.Delete(f); err != nil {
 			m.log.Debug("conntrack delete", "err", err)
+			continue
 		}
+		a.audit.refuse("connection", dst.String(), dst.String(), f.TupleOrig.Proto.DestinationPort, "cut: the sandbox's rules changed")
 	}
 	return nil
 }

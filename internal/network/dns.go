@@ -137,7 +137,7 @@ func (s *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	resp.Id = r.Id
 	if addrs, ttl := answerAddrs(resp); len(addrs) > 0 {
-		s.m.learn(a, addrs, ttl)
+		s.m.learn(a, name, addrs, ttl)
 	}
 	a.audit.allowed("dns")
 	reply(resp)

@@ -383,8 +383,10 @@ func (fw *firewall) remove(ifname string) error {
 }
 
 // update rewrites one sandbox's rules (its forward and nat chains) in one
-// transaction. A sandbox the table does not hold yet is added.
-func (fw *firewall) update(sb *fwSandbox) error {
+// transaction. With learned non-nil, its ok- set becomes exactly those
+// addresses (with their time left). A sandbox the table does not hold yet
+// is added.
+func (fw *firewall) update(sb *fwSandbox, learned map[netip.Addr]time.Duration) error {
 	fw.mu.Lock()
 	if fw.sandboxes[sb.ifname] == nil {
 		fw.mu.Unlock()
@@ -402,6 +404,20 @@ func (fw *firewall) update(sb *fwSandbox) error {
 	c.FlushChain(nat)
 	fw.sandboxRules(c, fwd, sb)
 	fw.natRules(c, nat, sb)
+	if learned != nil {
+		set := fw.okSet(sb.ifname)
+		c.FlushSet(set)
+		var els []nftables.SetElement
+		for a, left := range learned {
+			b := a.As4()
+			els = append(els, nftables.SetElement{Key: b[:], Timeout: max(left, time.Second)})
+		}
+		if len(els) > 0 {
+			if err := c.SetAddElements(set, els); err != nil {
+				return err
+			}
+		}
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: rewrite rules of %s: %w", sb.ifname, err)
 	}
@@ -470,21 +486,42 @@ func (fw *firewall) sandboxRules(c *nftables.Conn, ch *nftables.Chain, sb *fwSan
 	drop(ipv4())
 }
 
-// dropRules are the two rules that refuse what match matches: the first
-// counts the packet against the sandbox (counter drops-X) and records it in
-// the dropped set, the second drops it. They are apart so that a packet
-// whose record fails (no transport header) is dropped all the same. Only
-// IPv4 reaches them: the guard chain drops IPv6 from sandboxes.
+// dropRules are the rules that refuse what match matches. First the
+// packet is counted against the sandbox (counter drops-X) and, when it
+// opens something (a TCP SYN, or any other protocol's packet), recorded in
+// the dropped set: replies and the rest of a cut stream are not attempts
+// of the sandbox's. Then it is rejected: TCP with a reset, anything else
+// with ICMP "administratively prohibited", so that a refused connection
+// fails at once instead of hanging until its timeout (and a stream cut by
+// a rules change ends on its next packet). The record and the verdict are
+// separate rules so that a packet whose record fails (no transport header)
+// is refused all the same. Only IPv4 reaches them: the guard chain drops
+// IPv6 from sandboxes.
 func (fw *firewall) dropRules(ifname string, match ...[]expr.Any) [][]expr.Any {
 	record := []expr.Any{
-		&expr.Objref{Type: 1 /* NFT_OBJECT_COUNTER */, Name: "drops-" + ifname},
 		&expr.Payload{DestRegister: 8, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Dynset{SrcRegKey: 8, SetName: droppedSet, Operation: uint32(unix.NFT_DYNSET_OP_UPDATE), Timeout: dropTimeout},
 	}
+	count := []expr.Any{&expr.Objref{Type: 1 /* NFT_OBJECT_COUNTER */, Name: "drops-" + ifname}}
+	synOnly := []expr.Any{ // tcp flags & (syn|ack) == syn
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{0x12}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0x02}},
+	}
+	notTCP := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+	}
 	m := cat(match...)
-	return [][]expr.Any{cat(m, record), cat(m, verdict(expr.VerdictDrop))}
+	return [][]expr.Any{
+		cat(m, count),
+		cat(m, l4proto(unix.IPPROTO_TCP), synOnly, record),
+		cat(m, notTCP, record),
+		cat(m, l4proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
+		cat(m, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}),
+	}
 }
 
 // Dropped is a refused packet the firewall recorded: the last one of its
@@ -574,26 +611,44 @@ func (fw *firewall) drops(ifname string) (uint64, error) {
 	return 0, errors.New("drops counter has another type")
 }
 
-// learn lets a sandbox reach addrs (that sbxd's DNS server answered for a
-// name its rules allow) for ttl, at least learnMinTTL.
-func (fw *firewall) learn(ifname string, addrs []netip.Addr, ttl time.Duration) error {
-	if len(addrs) == 0 {
+// learn lets a sandbox reach addresses that sbxd's DNS server answered for
+// a name its rules allow, for ttl: fresh ones are added, refresh ones
+// (already in the set) re-added with the new timeout.
+func (fw *firewall) learn(ifname string, fresh, refresh []netip.Addr, ttl time.Duration) error {
+	if len(fresh)+len(refresh) == 0 {
 		return nil
 	}
-	ttl = max(ttl, learnMinTTL)
 	c, err := newNFT()
 	if err != nil {
 		return err
 	}
-	els := make([]nftables.SetElement, 0, len(addrs))
-	for _, a := range addrs {
-		b := a.As4()
-		els = append(els, nftables.SetElement{Key: b[:], Timeout: ttl})
+	set := fw.okSet(ifname)
+	els := func(addrs []netip.Addr) []nftables.SetElement {
+		out := make([]nftables.SetElement, 0, len(addrs))
+		for _, a := range addrs {
+			b := a.As4()
+			out = append(out, nftables.SetElement{Key: b[:], Timeout: ttl})
+		}
+		return out
 	}
-	if err := c.SetAddElements(&nftables.Set{Table: fw.table, Name: "ok-" + ifname, KeyType: nftables.TypeIPAddr, HasTimeout: true}, els); err != nil {
+	if len(refresh) > 0 {
+		if err := c.SetDeleteElements(set, els(refresh)); err != nil {
+			return err
+		}
+	}
+	if err := c.SetAddElements(set, els(append(fresh, refresh...))); err != nil {
 		return err
 	}
-	return c.Flush()
+	if err := c.Flush(); err != nil && len(refresh) > 0 {
+		// An element expired in the kernel meanwhile: add without deleting.
+		if err := c.SetAddElements(set, els(append(fresh, refresh...))); err != nil {
+			return err
+		}
+		return c.Flush()
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // deleteTable removes the table and everything in it.

@@ -24,9 +24,11 @@ import (
 	"time"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/network/nsfile"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Config configures a Manager. Zero fields take the defaults.
@@ -77,7 +79,7 @@ type attachment struct {
 
 	mu      sync.Mutex
 	rules   *Rules
-	learned map[netip.Addr]time.Time // allowed by DNS answers, until
+	learned map[netip.Addr]learnedAddr // answered by DNS for allowed names
 }
 
 func (a *attachment) getRules() *Rules {
@@ -131,6 +133,12 @@ func NewManager(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, prefix: cfg.Tag + "-", mtu: defaultRouteMTU(), log: cfg.Log,
 		byID: map[string]*attachment{}, byAddr: map[netip.Addr]*attachment{}, slots: map[int]string{},
+	}
+	// Addresses of the sandbox network that no sandbox holds are
+	// unreachable on this host; without this route they would follow the
+	// default route out. A sandbox's /30 on its veth is more specific.
+	if err := netlink.RouteReplace(m.unreachableRoute()); err != nil {
+		return nil, fmt.Errorf("route %s unreachable: %w", cfg.CIDR, err)
 	}
 	m.up = newResolver(cfg.Upstream)
 	var err error
@@ -231,7 +239,7 @@ func (m *Manager) Attach(id, name string, rules *Rules) error {
 	slot := m.slotOf(gw)
 	_, addr := m.slotAddrs(slot)
 	a := &attachment{id: id, name: name, ifname: ifn, slot: slot, addr: addr, gw: gw, rules: rules,
-		audit: newAuditLog(), learned: map[netip.Addr]time.Time{}}
+		audit: newAuditLog(), learned: map[netip.Addr]learnedAddr{}}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if other, ok := m.slots[slot]; ok && other != id {
@@ -260,7 +268,7 @@ func (m *Manager) refreshConnectors(names ...string) error {
 	for _, x := range m.byID {
 		for _, n := range x.getRules().Connect {
 			if slices.Contains(names, n) {
-				if err := m.fw.update(m.fwSandbox(x, nil)); err != nil {
+				if err := m.fw.update(m.fwSandbox(x, nil), nil); err != nil {
 					return err
 				}
 				break
@@ -352,7 +360,7 @@ func (m *Manager) Create(id, name string, rules *Rules) (path string, err error)
 	}
 	gw, addr := m.slotAddrs(slot)
 	a := &attachment{id: id, name: name, ifname: m.ifname(id), slot: slot, addr: addr, gw: gw, rules: rules,
-		audit: newAuditLog(), learned: map[netip.Addr]time.Time{}}
+		audit: newAuditLog(), learned: map[netip.Addr]learnedAddr{}}
 	m.slots[slot] = id // reserved while the plumbing is made
 	m.mu.Unlock()
 
@@ -460,7 +468,7 @@ func (m *Manager) Update(id string, rules *Rules) error {
 	a.mu.Lock()
 	a.rules = rules
 	a.mu.Unlock()
-	err := m.fw.update(m.fwSandbox(a, nil))
+	err := m.fw.update(m.fwSandbox(a, nil), a.pruneLearned())
 	m.mu.Unlock()
 	if err != nil {
 		return err
@@ -621,41 +629,129 @@ func (m *Manager) Close() {
 	m.proxy.close()
 }
 
-// Remove deletes the firewall table (for tests and `sbxd` uninstall):
-// sandboxes still running lose egress.
-func (m *Manager) Remove() error { return m.fw.deleteTable() }
+// Remove deletes the firewall table and the sandbox network's unreachable
+// route (for tests and uninstalling sbxd): sandboxes still running lose
+// egress.
+func (m *Manager) Remove() error {
+	_ = netlink.RouteDel(m.unreachableRoute())
+	return m.fw.deleteTable()
+}
 
-// learn records addresses the DNS server answered for a name a's rules
-// allow, so that the firewall lets a reach them on any port.
-func (m *Manager) learn(a *attachment, addrs []netip.Addr, ttl time.Duration) {
+func (m *Manager) unreachableRoute() *netlink.Route {
+	return &netlink.Route{Dst: prefixNet(m.cfg.CIDR.Addr(), m.cfg.CIDR.Bits()), Type: unix.RTN_UNREACHABLE}
+}
+
+// learnedAddr is an address the DNS server answered for allowed names.
+type learnedAddr struct {
+	until time.Time
+	names map[string]bool
+}
+
+// learnMaxTTL bounds how long a DNS answer keeps its addresses open.
+const learnMaxTTL = time.Hour
+
+// learn records addresses the DNS server answered for name, which a's
+// rules allow, so that the firewall lets a reach them on any port, for the
+// record's TTL (5 minutes to an hour).
+func (m *Manager) learn(a *attachment, name string, addrs []netip.Addr, ttl time.Duration) {
 	r := a.getRules()
 	if !r.Internet || len(r.AllowDomains) == 0 || len(addrs) == 0 {
 		return
 	}
-	until := time.Now().Add(max(ttl, learnMinTTL))
+	ttl = min(max(ttl, learnMinTTL), learnMaxTTL)
+	now := time.Now()
+	var fresh, refresh []netip.Addr
 	a.mu.Lock()
 	for _, ad := range addrs {
-		a.learned[ad] = until
+		l, ok := a.learned[ad]
+		if ok && now.Before(l.until) {
+			refresh = append(refresh, ad)
+		} else {
+			l = learnedAddr{names: map[string]bool{}}
+			fresh = append(fresh, ad)
+		}
+		l.until = now.Add(ttl)
+		l.names[name] = true
+		a.learned[ad] = l
 	}
 	a.mu.Unlock()
-	if err := m.fw.learn(a.ifname, addrs, ttl); err != nil {
+	if err := m.fw.learn(a.ifname, fresh, refresh, ttl); err != nil {
 		m.log.Warn("network: learn addresses", "sandbox", a.name, "err", err)
 	}
+}
+
+// pruneLearned forgets learned addresses none of whose names the rules
+// allow any more, and returns the rest with their time left.
+func (a *attachment) pruneLearned() map[netip.Addr]time.Duration {
+	r := a.getRules()
+	now := time.Now()
+	keep := map[netip.Addr]time.Duration{}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ad, l := range a.learned {
+		ok := false
+		if r.Internet && len(r.AllowDomains) > 0 && now.Before(l.until) {
+			for n := range l.names {
+				if r.AllowConn(n, ad).Allow && anyDomain(r.AllowDomains, n) {
+					ok = true
+					break
+				}
+			}
+		}
+		if ok {
+			keep[ad] = l.until.Sub(now)
+		} else {
+			delete(a.learned, ad)
+		}
+	}
+	return keep
 }
 
 func (a *attachment) isLearned(addr netip.Addr) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return time.Now().Before(a.learned[addr])
+	return time.Now().Before(a.learned[addr].until)
 }
 
-// forbidden reports whether the proxy must never connect to addr for a
-// sandbox: its own network, internal addresses, the host's own addresses.
-func (m *Manager) forbidden(addr netip.Addr) bool {
-	if m.cfg.CIDR.Contains(addr) || isInternal(addr) {
-		return true
+// never says why no sandbox may ever reach addr ("" when it may): the
+// sandbox network, the host's own addresses, loopback, link-local,
+// multicast, broadcast.
+func (m *Manager) never(addr netip.Addr) string {
+	switch {
+	case m.cfg.CIDR.Contains(addr):
+		return "an address of the sandbox network: another sandbox (not in this sandbox's connect rules) or sbxd's side"
+	case !addr.Is4():
+		return "not IPv4"
+	case netip.MustParsePrefix("127.0.0.0/8").Contains(addr):
+		return "loopback: the host's own services"
+	case netip.MustParsePrefix("169.254.0.0/16").Contains(addr):
+		return "link-local: where cloud metadata services live"
+	case netip.MustParsePrefix("224.0.0.0/3").Contains(addr), addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "multicast or broadcast"
+	case netip.MustParsePrefix("0.0.0.0/8").Contains(addr):
+		return `"this network" (0.0.0.0/8)`
+	case isLocalAddr(addr):
+		return "an address of the host"
 	}
-	return isLocalAddr(addr)
+	return ""
+}
+
+// packetReason says which rule refused a packet from a to addr, by a's
+// rules now (they may have changed since the packet).
+func (m *Manager) packetReason(a *attachment, addr netip.Addr) string {
+	if why := m.never(addr); why != "" && !m.isConnectAddr(a, addr) {
+		return why
+	}
+	r := a.getRules()
+	switch {
+	case !r.Internet:
+		return "internet is off"
+	case anyCIDR(r.DenyCIDRs, addr):
+		return "denied by a deny rule (address)"
+	case len(r.AllowCIDRs)+len(r.AllowDomains) > 0 && !anyCIDR(r.AllowCIDRs, addr) && !a.isLearned(addr):
+		return "not in the allow list (nor an address DNS answered for an allowed name)"
+	}
+	return "refused by the firewall (the rules then)"
 }
 
 // isLocalAddr reports whether addr is one of the host's.
@@ -682,6 +778,19 @@ func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
 
+// Check refuses rules that can never work on this host: an allow CIDR
+// inside the sandbox network (sandboxes reach each other only by connect).
+//
+// Errors: ErrInvalidArgument naming the entry.
+func (m *Manager) Check(r *Rules) error {
+	for _, p := range r.AllowCIDRs {
+		if m.cfg.CIDR.Overlaps(p) && p.Bits() >= m.cfg.CIDR.Bits() {
+			return errdefs.Invalid("network.allow", "%s is in the sandbox network %s: sandboxes reach each other only through connect", p, m.cfg.CIDR)
+		}
+	}
+	return nil
+}
+
 // Log is the audit of a running sandbox's network: counts, and the
 // destinations refused recently (by the DNS server, the proxy and the
 // firewall), newest first.
@@ -703,5 +812,5 @@ func (m *Manager) Log(id string) (api.NetworkLog, error) {
 	if err != nil {
 		return api.NetworkLog{}, err
 	}
-	return a.audit.snapshot(dropped, packets), nil
+	return a.audit.snapshot(dropped, packets, func(d netip.Addr) string { return m.packetReason(a, d) }), nil
 }

@@ -399,13 +399,19 @@ func TestConnectAndCleanup(t *testing.T) {
 	if ids, _ := listNamespaces(m.cfg.NetnsDir); len(ids) != 0 {
 		t.Errorf("namespaces left behind: %v", ids)
 	}
-	routes, _ := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	for _, r := range routes {
-		if r.Dst != nil && m.cfg.CIDR.Contains(netip.MustParseAddr(r.Dst.IP.String())) {
+		if r.Dst != nil && m.cfg.CIDR.Contains(netip.MustParseAddr(r.Dst.IP.String())) && r.Type != unix.RTN_UNREACHABLE {
 			t.Errorf("route left behind: %v", r)
 		}
 	}
 	must(t, m.Remove())
+	routes, _ = netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	for _, r := range routes {
+		if r.Dst != nil && m.cfg.CIDR.Contains(netip.MustParseAddr(r.Dst.IP.String())) {
+			t.Errorf("route left behind after Remove: %v", r)
+		}
+	}
 	if tables, _ := listTables(); strings.Contains(tables, " "+m.cfg.Tag+" ") {
 		t.Errorf("table left behind: %s", tables)
 	}
@@ -454,7 +460,7 @@ func TestFirewallManySandboxes(t *testing.T) {
 	sb := *sbs["tfw-00000000007"]
 	sb.rules = rules(t, api.NetworkRules{Internet: false})
 	start = time.Now()
-	must(t, fw.update(&sb))
+	must(t, fw.update(&sb, nil))
 	t.Logf("one sandbox's update in %v", time.Since(start))
 	extra := &fwSandbox{ifname: "tfw-extra000000", slot: 999, addr: netip.MustParseAddr("10.235.200.2"), rules: sb.rules}
 	start = time.Now()
@@ -487,4 +493,61 @@ func listChains(table string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// TestLearnedAddressesFollowRules: an address DNS answered for an allowed
+// name stays open only while the rules allow that name; narrowing the
+// rules closes it and cuts connections to it.
+func TestLearnedAddressesFollowRules(t *testing.T) {
+	nettest.RequireRoot(t)
+	out := nettest.StartOutside(t, fmt.Sprintf("tol%d", os.Getpid()%10000), netip.MustParsePrefix("10.236.0.0/24"))
+	up := nettest.StartUpstream(t, map[string]netip.Addr{"outside.test": out.Addr, "other.test": netip.MustParseAddr("10.236.0.9")}, nil, "")
+	m := testManager(t, up.Addr)
+	nettest.Blackhole(t, netip.MustParsePrefix("10.236.0.0/16"))
+	id := "sbx_eeeeeeeeeeeeeeee"
+	path, err := m.Create(id, "learner", rules(t, api.NetworkRules{Internet: true, Allow: []string{"outside.test"}}))
+	must(t, err)
+	c := nsClient{t, path}
+	ln := out.Listen(t, 9000)
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(s, s)
+		}
+	}()
+	target := out.Addr.String() + ":9000"
+	if conn, err := c.dial("tcp4", target); err == nil {
+		conn.Close()
+		t.Fatal("reached an address before DNS answered for it")
+	}
+	if r, err := c.lookup("outside.test"); err != nil || len(r.Answer) != 1 {
+		t.Fatalf("lookup: %v %v", r, err)
+	}
+	conn, err := c.dial("tcp4", target)
+	must(t, err)
+	defer conn.Close()
+	echo := func() error {
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conn.Write([]byte("ping")); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(conn, make([]byte, 4))
+		return err
+	}
+	must(t, echo())
+	// Still allowed (the name stays in allow): the address stays open.
+	must(t, m.Update(id, rules(t, api.NetworkRules{Internet: true, Allow: []string{"outside.test", "other.test"}})))
+	must(t, echo())
+	// The name leaves allow: the address closes and the stream is cut.
+	must(t, m.Update(id, rules(t, api.NetworkRules{Internet: true, Allow: []string{"other.test"}})))
+	if err := echo(); err == nil {
+		t.Fatal("a stream to an address no longer allowed kept working")
+	}
+	if conn, err := c.dial("tcp4", target); err == nil {
+		conn.Close()
+		t.Fatal("a new connection to an address no longer allowed passed")
+	}
 }

@@ -38,10 +38,11 @@ type proxy struct {
 	ln   net.Listener
 	port uint16
 
-	lookup    func(src netip.Addr) *attachment
-	origDst   func(c *net.TCPConn) (netip.AddrPort, error)
-	resolve   func(ctx context.Context, name string) ([]netip.Addr, error)
-	forbidden func(a *attachment, addr netip.Addr) bool
+	lookup  func(src netip.Addr) *attachment
+	origDst func(c *net.TCPConn) (netip.AddrPort, error)
+	resolve func(ctx context.Context, name string) ([]netip.Addr, error)
+	// never says why a may never reach addr, "" if it may.
+	never func(a *attachment, addr netip.Addr) string
 
 	mu    sync.Mutex
 	conns map[*attachment]map[*proxyConn]struct{}
@@ -64,8 +65,11 @@ func startProxy(m *Manager) (*proxy, error) {
 	p.lookup = m.lookup
 	p.origDst = originalDst
 	p.resolve = m.up.lookupA
-	p.forbidden = func(a *attachment, addr netip.Addr) bool {
-		return m.forbidden(addr) && !m.isConnectAddr(a, addr)
+	p.never = func(a *attachment, addr netip.Addr) string {
+		if m.isConnectAddr(a, addr) {
+			return ""
+		}
+		return m.never(addr)
 	}
 	go p.serve()
 	return p, nil
@@ -199,8 +203,8 @@ func (p *proxy) decide(a *attachment, kind, name string, dst netip.AddrPort) (ne
 		}
 		target = netip.AddrPortFrom(pick, dst.Port())
 	}
-	if p.forbidden(a, target.Addr()) {
-		return target, "an address of the host or of the sandbox network, never reachable"
+	if why := p.never(a, target.Addr()); why != "" {
+		return target, why + ", never reachable"
 	}
 	v := r.AllowConn(name, target.Addr())
 	if !v.Allow && name == "" && a.isLearned(target.Addr()) {
@@ -235,6 +239,10 @@ func (p *proxy) recheck(a *attachment) {
 			dest = pc.target.Addr().String()
 		}
 		a.audit.refuse(pc.kind, dest, pc.target.Addr().String(), pc.target.Port(), "cut: the sandbox's rules changed")
+		// A reset, not a close: a download cut short must not look complete.
+		if tc, ok := pc.client.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
 		pc.client.Close()
 		pc.up.Close()
 	}

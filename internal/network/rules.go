@@ -57,11 +57,69 @@ func ParseRules(r api.NetworkRules) (*Rules, error) {
 			*l.domains = append(*l.domains, d)
 		}
 	}
+	for _, p := range out.AllowCIDRs {
+		for _, ip := range internalPrefixes {
+			if ip.Contains(p.Addr()) && ip.Bits() <= p.Bits() {
+				return nil, errdefs.Invalid(allowField(r.Allow, p), "%s is never reachable from a sandbox, whatever the rules (loopback, link-local, multicast)", p)
+			}
+		}
+	}
+	for _, d := range out.AllowDomains {
+		if d == internalDomain || strings.HasSuffix(d, "."+internalDomain) {
+			return nil, errdefs.Invalid(allowField(r.Allow, netip.Prefix{}), "%s: names under %s are sandboxes; list them in connect", d, internalDomain)
+		}
+	}
 	if len(r.Connect) > MaxRuleEntries {
 		return nil, errdefs.Invalid("network.connect", "%d entries, at most %d", len(r.Connect), MaxRuleEntries)
 	}
-	out.Connect = append(out.Connect, r.Connect...)
+	out.Connect = dedupe(r.Connect)
+	out.AllowDomains, out.DenyDomains = dedupe(out.AllowDomains), dedupe(out.DenyDomains)
+	out.AllowCIDRs, out.DenyCIDRs = dedupe(out.AllowCIDRs), dedupe(out.DenyCIDRs)
 	return out, nil
+}
+
+// allowField names the allow entry that parsed to p ("network.allow").
+func allowField(entries []string, p netip.Prefix) string {
+	for i, e := range entries {
+		if q, ok, err := parseAddr(e); ok && err == nil && q == p {
+			return fmt.Sprintf("network.allow[%d]", i)
+		}
+	}
+	return "network.allow"
+}
+
+func dedupe[T comparable](xs []T) []T {
+	seen := make(map[T]bool, len(xs))
+	out := xs[:0:0]
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// API returns the rules in the API's form, canonical: domains lowercase
+// without a trailing dot, CIDRs masked (a /32 as the bare address), no
+// duplicates; what sbxd stores and answers.
+func (r *Rules) API() api.NetworkRules {
+	out := api.NetworkRules{Internet: r.Internet, Allow: []string{}, Deny: []string{}, Connect: append([]string{}, r.Connect...)}
+	for _, l := range []struct {
+		dst     *[]string
+		domains []string
+		cidrs   []netip.Prefix
+	}{{&out.Allow, r.AllowDomains, r.AllowCIDRs}, {&out.Deny, r.DenyDomains, r.DenyCIDRs}} {
+		*l.dst = append(*l.dst, l.domains...)
+		for _, p := range l.cidrs {
+			if p.Bits() == 32 {
+				*l.dst = append(*l.dst, p.Addr().String())
+			} else {
+				*l.dst = append(*l.dst, p.String())
+			}
+		}
+	}
+	return out
 }
 
 // parseAddr recognises an IP address or CIDR; ok is false for anything
@@ -70,8 +128,11 @@ func parseAddr(s string) (netip.Prefix, bool, error) {
 	if strings.Contains(s, "/") && !strings.Contains(s, "://") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			if _, aerr := netip.ParseAddr(strings.SplitN(s, "/", 2)[0]); aerr == nil {
-				return netip.Prefix{}, true, fmt.Errorf("not a CIDR: %v", err)
+			if a, aerr := netip.ParseAddr(strings.SplitN(s, "/", 2)[0]); aerr == nil {
+				if !a.Is4() {
+					return netip.Prefix{}, true, fmt.Errorf("IPv6 is not supported: sandboxes have IPv4 only")
+				}
+				return netip.Prefix{}, true, fmt.Errorf("not a CIDR: the prefix length must be 0 to 32")
 			}
 			return netip.Prefix{}, false, nil
 		}
@@ -83,7 +144,7 @@ func parseAddr(s string) (netip.Prefix, bool, error) {
 		}
 		return p, true, nil
 	}
-	a, err := netip.ParseAddr(s)
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
 	if err != nil {
 		return netip.Prefix{}, false, nil
 	}
@@ -121,6 +182,9 @@ func parseDomain(s string) (string, error) {
 	}
 	if len(labels) < 2 {
 		return "", fmt.Errorf("not a domain name (no dot)")
+	}
+	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" {
+		return "", fmt.Errorf("looks like an IPv4 address but is not one (four numbers 0-255, e.g. 10.0.0.1); a domain's last label is not all digits")
 	}
 	for _, l := range labels {
 		if l == "" || len(l) > 63 {

@@ -93,6 +93,10 @@ func allDigits(s string) bool {
 // previewOf reports whether r is for a sandbox's port: by its Host
 // (<port>-<name>.<preview domain>), or by its path
 // (/v1/sandboxes/{name}/ports/{port}/...).
+// PreviewResponseTimeout is how long a preview waits for the sandbox's
+// server to start answering a request (its response head): 5 min.
+const PreviewResponseTimeout = 5 * time.Minute
+
 func (s *Server) previewOf(r *http.Request) (*preview, bool) {
 	if d := s.cfg.PreviewDomain; d != "" {
 		host := r.Host
@@ -265,6 +269,9 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
+		// A dev server's first page may compile for a while; one that
+		// accepts and never answers gets a 502 after this.
+		ResponseHeaderTimeout: PreviewResponseTimeout,
 	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -4,6 +4,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -263,8 +265,14 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any, optional
 			return errdefs.Invalid("Content-Type", "%q: send application/json", ct)
 		}
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return err
+	}
+	if err := checkRulesKeys(b, v); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
@@ -279,7 +287,11 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any, optional
 		}
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) {
-			return errdefs.Invalid(ute.Field, "expected %s, got JSON %s", ute.Type, ute.Value)
+			field := ute.Field
+			if field == "" {
+				field = "body"
+			}
+			return errdefs.Invalid(field, "expected %s, got JSON %s", jsonKind(ute.Type), ute.Value)
 		}
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			return errdefs.Invalid(strings.Trim(f, `"`), "unknown field")
@@ -288,6 +300,67 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any, optional
 	}
 	if dec.More() {
 		return errdefs.Invalid("body", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+// jsonKind names the JSON form of a Go type, for messages.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return t.String()
+}
+
+// rulesKeys are the fields of a network rules object.
+var rulesKeys = map[string]bool{"internet": true, "allow": true, "deny": true, "connect": true}
+
+// checkRulesKeys holds network rules, which decode with a default (internet
+// true when absent) and so past DisallowUnknownFields, to their exact keys:
+// a misspelt "alow" must not silently mean "no allow list". It checks the
+// body itself when v is rules (PUT .../network), else a "network" object in
+// it (create, fork).
+func checkRulesKeys(b []byte, v any) error {
+	field := "network"
+	obj := b
+	if _, ok := v.(*api.NetworkRules); !ok {
+		var top map[string]json.RawMessage
+		if json.Unmarshal(b, &top) != nil {
+			return nil // the decode says what is wrong
+		}
+		raw, ok := top["network"]
+		if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			return nil
+		}
+		obj = raw
+	} else if t := bytes.TrimSpace(b); bytes.Equal(t, []byte("null")) {
+		return errdefs.Invalid("body", "want a JSON object {\"internet\", \"allow\", \"deny\", \"connect\"}, not null")
+	}
+	var rules map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &rules); err != nil {
+		if len(bytes.TrimSpace(obj)) == 0 {
+			return nil
+		}
+		return errdefs.Invalid(field, "want a JSON object {\"internet\", \"allow\", \"deny\", \"connect\"}")
+	}
+	for k := range rules {
+		if !rulesKeys[k] {
+			return errdefs.Invalid(field+"."+k, "unknown field (the fields are internet, allow, deny and connect)")
+		}
 	}
 	return nil
 }

@@ -18,24 +18,27 @@ func decodeBody(t *testing.T, body string, v any) error {
 	t.Helper()
 	r := httptest.NewRequest("POST", "/v1/x", strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
-	return decode(httptest.NewRecorder(), r, 64, v, false)
+	return decode(httptest.NewRecorder(), r, 256, v, false)
 }
 
 func TestDecode(t *testing.T) {
 	var req api.CreateSandboxRequest
 	for body, want := range map[string]string{
-		`{"nam": "x"}`:          "nam: unknown field",
-		`{"cpus": "two"}`:       "cpus: expected float64",
-		`{"name": "x"} {"a":1}`: "trailing data",
-		`{"name": `:             "malformed JSON",
-		``:                      "a JSON object is required",
+		`{"nam": "x"}`:                      "nam: unknown field",
+		`{"cpus": "two"}`:                   "cpus: expected a number",
+		`{"name": "x"} {"a":1}`:             "trailing data",
+		`{"name": `:                         "malformed JSON",
+		``:                                  "a JSON object is required",
+		`{"network": {"alow": ["x.org"]}}`:  "network.alow: unknown field",
+		`{"network": {"Allow": ["x.org"]}}`: "network.Allow: unknown field",
+		`{"network": ["x.org"]}`:            "network: want a JSON object",
 	} {
 		err := decodeBody(t, body, &req)
 		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want invalid argument with %q", body, err, want)
 		}
 	}
-	err := decodeBody(t, `{"name": "`+strings.Repeat("a", 100)+`"}`, &req)
+	err := decodeBody(t, `{"name": "`+strings.Repeat("a", 400)+`"}`, &req)
 	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if b := s.errorOf(context.Background(), err); b.Code != api.CodeTooLarge {
 		t.Fatalf("over-long body: %v → %s", err, b.Code)
@@ -92,5 +95,25 @@ func TestUTF8Lines(t *testing.T) {
 	}
 	if !strings.Contains(out, `"caf`) || !strings.Contains(out, "☕") {
 		t.Fatalf("%s", out)
+	}
+}
+
+// TestDecodeRules: the body of PUT .../network is held to its exact keys.
+func TestDecodeRules(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"internet": false, "deny_list": ["y.org"]}`: "network.deny_list: unknown field",
+		`null`:               "not null",
+		`[]`:                 "want a JSON object",
+		`{"allow": "x.org"}`: "allow: expected an array",
+	} {
+		var rules api.NetworkRules
+		err := decodeBody(t, body, &rules)
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want invalid argument with %q", body, err, want)
+		}
+	}
+	var rules api.NetworkRules
+	if err := decodeBody(t, `{"allow": ["x.org"]}`, &rules); err != nil || !rules.Internet || rules.Allow[0] != "x.org" {
+		t.Fatalf("rules without internet: %+v, %v", rules, err)
 	}
 }

@@ -373,6 +373,26 @@ func TestNetworkConnect(t *testing.T) {
 	if res := sh(t, other, "getent hosts "+srv.Name); res.ExitCode == 0 {
 		t.Fatalf("another sandbox resolved %s: %q", srv.Name, res.Stdout)
 	}
+	// Deleting srv takes it out of cli's rules: a later sandbox of the same
+	// name is not reachable by rules written for this one.
+	ctx := ctxT(t)
+	if err := srv.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rules, err := cli.Network().Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rules.Connect) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connect still names the deleted sandbox: %+v", rules)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestNetworkForkOffline: a fork started offline has its own rules; the
