@@ -45,6 +45,8 @@ type Client struct {
 	Images *Images
 	// Snapshots lists, gets and deletes memory snapshots.
 	Snapshots *Snapshots
+	// Events posts events that wake suspended sandboxes.
+	Events *Events
 }
 
 // Option configures a Client.
@@ -112,6 +114,7 @@ func New(opts ...Option) (*Client, error) {
 	c.Sandboxes = &Sandboxes{c: c}
 	c.Images = &Images{c: c}
 	c.Snapshots = &Snapshots{c: c}
+	c.Events = &Events{c: c}
 	return c, nil
 }
 

@@ -34,6 +34,7 @@ func main() {
 	netCIDR := fs.String("network-cidr", "", "IPv4 network of sandbox addresses, a /30 each (default "+cfg.NetworkCIDR+")")
 	netTag := fs.String("network-tag", "", "names the nftables table and starts host interface names (default "+cfg.NetworkTag+")")
 	dnsUpstream := fs.String("dns-upstream", "", "DNS server for names sandboxes may resolve (default: first nameserver of /etc/resolv.conf)")
+	eventRetention := fs.String("event-retention", "", "how long an event no sandbox waits on is kept (default "+cfg.EventRetention+")")
 	pool := fs.String("pool", "", fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
 	previewDomain := fs.String("preview-domain", "", "domain of host-based previews: http://PORT-NAME.DOMAIN[:port]/ reaches a sandbox's port (default "+cfg.PreviewDomain+")")
@@ -64,6 +65,7 @@ func main() {
 	set(&cfg.NetworkCIDR, *netCIDR)
 	set(&cfg.NetworkTag, *netTag)
 	set(&cfg.DNSUpstream, *dnsUpstream)
+	set(&cfg.EventRetention, *eventRetention)
 	set(&cfg.LogLevel, *logLevel)
 	set(&cfg.PreviewDomain, *previewDomain)
 	if *apiKey != "" {

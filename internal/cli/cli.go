@@ -113,6 +113,7 @@ func (a *app) root() *cobra.Command {
 	root.AddCommand(a.createCmd(), a.lsCmd(), a.getCmd(), a.rmCmd(), a.stopCmd(), a.execCmd(),
 		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
 		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(), a.portsCmd(),
+		a.suspendCmd(), a.resumeCmd(), a.eventCmd(), a.eventsCmd(), a.updateCmd(),
 		a.netCmd(), a.imageCmd(), a.benchCmd(), a.versionCmd())
 	return root
 }
@@ -223,6 +224,7 @@ func (a *app) createCmd() *cobra.Command {
 	var req api.CreateSandboxRequest
 	var labels, env []string
 	var nf netFlags
+	var idle time.Duration
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create and start a sandbox",
@@ -246,6 +248,7 @@ func (a *app) createCmd() *cobra.Command {
 			if req.Network, err = nf.rules(cmd); err != nil {
 				return err
 			}
+			req.TimeoutMS = idle.Milliseconds()
 			ctx := cmd.Context()
 			var prog *progress
 			sb, err := a.c.Sandboxes.CreateStream(ctx, req, func(msg string, _ time.Time) {
@@ -275,6 +278,8 @@ func (a *app) createCmd() *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVar(&env, "env", nil, "environment KEY=VALUE for every exec (repeatable)")
 	f.StringVar(&req.Snapshot, "from-snapshot", "", "start from a memory snapshot (ID), running")
+	f.DurationVar(&idle, "timeout", 0, "suspend after this long without exec, file or port activity (default: never)")
+	f.BoolVar(&req.KeepAliveWhileRunning, "keep-alive", false, "with --timeout: a running process counts as activity")
 	nf.add(cmd, false)
 	a.addOutput(cmd)
 	return cmd

@@ -69,6 +69,13 @@ type Config struct {
 	// gives none.
 	DefaultCPUs     float64 `json:"default_cpus"`
 	DefaultMemoryMB int     `json:"default_memory_mb"`
+	// EventRetention is how long an event that no sandbox waits on is
+	// kept for one that suspends on its key later (a Go duration, default
+	// "24h").
+	EventRetention string `json:"event_retention"`
+	// BackgroundRestore lets a resume answer while the sandbox's memory
+	// still loads (runsc restore --background); default true.
+	BackgroundRestore *bool `json:"background_restore"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"log_level"`
 	// RunscDebugLogDir, when set, receives runsc's debug logs.
@@ -94,6 +101,7 @@ func Defaults() Config {
 		DefaultCPUs:     1,
 		DefaultMemoryMB: 1024,
 		LogLevel:        "info",
+		EventRetention:  "24h",
 		PreviewDomain:   "localhost",
 	}
 }
@@ -122,7 +130,7 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_RUNSC": &c.Runsc, "SBX_PLATFORM": &c.Platform, "SBX_AGENT_BIN": &c.AgentBin,
 		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore,
 		"SBX_NETWORK_CIDR": &c.NetworkCIDR, "SBX_NETWORK_TAG": &c.NetworkTag, "SBX_DNS_UPSTREAM": &c.DNSUpstream,
-		"SBX_PREVIEW_DOMAIN": &c.PreviewDomain,
+		"SBX_PREVIEW_DOMAIN": &c.PreviewDomain, "SBX_EVENT_RETENTION": &c.EventRetention,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -166,6 +174,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := netip.ParsePrefix(c.NetworkCIDR); err != nil {
 		errs = append(errs, fmt.Errorf("network cidr %q: %w", c.NetworkCIDR, err))
+	}
+	if d, err := time.ParseDuration(c.EventRetention); err != nil || d <= 0 {
+		errs = append(errs, fmt.Errorf("event retention %q: want a positive duration such as 24h", c.EventRetention))
 	}
 	if c.PoolSize < 0 || c.PoolSize > 64 {
 		errs = append(errs, fmt.Errorf("pool size %d is out of range [0, 64]", c.PoolSize))
@@ -346,6 +357,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	retention, _ := time.ParseDuration(cfg.EventRetention)
 	faults, err := ParseFaults(os.Getenv("SBX_FAULTS"))
 	if err != nil {
 		return err
@@ -353,6 +365,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	eng, err := engine.New(engine.Config{
 		DataDir: cfg.DataDir, AgentBin: agentBin, PoolSize: cfg.PoolSize,
 		DefaultCPUs: cfg.DefaultCPUs, DefaultMemoryMB: cfg.DefaultMemoryMB, Faults: faults,
+		EventRetention: retention, BackgroundRestore: cfg.BackgroundRestore == nil || *cfg.BackgroundRestore,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err

@@ -44,6 +44,9 @@ type Config struct {
 	MaxMemoryMB int
 	// BootTimeout bounds a boot, from runsc run to the agent's first answer.
 	BootTimeout time.Duration
+	// BackgroundRestore makes a resume return while memory pages still load
+	// (runsc restore --background).
+	BackgroundRestore bool
 	// EventRetention is how long an event no sandbox waits for is kept
 	// (default DefaultEventRetention).
 	EventRetention time.Duration

@@ -44,7 +44,8 @@ func (e *Engine) busy(id string) func() {
 func (e *Engine) touch(id string) { e.busy(id)() }
 
 // idleFor is how long sandbox id has had no request in flight (0 while one
-// is); a sandbox never touched since sbxd started counts from start.
+// is); a sandbox with no request since sbxd started counts from start (the
+// later of sbxd's start and its record's last change).
 func (e *Engine) idleFor(id string, start time.Time) time.Duration {
 	a := &e.act
 	a.mu.Lock()
@@ -89,7 +90,11 @@ func (e *Engine) idleLoop() {
 			if sb.Pooled || sb.State != api.StateRunning || sb.TimeoutMS <= 0 {
 				continue
 			}
-			if e.idleFor(sb.ID, start) < time.Duration(sb.TimeoutMS)*time.Millisecond {
+			since := start
+			if sb.UpdateTime.After(since) {
+				since = sb.UpdateTime
+			}
+			if e.idleFor(sb.ID, since) < time.Duration(sb.TimeoutMS)*time.Millisecond {
 				continue
 			}
 			if sb.KeepAlive && e.hasRunning(sb.ID) {

@@ -164,6 +164,9 @@ func (e *Engine) createCold(ctx context.Context, sb *store.Sandbox) error {
 		undo.run()
 		return err
 	}
+	if !sb.Pooled {
+		e.fault("create:booted")
+	}
 	sb.State = api.StateRunning
 	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
 		undo.run()
@@ -324,6 +327,7 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
 		return err
 	}
+	e.fault("delete:marked")
 	e.removeAll(ctx, sb.ID)
 	if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
 		return err

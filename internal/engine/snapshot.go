@@ -396,7 +396,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))
-	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir); err != nil {
+	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir, false); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	// The restored agent closed its host socket before the save: wake it.

@@ -96,6 +96,9 @@ func (e *Engine) Suspend(ctx context.Context, idOrName string, req api.SuspendRe
 
 // suspendLocked suspends sb, which runs; the caller holds its lock.
 func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn string, progress func(string)) (*store.Sandbox, error) {
+	if progress == nil {
+		progress = func(string) {}
+	}
 	start := time.Now()
 	failed := func(err error) error {
 		return fmt.Errorf("suspend %s: %v: %w", sb.Name, err, errdefs.ErrSuspendFailed)
@@ -342,6 +345,15 @@ func (e *Engine) suspendImage(ctx context.Context, sb *store.Sandbox, sn *store.
 // memory from imageDir in a new network namespace; the agent listens
 // again. On failure the caller removes what was made.
 func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest, imageDir string) error {
+	t0 := time.Now()
+	var tDisk, tNet, tRestore time.Time
+	defer func() {
+		if !tRestore.IsZero() {
+			e.log.Debug("resume phases", "sandbox", sb.Name, "disk_ms", tDisk.Sub(t0).Milliseconds(),
+				"netns_ms", tNet.Sub(tDisk).Milliseconds(), "restore_ms", tRestore.Sub(tNet).Milliseconds(),
+				"agent_ms", time.Since(tRestore).Milliseconds())
+		}
+	}()
 	_ = e.layers.Remove(sb.ID)
 	if err := e.layers.Create(sb.ID); err != nil {
 		return err
@@ -356,6 +368,7 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
 		return err
 	}
+	tDisk = time.Now()
 	netns, err := e.net.Create(sb.ID, sb.Name, e.rulesOf(sb))
 	if err != nil {
 		return err
@@ -367,9 +380,11 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 	if err := e.rt.Delete(ctx, sb.ID); err != nil {
 		return err
 	}
-	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir); err != nil {
+	tNet = time.Now()
+	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir, e.cfg.BackgroundRestore); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
+	tRestore = time.Now()
 	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
 		return err
 	}

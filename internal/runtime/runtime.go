@@ -96,8 +96,10 @@ type Runtime interface {
 	Checkpoint(ctx context.Context, id, imageDir string) error
 	// Restore starts a container from spec with the memory and processes
 	// saved in imageDir; spec must match the saved container's (args,
-	// mount destinations).
-	Restore(ctx context.Context, spec *Spec, bundle, imageDir string) error
+	// mount destinations). With background, memory pages keep loading
+	// after Restore returns (the container runs meanwhile; imageDir's files
+	// are held open until they are loaded).
+	Restore(ctx context.Context, spec *Spec, bundle, imageDir string, background bool) error
 	// Signal sends a signal to a container's init.
 	Signal(ctx context.Context, id string, sig syscall.Signal) error
 	// OOMKilled reports whether the container's memory cgroup killed a

@@ -263,14 +263,20 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 	return err
 }
 
-// Restore implements runtime.Runtime with `runsc restore --direct --detach`.
-func (r *Runtime) Restore(ctx context.Context, s *runtime.Spec, bundle, imageDir string) error {
+// Restore implements runtime.Runtime with `runsc restore --direct --detach`
+// (and --background: pages load after restore returns; the image must be
+// uncompressed, which checkpoints here are).
+func (r *Runtime) Restore(ctx context.Context, s *runtime.Spec, bundle, imageDir string, background bool) error {
 	log, err := r.writeBundle(s, bundle)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
-	_, err = r.runNet(ctx, s.NetNS != "", log, "restore", "--direct", "--detach", "--image-path", imageDir, "--bundle", bundle, s.ID)
+	args := []string{"restore", "--direct", "--detach"}
+	if background {
+		args = append(args, "--background")
+	}
+	_, err = r.runNet(ctx, s.NetNS != "", log, append(args, "--image-path", imageDir, "--bundle", bundle, s.ID)...)
 	if err != nil {
 		_ = r.Delete(context.WithoutCancel(ctx), s.ID)
 	}
@@ -380,12 +386,22 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
 
 // Delete implements runtime.Runtime: kill with SIGKILL, then delete --force.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
+	if !r.exists(id) {
+		return nil // two runsc runs (~100 ms) saved on every boot and restore
+	}
 	_, _ = r.run(ctx, nil, "kill", id, "KILL")
 	_, err := r.run(ctx, nil, "delete", "--force", id)
 	if err != nil && !isNotExist(err) {
 		return err
 	}
 	return nil
+}
+
+// exists reports whether runsc has state for container id in its root
+// (files "<id>_sandbox:<sandbox id>.state"); when unsure, true.
+func (r *Runtime) exists(id string) bool {
+	m, err := filepath.Glob(filepath.Join(r.cfg.Root, id+"_sandbox:*"))
+	return err != nil || len(m) > 0
 }
 
 // Pause implements runtime.Runtime.

@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+func (a *app) suspendCmd() *cobra.Command {
+	var wakeOn string
+	cmd := &cobra.Command{
+		Use:   "suspend NAME [--wake-on KEY]",
+		Short: "Store a sandbox's memory and disk and release its CPU and memory",
+		Long: "Suspend captures the sandbox's memory, processes and disk, stores them, and releases\n" +
+			"its CPU, memory and network. `sbx resume`, any exec or file request, or an event\n" +
+			"posted to KEY (sbx event KEY) brings it back with its processes.",
+		Example: "  sbx suspend dev --wake-on approval-42\n  sbx event approval-42 --data '{\"approved\":true}'",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			p := newProgress(a.stderr, "suspend "+sb.Name)
+			err = sb.SuspendStream(cmd.Context(), wakeOn, func(msg string, _ time.Time) { p.update(msg) })
+			p.done(err == nil)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(sb.Sandbox)
+			}
+			if sb.WakeOn != "" {
+				fmt.Fprintf(a.stdout, "%s suspended; an event to %s wakes it\n", clean(sb.Name), clean(sb.WakeOn))
+			} else {
+				fmt.Fprintf(a.stdout, "%s suspended\n", clean(sb.Name))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&wakeOn, "wake-on", "", "event key that resumes it")
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) resumeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resume NAME",
+		Short: "Restore a suspended sandbox, running, with its processes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			if err := sb.Resume(cmd.Context()); err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(sb.Sandbox)
+			}
+			fmt.Fprintf(a.stdout, "%s %s (%d ms)\n", clean(sb.Name), sb.State, time.Since(start).Milliseconds())
+			return nil
+		},
+	}
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) eventCmd() *cobra.Command {
+	var data string
+	cmd := &cobra.Command{
+		Use:   "event KEY [--data TEXT|@FILE|@-]",
+		Short: "Post an event: wake the sandboxes suspended on KEY",
+		Long: "Post an event to KEY. Every sandbox suspended with --wake-on KEY resumes and receives\n" +
+			"it (sbx events NAME); when none waits, it is kept for one that suspends on KEY later.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			var body []byte
+			switch {
+			case data == "@-":
+				b, err := io.ReadAll(io.LimitReader(a.stdin, 1<<20+1))
+				if err != nil {
+					return err
+				}
+				body = b
+			case strings.HasPrefix(data, "@"):
+				b, err := os.ReadFile(data[1:])
+				if err != nil {
+					return err
+				}
+				body = b
+			default:
+				body = []byte(data)
+			}
+			res, err := a.c.Events.Post(cmd.Context(), args[0], body, "")
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(res)
+			}
+			if res.Pending {
+				fmt.Fprintf(a.stdout, "%s: no sandbox waits on %s; kept until %s for one that suspends on it\n",
+					res.ID, clean(args[0]), res.ExpireTime.Local().Format(time.DateTime))
+			} else {
+				fmt.Fprintf(a.stdout, "%s: waking %s\n", res.ID, clean(strings.Join(res.Woken, ", ")))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "the event's body: text, @FILE, or @- for stdin (at most 1 MiB)")
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) eventsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events NAME",
+		Short: "List the events a sandbox received",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			evs, err := sb.Events(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(evs)
+			}
+			var rows [][]string
+			for _, ev := range evs {
+				data := string(ev.Data)
+				switch {
+				case ev.DataText != "":
+					data = ev.DataText
+				case ev.DataBase64 != "":
+					b, _ := base64.StdEncoding.DecodeString(ev.DataBase64)
+					data = fmt.Sprintf("(%d bytes)", len(b))
+				}
+				if len(data) > 60 {
+					data = data[:57] + "..."
+				}
+				rows = append(rows, []string{ev.ID, ev.Key, ev.DeliverTime.Local().Format(time.DateTime), data})
+			}
+			a.table("ID\tKEY\tDELIVERED\tDATA", rows)
+			return nil
+		},
+	}
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) updateCmd() *cobra.Command {
+	var timeout time.Duration
+	var keepAlive bool
+	cmd := &cobra.Command{
+		Use:   "update NAME [--timeout DURATION] [--keep-alive=true|false]",
+		Short: "Change a sandbox's idle timeout (0: never suspend) and keep-alive",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			var req api.UpdateSandboxRequest
+			if cmd.Flags().Changed("timeout") {
+				ms := timeout.Milliseconds()
+				req.TimeoutMS = &ms
+			}
+			if cmd.Flags().Changed("keep-alive") {
+				req.KeepAliveWhileRunning = &keepAlive
+			}
+			if req.TimeoutMS == nil && req.KeepAliveWhileRunning == nil {
+				return fmt.Errorf("give --timeout or --keep-alive")
+			}
+			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if err := sb.Update(cmd.Context(), req); err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(sb.Sandbox)
+			}
+			fmt.Fprintf(a.stdout, "%s: timeout %v, keep alive while running %v\n", clean(sb.Name),
+				time.Duration(sb.TimeoutMS)*time.Millisecond, sb.KeepAliveWhileRunning)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "suspend after this long without exec, file or port activity (0: never)")
+	cmd.Flags().BoolVar(&keepAlive, "keep-alive", false, "a running process counts as activity")
+	a.addOutput(cmd)
+	return cmd
+}
