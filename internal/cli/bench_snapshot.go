@@ -96,21 +96,8 @@ func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, 
 		return nil, err
 	}
 	made = append(made, src)
-	if err := src.WriteFile(ctx, "/workspace/mem.py", strings.NewReader(memoryScript), 0o644); err != nil {
+	if err := a.fillMemory(ctx, src, mb); err != nil {
 		return nil, err
-	}
-	if _, err := src.Start(ctx, api.ExecRequest{Cmd: []string{"python3", "/workspace/mem.py", strconv.Itoa(mb)}}); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(a.stderr, "%d MB: filling memory...\n", mb)
-	for deadline := time.Now().Add(10 * time.Minute); ; {
-		if res, err := src.Exec(ctx, "test -f /tmp/ready"); err == nil && res.ExitCode == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the memory filler did not finish")
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 	row := &snapshotRow{MemoryMB: mb}
 	start := time.Now()
@@ -173,4 +160,25 @@ func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, 
 	fmt.Fprintf(a.stderr, "%d MB: snapshot %.0f ms (paused %d), start %.0f ms, fork %.0f ms, %d-way fork %.0f ms\n",
 		mb, row.SnapshotMS, row.PausedMS, row.StartMS, row.ForkMS, fanout, row.Fork8MS)
 	return row, nil
+}
+
+// fillMemory starts a process in sb that holds mb MB of touched,
+// incompressible memory, and waits until it does.
+func (a *app) fillMemory(ctx context.Context, sb *client.Sandbox, mb int) error {
+	if err := sb.WriteFile(ctx, "/workspace/mem.py", strings.NewReader(memoryScript), 0o644); err != nil {
+		return err
+	}
+	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"python3", "/workspace/mem.py", strconv.Itoa(mb)}}); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "%d MB: filling memory...\n", mb)
+	for deadline := time.Now().Add(10 * time.Minute); ; {
+		if res, err := sb.Exec(ctx, "test -f /tmp/ready"); err == nil && res.ExitCode == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the memory filler did not finish")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
+)
+
+// suspendRow is one line of the suspend bench table (ms, bytes).
+type suspendRow struct {
+	MemoryMB     int     `json:"memory_mb"`
+	SuspendMS    float64 `json:"suspend_ms"`
+	ResumeMS     float64 `json:"resume_ms"`
+	FirstExecMS  float64 `json:"resume_to_first_exec_ms"`
+	SuspendedRAM int64   `json:"suspended_host_memory_bytes"`
+}
+
+func (a *app) benchSuspendCmd() *cobra.Command {
+	var sizes string
+	var density int
+	cmd := &cobra.Command{
+		Use:   "suspend",
+		Short: "Measure suspend, resume and idle density and print a table",
+		Long: "For sandboxes whose processes hold SIZES MB of touched memory: suspend time, resume time,\n" +
+			"the time from a suspended sandbox to the answer of its first exec (the resume an exec\n" +
+			"triggers), and the host memory a suspended sandbox holds. With --density N, N idle\n" +
+			"sandboxes (a shell sleeping) are created and the host memory per idle sandbox is reported.\n" +
+			"Run it on sbxd's host: memory is read from /proc and the memory cgroups.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			var rows []suspendRow
+			for _, f := range strings.Split(sizes, ",") {
+				if strings.TrimSpace(f) == "" {
+					continue
+				}
+				mb, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || mb < 1 {
+					return fmt.Errorf("--sizes %q: want MB numbers like 50,500", sizes)
+				}
+				row, err := a.benchSuspend(cmd.Context(), mb)
+				if err != nil {
+					return fmt.Errorf("%d MB: %w", mb, err)
+				}
+				rows = append(rows, *row)
+			}
+			var dens *densityResult
+			if density > 0 {
+				d, err := a.benchDensity(cmd.Context(), density)
+				if err != nil {
+					return err
+				}
+				dens = d
+			}
+			if a.output == "json" {
+				return a.printJSON(map[string]any{"suspend": rows, "density": dens})
+			}
+			var out [][]string
+			for _, r := range rows {
+				out = append(out, []string{strconv.Itoa(r.MemoryMB), fmt.Sprintf("%.0f", r.SuspendMS), fmt.Sprintf("%.0f", r.ResumeMS),
+					fmt.Sprintf("%.0f", r.FirstExecMS), humanBytes(r.SuspendedRAM)})
+			}
+			a.table("MEMORY_MB\tSUSPEND_MS\tRESUME_MS\tRESUME_TO_FIRST_EXEC_MS\tSUSPENDED_HOST_RAM", out)
+			fmt.Fprintln(a.stdout, "targets: resume of 512 MB to first exec ≤ 300 ms; 0 bytes of RAM while suspended")
+			if dens != nil {
+				fmt.Fprintf(a.stdout, "\\ndensity: %d idle sandboxes running (asked %d), %s of host memory each (PSS), %s available left\\n",
+					dens.Running, density, humanBytes(dens.PerSandboxPSS), humanBytes(dens.AvailableAfter))
+				fmt.Fprintln(a.stdout, "target: ≥ 200 idle sandboxes")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&sizes, "sizes", "50,500,2000", "touched memory of each case, MB")
+	cmd.Flags().IntVar(&density, "density", 0, "also create this many idle sandboxes and measure memory per sandbox")
+	a.addOutput(cmd)
+	return cmd
+}
+
+func (a *app) benchSuspend(ctx context.Context, mb int) (*suspendRow, error) {
+	sb, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Labels: map[string]string{"sbx-bench": "1"}, MemoryMB: mb + 768})
+	if err != nil {
+		return nil, err
+	}
+	defer sb.Delete(context.WithoutCancel(ctx))
+	if err := a.fillMemory(ctx, sb, mb); err != nil {
+		return nil, err
+	}
+	row := &suspendRow{MemoryMB: mb}
+	start := time.Now()
+	if err := sb.Suspend(ctx, ""); err != nil {
+		return nil, err
+	}
+	row.SuspendMS = ms(time.Since(start))
+	row.SuspendedRAM = cgroupMemory(sb.ID)
+	start = time.Now()
+	if err := sb.Resume(ctx); err != nil {
+		return nil, err
+	}
+	row.ResumeMS = ms(time.Since(start))
+	if err := sb.Suspend(ctx, ""); err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	if res, err := sb.Exec(ctx, "test -f /tmp/ready"); err != nil || res.ExitCode != 0 {
+		return nil, fmt.Errorf("first exec after the resume: %v %+v", err, res)
+	}
+	row.FirstExecMS = ms(time.Since(start))
+	fmt.Fprintf(a.stderr, "%d MB: suspend %.0f ms, resume %.0f ms, to first exec %.0f ms\n", mb, row.SuspendMS, row.ResumeMS, row.FirstExecMS)
+	return row, nil
+}
+
+// cgroupMemory is the memory a sandbox's cgroup charges (0 when it has
+// none: not running).
+func cgroupMemory(id string) int64 {
+	for _, p := range []string{"/sys/fs/cgroup/memory/sbx/" + id + "/memory.usage_in_bytes", "/sys/fs/cgroup/sbx/" + id + "/memory.current"} {
+		if b, err := os.ReadFile(p); err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+type densityResult struct {
+	Running        int   `json:"running"`
+	PerSandboxPSS  int64 `json:"per_sandbox_pss_bytes"`
+	AvailableAfter int64 `json:"available_after_bytes"`
+}
+
+// benchDensity creates n idle sandboxes (a shell sleeping in each, 256 MiB
+// limit) until n run or one fails, then measures their host memory.
+func (a *app) benchDensity(ctx context.Context, n int) (*densityResult, error) {
+	var made []*client.Sandbox
+	defer func() {
+		fmt.Fprintf(a.stderr, "density: deleting %d sandboxes...\n", len(made))
+		for _, sb := range made {
+			_ = sb.Delete(context.WithoutCancel(ctx))
+		}
+	}()
+	for i := 0; i < n; i++ {
+		sb, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{MemoryMB: 256, CPUs: 0.1,
+			Labels: map[string]string{"sbx-bench": "1"}, Network: &api.NetworkRules{Internet: false}})
+		if err != nil {
+			fmt.Fprintf(a.stderr, "density: sandbox %d failed: %v\n", i+1, err)
+			break
+		}
+		made = append(made, sb)
+		if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "sleep 100000"}}); err != nil {
+			fmt.Fprintf(a.stderr, "density: sandbox %d: %v\n", i+1, err)
+			break
+		}
+		if (i+1)%25 == 0 {
+			fmt.Fprintf(a.stderr, "density: %d idle sandboxes\n", i+1)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	var total int64
+	for _, sb := range made {
+		p, _ := sandboxPSS(sb.ID)
+		total += p
+	}
+	res := &densityResult{Running: len(made), AvailableAfter: memAvailable()}
+	if len(made) > 0 {
+		res.PerSandboxPSS = total / int64(len(made))
+	}
+	return res, nil
+}
+
+// memAvailable is the host's MemAvailable, bytes.
+func memAvailable() int64 {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
