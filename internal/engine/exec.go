@@ -40,7 +40,7 @@ type Process struct {
 	ctx    context.Context // the caller's
 	actx   context.Context // the caller's, with the host-side deadline
 	cancel context.CancelFunc
-	epoch  int // the sandbox's capture epoch when attached
+	epoch  int    // the sandbox's capture epoch when attached
 	done   func() // ends the activity it counts as (idle timeout)
 	// Sandbox is the sandbox it runs in.
 	Sandbox *store.Sandbox
