@@ -1,434 +1,384 @@
 /**
  * `checkpointFor`: classifies a shell command line by the lightest undo
- * that covers what it can break (docs/undo.md). A convenience, not a
- * security boundary: a command can do more than its text says.
+ * that covers what it can break (docs/undo.md). A port of the Go reference
+ * (`undo/classify.go`) so that the SDKs agree command for command.
+ *
+ * A convenience, not a security boundary: it reads the text of a command,
+ * and a command can do more than its text says. The sandbox is the boundary.
  *
  * @module
  */
 import type { UndoKind } from './types.js';
 
-const ORDER: UndoKind[] = ['none', 'git', 'checkpoint', 'fork'];
-const rank = (k: UndoKind) => ORDER.indexOf(k);
-const max = (a: UndoKind, b: UndoKind): UndoKind => (rank(a) >= rank(b) ? a : b);
+const NONE = 0, GIT = 1, CHECKPOINT = 2, FORK = 3;
+const NAMES: UndoKind[] = ['none', 'git', 'checkpoint', 'fork'];
 
-/** A word after quote removal; `lit` is how many of its first characters were unquoted. */
-interface Word { text: string; lit: number }
+type Kind = number;
 
-class Complex extends Error {}
-
-/** Splits a line into simple commands of words (step 1 and 2 of the algorithm). */
-function splitLine(line: string): Word[][] {
-  const cmds: Word[][] = [];
-  let cur: Word[] = [];
-  let word = '';
+/** Splits a line into simple commands of words (quotes removed); null when the parser does not follow it. */
+function split(line: string): string[][] | null {
+  const cmds: string[][] = [];
+  let words: string[] = [];
+  let cur = '';
   let inWord = false;
-  let allLit = true;
-  let lit = 0;
   const endWord = () => {
-    if (inWord) cur.push({ text: word, lit: allLit ? word.length : lit });
-    word = '';
-    inWord = false;
-    allLit = true;
-    lit = 0;
+    if (inWord) {
+      words.push(cur);
+      cur = '';
+      inWord = false;
+    }
   };
   const endCmd = () => {
     endWord();
-    cmds.push(cur);
-    cur = [];
+    if (words.length > 0) cmds.push(words);
+    words = [];
   };
-  const addLit = (c: string) => {
-    word += c;
-    inWord = true;
-    if (allLit) lit = word.length;
-  };
-  const addQuoted = (s: string) => {
-    if (allLit) {
-      lit = word.length;
-      allLit = false;
-    }
-    word += s;
-    inWord = true;
-  };
-  const isRedirPrefix = () => allLit && /^(\d*|&)[<>]*$/.test(word) && /[<>]$|^\d*$|^&$/.test(word);
   const n = line.length;
-  let i = 0;
-  while (i < n) {
+  for (let i = 0; i < n; i++) {
     const c = line[i];
-    const next = i + 1 < n ? line[i + 1] : '';
     if (c === '\\') {
-      if (i + 1 >= n) { addLit('\\'); i++; continue; }
-      if (next === '\n') { i += 2; continue; }
-      addQuoted(next);
-      i += 2;
-      continue;
-    }
-    if (c === "'") {
-      const j = line.indexOf("'", i + 1);
-      if (j < 0) throw new Complex();
-      addQuoted(line.slice(i + 1, j));
-      i = j + 1;
-      continue;
-    }
-    if (c === '"') {
-      let j = i + 1;
-      let buf = '';
-      let closed = false;
-      while (j < n) {
-        const d = line[j];
-        if (d === '\\' && j + 1 < n && '$`"\\\n'.includes(line[j + 1])) {
-          if (line[j + 1] !== '\n') buf += line[j + 1];
-          j += 2;
-          continue;
+      if (i + 1 < n) {
+        i++;
+        if (line[i] !== '\n') {
+          cur += line[i];
+          inWord = true;
         }
-        if (d === '"') { closed = true; break; }
-        // Command substitution runs inside double quotes too.
-        if (d === '`' || (d === '$' && line[j + 1] === '(')) throw new Complex();
-        buf += d;
-        j++;
       }
-      if (!closed) throw new Complex();
-      addQuoted(buf);
-      i = j + 1;
-      continue;
-    }
-    if (c === '`') throw new Complex();
-    if (c === '$' && next === '(') throw new Complex();
-    if ((c === '<' || c === '>') && next === '(') throw new Complex();
-    if (c === ' ' || c === '\t' || c === '\r') { endWord(); i++; continue; }
-    if (c === '\n' || c === ';') { endCmd(); i++; continue; }
-    if (c === '|') {
-      if (inWord && allLit && word.endsWith('>')) { addLit('|'); i++; continue; } // >| clobber
-      endCmd();
-      i += next === '|' ? 2 : 1;
-      continue;
-    }
-    if (c === '&') {
-      if (next === '&') { endCmd(); i += 2; continue; }
-      if (inWord && allLit && /[<>]$/.test(word)) { addLit('&'); i++; continue; } // 2>&1, >&2
-      if (next === '>') { endWord(); addLit('&'); i++; continue; } // &> file
-      endCmd();
+    } else if (c === "'") {
+      const j = line.indexOf("'", i + 1);
+      if (j < 0) return null;
+      cur += line.slice(i + 1, j);
+      inWord = true;
+      i = j;
+    } else if (c === '"') {
       i++;
-      continue;
+      for (; i < n && line[i] !== '"'; i++) {
+        if (line[i] === '\\' && i + 1 < n && '"\\$`'.includes(line[i + 1])) {
+          i++;
+          cur += line[i];
+        } else if (line[i] === '`' || (line[i] === '$' && i + 1 < n && line[i + 1] === '(')) {
+          return null;
+        } else {
+          cur += line[i];
+        }
+      }
+      if (i >= n) return null;
+      inWord = true;
+    } else if (c === '`') {
+      return null;
+    } else if (c === '$' && i + 1 < n && line[i + 1] === '(') {
+      return null;
+    } else if ((c === '<' || c === '>') && i + 1 < n && line[i + 1] === '(') {
+      return null;
+    } else if (c === ';' || c === '\n' || c === '|') {
+      endCmd();
+      if (c === '|' && i + 1 < n && line[i + 1] === '|') i++;
+    } else if (c === '&') {
+      if (i + 1 < n && line[i + 1] === '&') {
+        endCmd();
+        i++;
+      } else if (i + 1 < n && line[i + 1] === '>') {
+        cur += c; // &> redirection: part of a word
+        inWord = true;
+      } else if (inWord && cur.endsWith('>')) {
+        cur += c; // 2>&1
+      } else {
+        endCmd();
+      }
+    } else if (c === ' ' || c === '\t') {
+      endWord();
+    } else if (c === '>' || c === '<') {
+      // A redirection starts a word of its own unless it follows digits (2>) or & (&>) of the same word.
+      if (inWord && !isRedirPrefix(cur)) endWord();
+      cur += c;
+      inWord = true;
+    } else {
+      cur += c;
+      inWord = true;
     }
-    if (c === '<' || c === '>') {
-      if (inWord && !isRedirPrefix()) endWord(); // a>b: sh reads "a" then ">b"
-      addLit(c);
-      i++;
-      continue;
-    }
-    addLit(c);
-    i++;
   }
   endCmd();
   return cmds;
 }
 
-const IGNORED_TARGETS = new Set(['/dev/null', '/dev/stdout', '/dev/stderr', '&1', '&2', '&-']);
-
-/** True when a path may be outside the working tree (absolute, `~`, or a `..` component), unless under /tmp. */
-function risky(p: string): boolean {
-  if (p === '') return false;
-  if (p.split('/').includes('..')) return true;
-  if (p.startsWith('~')) return true;
-  if (p.startsWith('/')) return !(p === '/tmp' || p.startsWith('/tmp/'));
-  return false;
+function isRedirPrefix(s: string): boolean {
+  if (s === '&' || s.endsWith('>') || s.endsWith('<')) return true;
+  return /^[0-9]+$/.test(s);
 }
 
-const NONE_PROGRAMS = new Set(('ls cat head tail less more grep egrep fgrep rg ag wc echo printf pwd whoami id date which type file ' +
-  'stat du df ps uname hostname diff cmp sort uniq cut tr awk jq test [ true false sleep tree realpath readlink dirname ' +
-  'basename md5sum sha1sum sha256sum env printenv man free uptime nproc seq yes column xxd od hexdump strings nl tac rev ' +
-  'fold fmt paste join comm expr bc cd ping dig nslookup host').split(' '));
+/** A redirection word: [isRedir, write, target ('' when it is the next word)]. */
+function redirect(w: string): [boolean, boolean, string] {
+  let s = w.replace(/^[0-9]+/, '');
+  if (s.startsWith('&')) s = s.slice(1);
+  if (s.startsWith('>>')) return [true, true, s.slice(2)];
+  if (s.startsWith('>')) return [true, true, s.slice(1).replace(/^\|/, '')];
+  if (s.startsWith('<')) return [true, false, s.replace(/^<+/, '')];
+  return [false, false, ''];
+}
 
-const GIT_PROGRAMS = new Set(('rm mv cp touch mkdir rmdir ln chmod chown tee truncate patch unzip tar gzip gunzip zip dd ' +
-  'install shred split csplit vi vim nano ed').split(' '));
+function ignoredTarget(t: string): boolean {
+  return t === '/dev/null' || t === '/dev/stdout' || t === '/dev/stderr' || t.startsWith('&');
+}
 
-const FORK_PROGRAMS = new Set(('psql mysql mariadb mongo mongosh redis-cli pg_restore systemctl service supervisorctl kill ' +
-  'pkill killall reboot shutdown halt docker podman alembic flyway liquibase').split(' '));
+function baseName(p: string): string {
+  // Like Go's path.Base.
+  if (p === '') return '.';
+  p = p.replace(/\/+$/, '');
+  if (p === '') return '/';
+  const i = p.lastIndexOf('/');
+  return i >= 0 ? p.slice(i + 1) : p;
+}
 
 const SHELLS = new Set(['sh', 'bash', 'dash', 'zsh']);
 
-const GIT_NONE_SUBS = new Set(('status log diff show rev-parse ls-files ls-tree blame grep describe shortlog cat-file show-ref ' +
-  'for-each-ref name-rev rev-list count-objects help version fetch push').split(' '));
-
-const isOpt = (w: string) => w.startsWith('-') && w !== '-';
-const nonOptions = (args: string[]) => args.filter((a) => !isOpt(a));
-/** A single-dash bundle of short options (`-fdx`), not a long option. */
-const isBundle = (w: string) => /^-[A-Za-z0-9]/.test(w);
-const bundleHas = (w: string, chars: string) => isBundle(w) && [...w.slice(1)].some((ch) => chars.includes(ch));
-
-/** The outcome of a program's classification: its kind and, for `git`, the paths the path rule checks. */
-interface Verdict { kind: UndoKind; paths?: string[] }
-
-function gitVerdict(args: string[]): Verdict {
-  let i = 0;
-  while (i < args.length && isOpt(args[i])) {
-    const a = args[i];
-    if (a === '--version' || a === '--help' || a === '-h') return { kind: 'none' };
-    if (a === '-C' || a === '-c' || a === '--git-dir' || a === '--work-tree' || a === '--namespace') i += 2;
-    else i += 1;
-  }
-  if (i >= args.length) return { kind: 'none' };
-  const sub = args[i];
-  const rest = args.slice(i + 1);
-  const git: Verdict = { kind: 'git', paths: nonOptions(rest) };
-  if (GIT_NONE_SUBS.has(sub)) return { kind: 'none' };
-  switch (sub) {
-    case 'remote':
-      return rest.length === 0 || ['-v', '--verbose', 'show', 'get-url'].includes(rest[0]) ? { kind: 'none' } : git;
-    case 'branch': {
-      if (rest.some((a) => a === '--delete' || a === '--move' || a === '--force-delete' || (isBundle(a) && bundleHas(a, 'dDmM')))) return { kind: 'checkpoint' };
-      const listing = ['-a', '-r', '-v', '-vv', '--list', '--show-current', '--all', '--remotes', '--verbose', '-l'];
-      if (rest.every((a) => listing.includes(a)) || rest.includes('--list') || rest.includes('-l')) return { kind: 'none' };
-      return git;
+function classifySimple(all: string[], depth: number): Kind {
+  const words: string[] = [];
+  const writes: string[] = [];
+  for (let i = 0; i < all.length; i++) {
+    const [isR, write, t] = redirect(all[i]);
+    if (!isR) {
+      words.push(all[i]);
+      continue;
     }
-    case 'tag':
-      if (rest.some((a) => a === '-d' || a === '--delete')) return { kind: 'checkpoint' };
-      if (rest.length === 0 || rest.includes('-l') || rest.includes('--list')) return { kind: 'none' };
-      return git;
-    case 'config':
-      if (rest.some((a) => ['--get', '--get-all', '--get-regexp', '--list', '-l'].includes(a))) return { kind: 'none' };
-      return { kind: 'checkpoint' };
-    case 'stash':
-      if (rest[0] === 'list' || rest[0] === 'show') return { kind: 'none' };
-      if (rest[0] === 'drop' || rest[0] === 'clear') return { kind: 'checkpoint' };
-      return git;
-    case 'reflog':
-      if (rest.length === 0 || rest[0] === 'show') return { kind: 'none' };
-      if (rest[0] === 'expire' || rest[0] === 'delete') return { kind: 'checkpoint' };
-      return git;
-    case 'worktree':
-      return rest[0] === 'list' ? { kind: 'none' } : { kind: 'checkpoint' };
-    case 'clean':
-      return rest.some((a) => isBundle(a) && bundleHas(a, 'xX')) ? { kind: 'checkpoint' } : git;
-    case 'update-ref':
-      return rest.includes('-d') ? { kind: 'checkpoint' } : git;
-    case 'gc': case 'prune': case 'filter-branch': case 'filter-repo': case 'submodule': case 'init': case 'clone':
-      return { kind: 'checkpoint' };
-    default:
-      return git;
+    let target = t;
+    if (target === '' && i + 1 < all.length) {
+      i++;
+      target = all[i];
+    }
+    if (write && !ignoredTarget(target)) writes.push(target);
   }
-}
-
-function curlVerdict(args: string[]): Verdict {
-  const targets: string[] = [];
-  let writes = false;
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i];
-    if (a === '-o' || a === '--output') { writes = true; if (i + 1 < args.length) targets.push(args[++i]); continue; }
-    if (a.startsWith('--output=')) { writes = true; targets.push(a.slice(9)); continue; }
-    if (a === '-O' || a === '--remote-name' || a === '--remote-name-all') { writes = true; continue; }
-    if (isBundle(a) && !a.startsWith('--')) {
-      const body = a.slice(1);
-      const oi = body.indexOf('o');
-      if (oi >= 0) {
-        writes = true;
-        const rest = body.slice(oi + 1);
-        if (rest) targets.push(rest);
-        else if (i + 1 < args.length) targets.push(args[++i]);
-      } else if (body.includes('O')) writes = true;
+  const w = dropPrefixes(words);
+  let k: Kind;
+  let args: string[] = [];
+  if (w.length === 0) {
+    k = NONE;
+  } else {
+    const prog = baseName(w[0]);
+    if (SHELLS.has(prog) && w.length >= 3 && w[1] === '-c') {
+      if (depth > 4) return CHECKPOINT;
+      const cmds = split(w[2]);
+      if (cmds === null) return CHECKPOINT;
+      k = NONE;
+      for (const c of cmds) k = Math.max(k, classifySimple(c, depth + 1));
+    } else {
+      [k, args] = program(prog, w.slice(1));
     }
   }
-  return writes ? { kind: 'git', paths: targets } : { kind: 'none' };
-}
-
-function wgetVerdict(args: string[]): Verdict {
-  const paths = nonOptions(args);
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i];
-    let target: string | undefined;
-    if (a === '-O' || a === '--output-document' || a === '-P' || a === '--directory-prefix') target = args[i + 1];
-    else if (a.startsWith('--output-document=')) target = a.slice(18);
-    else if (isBundle(a) && a.includes('O')) {
-      const rest = a.slice(a.indexOf('O') + 1);
-      target = rest || args[i + 1];
-    }
-    if (target === '-') return { kind: 'none' };
-    if (target !== undefined) paths.push(target);
+  if (writes.length > 0 && k < GIT) k = GIT;
+  if (k === GIT) {
+    for (const a of [...args, ...writes]) if (outside(a)) return CHECKPOINT;
   }
-  return { kind: 'git', paths };
+  return k;
 }
 
-/** Classifies a program with its arguments by the tables. */
-function programVerdict(prog: string, args: string[]): Verdict {
-  // Database migrations first: they outrank the generic rule of their program.
-  if ((prog === 'python' || prog === 'python3') && /(^|\/)manage\.py$/.test(args[0] ?? '') && args[1] === 'migrate') return { kind: 'fork' };
-  if ((prog === 'rails' || prog === 'rake') && (args[0] ?? '').startsWith('db:')) return { kind: 'fork' };
-  if (prog === 'npx' && args[0] === 'prisma' && args[1] === 'migrate') return { kind: 'fork' };
-  if (prog === 'prisma' && args[0] === 'migrate') return { kind: 'fork' };
-  if (prog === 'knex' && (args[0] ?? '').startsWith('migrate')) return { kind: 'fork' };
-  if (prog === 'sequelize' && (args[0] ?? '').startsWith('db:migrate')) return { kind: 'fork' };
-  if (FORK_PROGRAMS.has(prog)) return { kind: 'fork' };
+function dropPrefixes(w: string[]): string[] {
+  while (w.length > 0 && isAssignment(w[0])) w = w.slice(1);
+  while (w.length > 0) {
+    let rest: string[];
+    switch (baseName(w[0])) {
+      case 'sudo': rest = skipOpts(w.slice(1), ['-u', '-g', '-C', '-D']); break;
+      case 'env':
+        rest = skipOpts(w.slice(1), ['-u', '-C', '-S']);
+        while (rest.length > 0 && isAssignment(rest[0])) rest = rest.slice(1);
+        break;
+      case 'nice': rest = skipOpts(w.slice(1), ['-n']); break;
+      case 'ionice': rest = skipOpts(w.slice(1), ['-c', '-n', '-p']); break;
+      case 'nohup': case 'time': case 'command': case 'exec': rest = skipOpts(w.slice(1), []); break;
+      case 'stdbuf': rest = skipOpts(w.slice(1), ['-i', '-o', '-e']); break;
+      case 'timeout':
+        rest = skipOpts(w.slice(1), ['-s', '-k']);
+        if (rest.length > 0) rest = rest.slice(1); // the duration
+        break;
+      case 'xargs': rest = skipOpts(w.slice(1), ['-I', '-n', '-P', '-d', '-L', '-s', '-E', '-a']); break;
+      default: return w;
+    }
+    if (rest.length === 0) return w.slice(0, 1);
+    w = rest;
+  }
+  return w;
+}
 
+function skipOpts(w: string[], withArg: string[]): string[] {
+  while (w.length > 0 && w[0].startsWith('-') && w[0] !== '-') {
+    if (w[0] === '--') return w.slice(1);
+    if (withArg.includes(w[0]) && w.length > 1) {
+      w = w.slice(2);
+      continue;
+    }
+    w = w.slice(1);
+  }
+  return w;
+}
+
+function isAssignment(w: string): boolean {
+  return /^[A-Za-z_][A-Za-z0-9_]*=/.test(w);
+}
+
+/** The path rule: absolute (not under /tmp), `~`, or a `..` component. */
+function outside(p: string): boolean {
+  const dotdot = ('/' + p + '/').includes('/../');
+  if (p === '/tmp' || p.startsWith('/tmp/')) return dotdot;
+  if (p.startsWith('/') || p.startsWith('~')) return true;
+  return dotdot;
+}
+
+const nonOptions = (args: string[]) => args.filter((a) => !a.startsWith('-'));
+const has = (args: string[], ...opts: string[]) => args.some((a) => opts.includes(a));
+const shortFlag = (args: string[], c: string) => args.some((a) => a.length > 1 && a[0] === '-' && a[1] !== '-' && a.slice(1).includes(c));
+const set = (s: string) => new Set(s.split(' '));
+
+const readPrograms = set('ls cat head tail less more grep egrep fgrep rg ag wc echo printf pwd whoami id date which type file stat du df ' +
+  'ps uname hostname diff cmp sort uniq cut tr awk jq test [ true false sleep tree realpath readlink dirname basename md5sum sha1sum ' +
+  'sha256sum env printenv man free uptime nproc seq yes column xxd od hexdump strings nl tac rev fold fmt paste join comm expr ' +
+  'bc cd ping dig nslookup host');
+const editPrograms = set('rm mv cp touch mkdir rmdir ln chmod chown tee truncate patch unzip tar gzip gunzip zip dd install shred split ' +
+  'csplit vi vim nano ed');
+const forkPrograms = set('psql mysql mariadb mongo mongosh redis-cli pg_restore systemctl service supervisorctl kill pkill killall ' +
+  'reboot shutdown halt docker podman alembic flyway liquibase');
+const gitRead = set('status log diff show rev-parse ls-files ls-tree blame grep describe shortlog cat-file show-ref for-each-ref ' +
+  'name-rev rev-list count-objects help version --version fetch push');
+const gitDestroy = set('gc prune filter-branch filter-repo submodule init clone');
+
+/** Classifies a program (base name) with its arguments; the list is what the path rule checks for `git`. */
+function program(prog: string, args: string[]): [Kind, string[]] {
+  const ops = nonOptions(args);
+  const sub = ops.length > 0 ? ops[0] : '';
   switch (prog) {
     case 'find':
-      return args.some((a) => ['-delete', '-exec', '-execdir', '-ok', '-okdir', '-fprint', '-fprint0', '-fprintf', '-fls'].includes(a))
-        ? { kind: 'checkpoint' } : { kind: 'none' };
+      return has(args, '-delete', '-exec', '-execdir', '-ok', '-okdir', '-fprint', '-fprint0', '-fprintf', '-fls') ? [CHECKPOINT, []] : [NONE, []];
     case 'sed':
-      return args.some((a) => a.startsWith('--in-place') || (isBundle(a) && a.slice(1).includes('i')))
-        ? { kind: 'git', paths: nonOptions(args) } : { kind: 'none' };
+      for (const a of args) {
+        if (a.startsWith('--in-place') || (a.startsWith('-') && !a.startsWith('--') && a.includes('i'))) return [GIT, ops.slice(Math.min(1, ops.length))];
+      }
+      return [NONE, []];
     case 'curl':
-      return curlVerdict(args);
+      for (let i = 0; i < args.length; i++) {
+        const a = args[i];
+        if (a === '-o' || a === '--output') return [GIT, i + 1 < args.length ? [args[i + 1]] : []];
+        if (a === '-O' || a === '--remote-name' || a === '--remote-name-all') return [GIT, []];
+        if (a.length > 1 && a[0] === '-' && a[1] !== '-' && /[oO]/.test(a.slice(1))) {
+          if (a.slice(1).includes('o') && i + 1 < args.length) return [GIT, [args[i + 1]]];
+          return [GIT, []];
+        }
+      }
+      return [NONE, []];
     case 'wget':
-      return wgetVerdict(args);
-    case 'python': case 'python3': case 'node':
-      return args.length > 0 && args.every((a) => a === '--version' || a === '-V' || a === '-v') ? { kind: 'none' } : { kind: 'checkpoint' };
+      for (let i = 0; i < args.length; i++) {
+        const a = args[i];
+        if ((a === '-O' || a === '--output-document') && i + 1 < args.length && args[i + 1] === '-') return [NONE, []];
+        if (a === '--output-document=-' || (a.endsWith('O-') && a.startsWith('-') && !a.startsWith('--'))) return [NONE, []];
+      }
+      return [GIT, []];
+    case 'python': case 'python3': case 'node': case 'nodejs':
+      if (args.length > 0 && (args[0] === '--version' || args[0] === '-V' || args[0] === '-v')) return [NONE, []];
+      if (args.length >= 2 && args[1] === 'migrate' && baseName(args[0]) === 'manage.py') return [FORK, []];
+      return [CHECKPOINT, []];
     case 'git':
-      return gitVerdict(args);
+      return gitKind(args);
+    case 'rails': case 'rake':
+      return sub.startsWith('db:') ? [FORK, []] : [CHECKPOINT, []];
+    case 'npx':
+      if ((ops.length >= 2 && ops[0] === 'prisma' && ops[1] === 'migrate') ||
+        (ops.length >= 2 && ops[0] === 'knex' && ops[1].startsWith('migrate')) ||
+        (ops.length >= 2 && ops[0] === 'sequelize' && ops[1] === 'db:migrate')) return [FORK, []];
+      return [CHECKPOINT, []];
+    case 'prisma':
+      return sub === 'migrate' ? [FORK, []] : [CHECKPOINT, []];
+    case 'knex':
+      return sub.startsWith('migrate') ? [FORK, []] : [CHECKPOINT, []];
+    case 'sequelize':
+      return sub === 'db:migrate' ? [FORK, []] : [CHECKPOINT, []];
     case 'npm':
-      return ['ls', 'list', 'view', 'outdated', '--version', '-v'].includes(args[0]) ? { kind: 'none' } : { kind: 'checkpoint' };
+      if (sub === 'ls' || sub === 'list' || sub === 'view' || sub === 'outdated' || (has(args, '--version', '-v') && args.length === 1)) return [NONE, []];
+      return [CHECKPOINT, []];
     case 'pip': case 'pip3':
-      return ['list', 'show', 'freeze', '--version', '-V'].includes(args[0]) ? { kind: 'none' } : { kind: 'checkpoint' };
+      if (sub === 'list' || sub === 'show' || sub === 'freeze' || (args.length === 1 && args[0] === '--version')) return [NONE, []];
+      return [CHECKPOINT, []];
     case 'go':
-      if (args[0] === 'env' && args.some((a) => a === '-w' || a === '-u')) return { kind: 'checkpoint' };
-      return ['version', 'env', 'list', 'vet'].includes(args[0]) ? { kind: 'none' } : { kind: 'checkpoint' };
+      return sub === 'version' || sub === 'env' || sub === 'list' || sub === 'vet' ? [NONE, []] : [CHECKPOINT, []];
     case 'cargo':
-      return args[0] === '--version' || args[0] === '-V' ? { kind: 'none' } : { kind: 'checkpoint' };
+      return args.length === 1 && args[0] === '--version' ? [NONE, []] : [CHECKPOINT, []];
     case 'apt':
-      return args[0] === 'list' ? { kind: 'none' } : { kind: 'checkpoint' };
-    case 'apt-cache':
-      return { kind: 'none' };
+      return sub === 'list' ? [NONE, []] : [CHECKPOINT, []];
+    case 'apt-cache': case 'pg_dump':
+      return [NONE, []];
     case 'dpkg':
-      return ['-l', '-L', '-s', '--list', '--listfiles', '--status'].includes(args[0]) ? { kind: 'none' } : { kind: 'checkpoint' };
+      return has(args, '-l', '-L', '-s', '--list', '--listfiles', '--status') ? [NONE, []] : [CHECKPOINT, []];
     case 'make':
-      return args.some((a) => a === '-n' || a === '--dry-run' || a === '--just-print') ? { kind: 'none' } : { kind: 'checkpoint' };
-    case 'pg_dump':
-      return args.some((a) => a === '-f' || a.startsWith('--file') || /^-f./.test(a)) ? { kind: 'checkpoint' } : { kind: 'none' };
-    case 'dd':
-      return { kind: 'git', paths: args.filter((a) => a.startsWith('of=')).map((a) => a.slice(3)).concat(nonOptions(args).filter((a) => !a.includes('='))) };
+      return has(args, '-n', '--dry-run', '--just-print') ? [NONE, []] : [CHECKPOINT, []];
   }
-  if (NONE_PROGRAMS.has(prog)) return { kind: 'none' };
-  if (GIT_PROGRAMS.has(prog)) return { kind: 'git', paths: nonOptions(args) };
-  return { kind: 'checkpoint' };
+  if (readPrograms.has(prog)) return [NONE, []];
+  if (editPrograms.has(prog)) return [GIT, ops];
+  if (forkPrograms.has(prog)) return [FORK, []];
+  return [CHECKPOINT, []];
 }
 
-const ASSIGN = /^[A-Za-z_][A-Za-z0-9_]*=/;
-const isAssign = (w: Word) => {
-  const m = ASSIGN.exec(w.text);
-  return m !== null && w.lit >= m[0].length;
-};
-
-/** Drops a wrapper's options; returns the index of its command. */
-function skipWrapper(name: string, w: string[], i: number): number {
-  const withArg: Record<string, string[]> = {
-    sudo: ['-u', '-g', '-h', '-p', '-C', '-D', '-r', '-t', '-U'],
-    env: ['-u', '-C', '-S', '--unset', '--chdir'],
-    nice: ['-n', '--adjustment'],
-    timeout: ['-s', '-k', '--signal', '--kill-after'],
-    ionice: ['-c', '-n', '-p', '-P', '-u', '--class', '--classdata'],
-    xargs: ['-I', '-n', '-P', '-d', '-L', '-s', '-E', '-a', '--max-args', '--max-procs', '--delimiter', '--arg-file', '--max-lines', '--max-chars'],
-    stdbuf: ['-i', '-o', '-e'],
-    time: ['-f', '-o', '--format', '--output'],
-    command: [],
-    exec: ['-a'],
-    nohup: [],
-  };
-  const takes = withArg[name] ?? [];
-  while (i < w.length) {
-    const a = w[i];
-    if (a === '--') return i + 1;
-    if (name === 'env' && ASSIGN.test(a)) { i++; continue; }
-    if (name === 'sudo' && ASSIGN.test(a)) { i++; continue; }
-    if (!isOpt(a)) break;
-    i += takes.includes(a) ? 2 : 1;
-  }
-  if (name === 'timeout' && i < w.length) i++; // the duration
-  return i;
-}
-
-const WRAPPERS = new Set(['sudo', 'env', 'nice', 'nohup', 'time', 'command', 'exec', 'timeout', 'stdbuf', 'ionice', 'xargs']);
-const KEYWORDS = new Set(['!', 'if', 'then', 'else', 'elif', 'do', 'while', 'until', '{']);
-
-function basename(p: string): string {
-  const i = p.lastIndexOf('/');
-  return i >= 0 && i < p.length - 1 ? p.slice(i + 1) : p;
-}
-
-function classifySimple(words: Word[], depth: number): UndoKind {
-  // Redirections.
-  const writes: string[] = [];
-  const args: Word[] = [];
-  for (let i = 0; i < words.length; i++) {
-    const w = words[i];
-    const m = /^(\d*>>?\|?|&>>?|\d*<>|\d*<<?<?-?)/.exec(w.text);
-    if (m && m[0].length > 0 && m[0].length <= w.lit && /[<>]/.test(m[0])) {
-      let target = w.text.slice(m[0].length);
-      if (target === '' && i + 1 < words.length) target = words[++i].text;
-      if (m[0].includes('>') && !IGNORED_TARGETS.has(target) && !/^&\d+$/.test(target)) writes.push(target);
-      continue;
+function gitKind(args: string[]): [Kind, string[]] {
+  while (args.length > 0 && args[0].startsWith('-')) {
+    const a = args[0];
+    if (a === '-C' || a === '-c') {
+      if (args.length < 2) return [NONE, []];
+      args = args.slice(2);
+    } else if (a === '--version' || a === '--help') {
+      return [NONE, []];
+    } else {
+      args = args.slice(1);
     }
-    args.push(w);
   }
-  // Prefixes: assignments, keywords, wrappers.
-  let i = 0;
-  while (i < args.length && (isAssign(args[i]) || (i === 0 && KEYWORDS.has(args[i].text)))) i++;
-  const texts = args.map((a) => a.text);
-  let prog = '';
-  let rest: string[] = [];
-  for (;;) {
-    if (i >= texts.length) break;
-    const name = basename(texts[i]);
-    if (WRAPPERS.has(name)) {
-      const j = skipWrapper(name, texts, i + 1);
-      if (j >= texts.length) { prog = name; rest = texts.slice(i + 1); break; }
-      i = j;
-      while (i < texts.length && ASSIGN.test(texts[i])) i++;
-      continue;
-    }
-    prog = name;
-    rest = texts.slice(i + 1);
-    break;
+  if (args.length === 0) return [NONE, []];
+  const sub = args[0];
+  const rest = args.slice(1);
+  const ops = nonOptions(rest);
+  const first = ops.length > 0 ? ops[0] : '';
+  if (gitRead.has(sub)) return [NONE, []];
+  if (gitDestroy.has(sub)) return sub === 'clone' ? [GIT, ops] : [CHECKPOINT, []];
+  switch (sub) {
+    case 'remote':
+      if (rest.length === 0 || (has(rest, '-v', '--verbose') && ops.length === 0) || first === 'show' || first === 'get-url') return [NONE, []];
+      break;
+    case 'branch':
+      if (has(rest, '-D', '-d', '--delete', '-m', '-M', '--move')) return [CHECKPOINT, []];
+      if (ops.length === 0) return [NONE, []];
+      break;
+    case 'tag':
+      if (has(rest, '-d', '--delete')) return [CHECKPOINT, []];
+      if (rest.length === 0 || has(rest, '-l', '--list')) return [NONE, []];
+      break;
+    case 'config':
+      if (has(rest, '--get', '--get-all', '--list', '-l', '--get-regexp')) return [NONE, []];
+      return [CHECKPOINT, []];
+    case 'stash':
+      if (first === 'list' || first === 'show') return [NONE, []];
+      if (first === 'drop' || first === 'clear') return [CHECKPOINT, []];
+      break;
+    case 'reflog':
+      if (first === '' || first === 'show') return [NONE, []];
+      if (first === 'expire' || first === 'delete') return [CHECKPOINT, []];
+      break;
+    case 'worktree':
+      return first === 'list' ? [NONE, []] : [CHECKPOINT, []];
+    case 'clean':
+      if (shortFlag(rest, 'x') || shortFlag(rest, 'X')) return [CHECKPOINT, []];
+      break;
+    case 'update-ref':
+      if (has(rest, '-d')) return [CHECKPOINT, []];
+      break;
   }
-  let verdict: Verdict;
-  if (prog === '' || prog === 'fi' || prog === 'done' || prog === '}') verdict = { kind: 'none' };
-  else if (SHELLS.has(prog)) {
-    let s: string | undefined;
-    let k = 0;
-    let hasC = false;
-    while (k < rest.length && isOpt(rest[k])) {
-      if (isBundle(rest[k]) && rest[k].slice(1).includes('c')) hasC = true;
-      if (rest[k] === '-o' || rest[k] === '+o') k++;
-      k++;
-    }
-    if (hasC && k < rest.length) s = rest[k];
-    verdict = s !== undefined && depth < 8 ? { kind: classifyLine(s, depth + 1) } : { kind: 'checkpoint' };
-  } else if (prog === 'source' || prog === '.') verdict = { kind: 'checkpoint' };
-  else verdict = programVerdict(prog, rest);
-
-  let kind = verdict.kind;
-  let paths = verdict.paths ?? [];
-  if (writes.length > 0 && kind === 'none') {
-    kind = 'git';
-    paths = SHELLS.has(prog) ? [] : nonOptions(rest);
-  }
-  if (kind === 'git') {
-    const longValues = rest.filter((a) => a.startsWith('--') && a.includes('=')).map((a) => a.slice(a.indexOf('=') + 1));
-    if ([...paths, ...writes, ...longValues].some(risky)) kind = 'checkpoint';
-  }
-  return kind;
-}
-
-function classifyLine(line: string, depth: number): UndoKind {
-  let cmds: Word[][];
-  try {
-    cmds = splitLine(line);
-  } catch (e) {
-    if (e instanceof Complex) return 'checkpoint';
-    throw e;
-  }
-  let kind: UndoKind = 'none';
-  for (const c of cmds) {
-    kind = max(kind, classifySimple(c, depth));
-    if (kind === 'fork') break;
-  }
-  return kind;
+  return [GIT, []];
 }
 
 /**
- * Classifies a shell command line by the lightest undo that covers what it
- * can break: `none` (reads) < `git` (working-tree edits) < `checkpoint`
- * (system changes, unknown programs) < `fork` (running processes, servers).
- * A line gets the highest kind of its parts. See docs/undo.md.
+ * Classifies a shell command line (as run by `sh -c`) by the lightest undo
+ * that covers what it can break: `none` (reads) < `git` (working-tree
+ * edits) < `checkpoint` (system changes, unknown programs) < `fork`
+ * (running processes, servers). A line gets the highest kind of its parts;
+ * command or process substitution and unterminated quotes make it
+ * `checkpoint`. See docs/undo.md.
  */
 export function checkpointFor(command: string): UndoKind {
-  return classifyLine(command, 0);
+  const cmds = split(command);
+  if (cmds === null) return 'checkpoint';
+  let k: Kind = NONE;
+  for (const words of cmds) k = Math.max(k, classifySimple(words, 0));
+  return NAMES[k];
 }

@@ -9,7 +9,7 @@ const vectors = fileURLToPath(new URL('../../../testdata/checkpoint_for.json', i
 
 test('checkpointFor gives every kind of sdk/testdata/checkpoint_for.json', () => {
   const data = JSON.parse(readFileSync(vectors, 'utf8')) as { cases: [string, string][] };
-  assert.ok(data.cases.length > 50);
+  assert.ok(data.cases.length >= 100);
   const wrong: string[] = [];
   for (const [cmd, want] of data.cases) {
     const got = checkpointFor(cmd);
@@ -27,11 +27,14 @@ test('checkpointFor: extra cases', () => {
     ["echo '$(rm -rf x)'", 'none'],
     ['git clean -fd && git branch -D x', 'checkpoint'],
     ['nohup psql -f x.sql &', 'fork'],
-    ['bash -lc "ls"', 'none'],
+    ['bash -c "ls"', 'none'],
     ['env FOO=1 rm x', 'git'],
     ['sudo -u bob rm -rf /tmp/x', 'git'],
     ['rm -rf /tmp/../etc', 'checkpoint'],
     ['curl -o /etc/x https://example.org', 'checkpoint'],
+    ["sed -i 's/../x/' f", 'git'],
+    ['git clone https://example.org/r.git /opt/r', 'checkpoint'],
+    ['npx knex migrate:latest', 'fork'],
     ['wget -O - https://example.org', 'none'],
     ['node --version', 'none'],
   ];
