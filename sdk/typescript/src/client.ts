@@ -41,8 +41,8 @@ export interface LongOptions extends CallOptions {
   onProgress?: ProgressCallback;
 }
 
-/** A command: a shell line (run as `["sh","-c",line]`) or an argv. */
-export type Command = string | string[];
+/** A command: a shell line (run as `["sh","-c",line]`), an argv, or a whole wire exec request. */
+export type Command = string | string[] | ExecRequest;
 
 /** Options of {@link Sandbox.exec} and {@link Sandbox.execStream}. */
 export interface ExecOptions extends CallOptions {
@@ -72,7 +72,7 @@ export interface ForkResult {
 
 /** Builds the wire request of an exec. */
 export function execRequest(cmd: Command, o: ExecOptions = {}): ExecRequest {
-  const req: ExecRequest = { cmd: typeof cmd === 'string' ? ['sh', '-c', cmd] : cmd };
+  const req: ExecRequest = typeof cmd === 'string' ? { cmd: ['sh', '-c', cmd] } : Array.isArray(cmd) ? { cmd } : { ...cmd };
   if (o.cwd !== undefined) req.cwd = o.cwd;
   if (o.env !== undefined) req.env = o.env;
   if (o.timeoutMs !== undefined) req.timeout_ms = o.timeoutMs;
@@ -277,7 +277,11 @@ export class Sandbox {
     return this;
   }
 
-  /** Runs a command and waits for it (buffered answer). A string runs as `["sh","-c",cmd]`. */
+  /**
+   * Runs a command and waits for it (buffered answer). A string runs as
+   * `["sh","-c",cmd]`; an array is the argv; an object is a wire exec
+   * request (options override its fields).
+   */
   exec(cmd: Command, o: ExecOptions = {}): Promise<ExecResult> {
     return this.t.json<ExecResult>({ method: 'POST', path: this.p('exec'), json: execRequest(cmd, o), signal: o.signal });
   }

@@ -77,8 +77,10 @@ export interface CreateSandboxRequest {
 
 /** Body of `PUT /v1/sandboxes/{name}`: the fields given change. */
 export interface UpdateSandboxRequest {
-  /** Rename the sandbox. */
+  /** Rename the sandbox (409 `name_taken` when another has the name). */
   name?: string;
+  /** Replaces all of the sandbox's labels. */
+  labels?: Record<string, string>;
   timeout_ms?: number;
   keep_alive_while_running?: boolean;
 }
