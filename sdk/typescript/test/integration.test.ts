@@ -1,0 +1,294 @@
+// Integration tests against a real sbxd: SBX_SOCKET (Unix socket) and/or
+// SBX_URL + SBX_API_KEY (TCP). Without either they are skipped, unless
+// CI=true, where they fail instead.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  Client, FileNotFoundError, NotFoundError, SandboxNotFoundError, SnapshotNotFoundError, UnauthorizedError,
+  chain, goBackTo, guarded, randomSuffix, remember, tryInCopy, type Sandbox,
+} from '../src/index.js';
+
+const env = process.env;
+const ci = env.CI === 'true';
+const haveSocket = !!env.SBX_SOCKET;
+const haveTcp = !!env.SBX_URL;
+const configured = haveSocket || haveTcp;
+const LABEL = { 'sdk-ts-test': '1' };
+const SMALL = { cpus: 1, memory_mb: 512, network: { internet: false }, labels: LABEL };
+const T = { timeout: 180_000 };
+
+function skipReason(need: boolean, what: string): string | false {
+  if (need) return false;
+  if (ci) return false; // the test runs and fails below
+  return `${what} not set`;
+}
+
+function requireConfigured(need: boolean, what: string) {
+  if (!need) assert.fail(`CI=true but ${what} is not set: integration tests must run in CI`);
+}
+
+const socketClient = () => new Client({ socket: env.SBX_SOCKET });
+const tcpClient = (key = env.SBX_API_KEY) => new Client({ url: env.SBX_URL, apiKey: key });
+const mainClient = () => (haveSocket ? socketClient() : tcpClient());
+const uname = (p: string) => `ts-${p}-${randomSuffix()}`;
+
+async function basics(client: Client) {
+  const name = uname('basic');
+  const sb = await client.create({ name, ...SMALL });
+  try {
+    assert.equal(sb.name, name);
+    assert.match(sb.id, /^sbx_[0-9a-f]{16}$/);
+    const r = await sb.exec('echo hello; echo oops >&2; exit 4');
+    assert.equal(r.stdout, 'hello\n');
+    assert.equal(r.stderr, 'oops\n');
+    assert.equal(r.exit_code, 4);
+    const argv = await sb.exec(['printf', '%s|', 'a b', 'c'], { cwd: '/tmp', env: { X: '1' } });
+    assert.equal(argv.stdout, 'a b|c|');
+    const w = await sb.writeFile('/workspace/dir/a.txt', 'content\n', { mode: 0o600 });
+    assert.equal(w.size, 8);
+    assert.equal(await sb.readText('/workspace/dir/a.txt'), 'content\n');
+    const bin = new Uint8Array([0, 1, 2, 255]);
+    await sb.writeFile('/workspace/dir/b.bin', bin);
+    assert.deepEqual(new Uint8Array(await sb.readFile('/workspace/dir/b.bin')), bin);
+    const ls = await sb.listFiles('/workspace/dir');
+    assert.deepEqual(ls.map((f) => f.name), ['a.txt', 'b.bin']);
+    assert.equal(ls[0].mode, 0o600);
+    await sb.deleteFile('/workspace/dir/a.txt');
+    await assert.rejects(sb.readFile('/workspace/dir/a.txt'), FileNotFoundError);
+    const stdin = await sb.exec('cat', { stdin: 'from stdin' });
+    assert.equal(stdin.stdout, 'from stdin');
+    const listed = await client.list({ labels: LABEL });
+    assert.ok(listed.some((s) => s.id === sb.id));
+    assert.equal((await client.get(name)).id, sb.id);
+  } finally {
+    await sb.delete();
+  }
+  await assert.rejects(client.get(name), SandboxNotFoundError);
+}
+
+describe('sbxd transports', () => {
+  test('create/exec/files/delete over the Unix socket', { ...T, skip: skipReason(haveSocket, 'SBX_SOCKET') }, async () => {
+    requireConfigured(haveSocket, 'SBX_SOCKET');
+    const c = socketClient();
+    try { await basics(c); } finally { c.close(); }
+  });
+
+  test('create/exec/files/delete over TCP with the API key', { ...T, skip: skipReason(haveTcp, 'SBX_URL') }, async () => {
+    requireConfigured(haveTcp, 'SBX_URL');
+    const c = tcpClient();
+    try { await basics(c); } finally { c.close(); }
+    const bad = tcpClient('wrong-key-0123456789abcdef');
+    try {
+      const err = await bad.health().then(() => null, (e) => e);
+      assert.ok(err instanceof UnauthorizedError, String(err));
+      assert.equal(err.status, 401);
+      assert.equal(err.code, 'unauthorized');
+    } finally { bad.close(); }
+  });
+});
+
+describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET nor SBX_URL set' }, () => {
+  let client: Client;
+  let sb: Sandbox;
+
+  before(async () => {
+    requireConfigured(configured, 'SBX_SOCKET or SBX_URL');
+    client = mainClient();
+    sb = await client.create({ name: uname('it'), ...SMALL });
+  });
+
+  after(async () => {
+    if (sb) await sb[Symbol.asyncDispose]();
+    // Anything a failed test left behind.
+    if (client) {
+      for (const s of await client.list({ labels: LABEL })) await s.delete().catch(() => {});
+      client.close();
+    }
+  });
+
+  test('typed error for a missing sandbox', T, async () => {
+    const err = await client.get(`missing-${randomSuffix()}`).then(() => null, (e) => e);
+    assert.ok(err instanceof SandboxNotFoundError);
+    assert.ok(err instanceof NotFoundError);
+    assert.equal(err.code, 'sandbox_not_found');
+    assert.equal(err.status, 404);
+    await assert.rejects(client.delete(`missing-${randomSuffix()}`), SandboxNotFoundError);
+  });
+
+  test('streamed exec', T, async () => {
+    const events = [];
+    for await (const ev of sb.execStream('echo one; sleep 0.2; echo two >&2; exit 3')) events.push(ev);
+    assert.equal(events[0].type, 'start');
+    const out = events.filter((e) => e.type === 'stdout').map((e) => (e as { data: string }).data).join('');
+    const err = events.filter((e) => e.type === 'stderr').map((e) => (e as { data: string }).data).join('');
+    assert.equal(out, 'one\n');
+    assert.equal(err, 'two\n');
+    const exit = events[events.length - 1];
+    assert.equal(exit.type, 'exit');
+    assert.equal((exit as { exit_code: number }).exit_code, 3);
+  });
+
+  test('checkpoint and restore', T, async () => {
+    await sb.writeFile('/workspace/state.txt', 'v1');
+    const progress: string[] = [];
+    const cp = await sb.checkpoint({ comment: 'state v1', onProgress: (m) => progress.push(m) });
+    assert.match(cp.id, /^v\d+$/);
+    assert.equal(cp.comment, 'state v1');
+    assert.ok((await sb.checkpoints()).some((c) => c.id === cp.id));
+    assert.equal((await sb.getCheckpoint(cp.id)).id, cp.id);
+    await sb.writeFile('/workspace/state.txt', 'v2');
+    await sb.writeFile('/workspace/later.txt', 'x');
+    const d = await sb.diff({ from: cp.id });
+    assert.ok(d.added.some((c) => c.path === '/workspace/later.txt'), JSON.stringify(d));
+    await sb.restore(cp.id);
+    assert.equal(await sb.readText('/workspace/state.txt'), 'v1');
+    await assert.rejects(sb.readFile('/workspace/later.txt'), FileNotFoundError);
+  });
+
+  test('tryInCopy: verify fails → original untouched, copy deleted', T, async () => {
+    const id = sb.id;
+    const r = await tryInCopy(sb, 'echo changed > /workspace/try.txt', 'false');
+    assert.equal(r.kept, false);
+    assert.equal(r.sandbox.id, id);
+    assert.equal(r.step.exit_code, 0);
+    assert.ok(r.verify && r.verify.exit_code === 1);
+    assert.equal(r.leftover, '');
+    await assert.rejects(sb.readFile('/workspace/try.txt'), FileNotFoundError);
+    const all = await client.list();
+    assert.ok(!all.some((s) => s.name.startsWith(`${sb.name}-try-`)), 'the copy is deleted');
+  });
+
+  test('tryInCopy: step fails → verify not run', T, async () => {
+    const r = await tryInCopy(sb, 'echo x > /workspace/try2.txt; exit 7', 'touch /workspace/verified');
+    assert.equal(r.kept, false);
+    assert.equal(r.step.exit_code, 7);
+    assert.equal(r.verify, null);
+    await assert.rejects(sb.readFile('/workspace/try2.txt'), FileNotFoundError);
+  });
+
+  test('tryInCopy: pass → the copy takes the name, rules and labels; the original id is gone', T, async () => {
+    const rules = await sb.setNetwork({ internet: true, allow: ['pkg.example.org'], deny: [], connect: [] });
+    const oldId = sb.id;
+    const name = sb.name;
+    const r = await tryInCopy(sb, 'echo kept > /workspace/kept.txt', 'grep -q kept /workspace/kept.txt');
+    assert.equal(r.kept, true);
+    assert.equal(r.leftover, '');
+    assert.equal(r.sandbox, sb, 'the handle now points at the copy');
+    assert.equal(sb.name, name);
+    assert.notEqual(sb.id, oldId);
+    await assert.rejects(client.get(oldId), SandboxNotFoundError);
+    const got = await client.get(name);
+    assert.equal(got.id, sb.id);
+    assert.deepEqual(got.labels, LABEL);
+    assert.deepEqual(await sb.getNetwork(), rules);
+    assert.equal(await sb.readText('/workspace/kept.txt'), 'kept\n');
+    await sb.setNetwork({ internet: false });
+  });
+
+  test('guarded: git rollback of a failing edit', T, async () => {
+    const setup = await sb.exec(`mkdir -p /workspace/repo && cd /workspace/repo && git init -q && echo hello > a.txt &&
+      git add . && git -c user.name=t -c user.email=t@example.org commit -qm init`);
+    assert.equal(setup.exit_code, 0, setup.stderr);
+    const id = sb.id;
+    const g = await guarded(sb, "sed -i 's/hello/bye/' a.txt && echo new > b.txt && rm a.txt && false", { cwd: '/workspace/repo' });
+    assert.equal(g.undo, 'git');
+    assert.equal(g.result.exit_code, 1);
+    assert.equal(g.rolled_back, true, g.rollback_error);
+    assert.equal(g.sandbox.id, id);
+    assert.equal(await sb.readText('/workspace/repo/a.txt'), 'hello\n');
+    await assert.rejects(sb.readFile('/workspace/repo/b.txt'), FileNotFoundError);
+    const st = await sb.exec('git status --porcelain', { cwd: '/workspace/repo' });
+    assert.equal(st.stdout, '');
+    // A passing edit stays.
+    const ok = await guarded(sb, "sed -i 's/hello/bye/' a.txt", { cwd: '/workspace/repo' });
+    assert.equal(ok.undo, 'git');
+    assert.equal(ok.rolled_back, false);
+    assert.equal(await sb.readText('/workspace/repo/a.txt'), 'bye\n');
+  });
+
+  test('guarded: git outside a repository falls back to a checkpoint', T, async () => {
+    const g = await guarded(sb, 'echo x > notes.txt && false', { cwd: '/tmp' });
+    assert.equal(g.undo, 'checkpoint');
+    assert.equal(g.rolled_back, true);
+    await assert.rejects(sb.readFile('/tmp/notes.txt'), FileNotFoundError);
+  });
+
+  test('guarded: checkpoint class rollback; none runs as is', T, async () => {
+    const g = await guarded(sb, 'echo broken > /etc/sbx-test.conf && exit 1');
+    assert.equal(g.undo, 'checkpoint');
+    assert.equal(g.result.undo?.kind, 'checkpoint');
+    assert.equal(g.rolled_back, true);
+    await assert.rejects(sb.readFile('/etc/sbx-test.conf'), FileNotFoundError);
+    const n = await guarded(sb, 'ls /');
+    assert.equal(n.undo, 'none');
+    assert.equal(n.result.undo, undefined);
+  });
+
+  test('exec undo fields (server-side, auto)', T, async () => {
+    await sb.writeFile('/workspace/keep.txt', 'keep');
+    const r = await sb.exec('rm /workspace/keep.txt && exit 2', { undo: 'auto', rollbackOnFailure: true });
+    assert.equal(r.exit_code, 2);
+    assert.equal(r.undo?.kind, 'checkpoint');
+    assert.equal(r.undo?.class, 'checkpoint');
+    assert.equal(r.undo?.rolled_back, true);
+    assert.equal(await sb.readText('/workspace/keep.txt'), 'keep');
+  });
+
+  test('remember / goBackTo / chain', T, async () => {
+    const ids: string[] = [];
+    try {
+      await sb.writeFile('/workspace/a', 'a');
+      ids.push((await remember(sb, 'a')).id);
+      await sb.writeFile('/workspace/b', 'b');
+      ids.push((await remember(sb, 'b')).id);
+      const c = await chain(sb);
+      assert.deepEqual(c.map((s) => s.name), ['a', 'b']);
+      assert.deepEqual(c[0].metadata, { sbx_chain: { sandbox: sb.name, step: 'a' } });
+      await assert.rejects(goBackTo(sb, 'nope'), SnapshotNotFoundError);
+      const oldId = sb.id;
+      const name = sb.name;
+      const back = await goBackTo(sb, 'a');
+      assert.equal(back, sb);
+      assert.equal(sb.name, name);
+      assert.notEqual(sb.id, oldId);
+      await assert.rejects(client.get(oldId), SandboxNotFoundError);
+      assert.equal(sb.state, 'running');
+      assert.equal(await sb.readText('/workspace/a'), 'a');
+      await assert.rejects(sb.readFile('/workspace/b'), FileNotFoundError);
+      assert.deepEqual((await client.get(name)).labels, LABEL);
+    } finally {
+      for (const id of ids) await client.deleteSnapshot(id).catch(() => {});
+    }
+  });
+
+  test('await using deletes the sandbox', T, async () => {
+    let name = '';
+    {
+      await using tmp = await client.create({ name: uname('using'), ...SMALL });
+      name = tmp.name;
+      assert.equal((await tmp.exec('true')).exit_code, 0);
+    }
+    await assert.rejects(client.get(name), SandboxNotFoundError);
+  });
+
+  test('examples', { timeout: 600_000 }, async () => {
+    const load = (f: string) => import(new URL(`../examples/${f}`, import.meta.url).href);
+    const quiet = console.log;
+    console.log = () => {};
+    try {
+      const t1 = await (await load('try-in-copy.js')).main(client);
+      assert.equal(t1.firstKept, true);
+      assert.equal(t1.secondKept, false);
+      assert.equal(t1.toolOutput, 'tool 1.0');
+      assert.notEqual(t1.oldId, t1.newId);
+      const t2 = await (await load('guarded-edit.js')).main(client);
+      assert.deepEqual(t2, { gitUndo: 'git', gitRolledBack: true, greeting: 'hello', extraExists: false, cpUndo: 'checkpoint', cpRolledBack: true, confExists: false });
+      const t3 = await (await load('chain.js')).main(client);
+      assert.deepEqual(t3.steps, ['step-1', 'step-2', 'step-3', 'step-4', 'step-5']);
+      assert.deepEqual(t3.log, ['step-1', 'step-2']);
+      for (const n of [t1.name, t3.name]) await assert.rejects(client.get(n), SandboxNotFoundError);
+    } finally {
+      console.log = quiet;
+    }
+  });
+});
