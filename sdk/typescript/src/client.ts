@@ -52,7 +52,7 @@ export interface ExecOptions extends CallOptions {
   timeoutMs?: number;
   /** Standard input: text, or bytes (sent as `stdin_base64`). */
   stdin?: string | Uint8Array;
-  /** `base64`: output is the exact bytes, base64-encoded (stream events are decoded back to text for you only in utf-8 mode). */
+  /** `base64`: `stdout`/`stderr` (and each stream event's `data`) are the exact bytes in standard base64; decode them with `Buffer.from(x, 'base64')`. */
   encoding?: 'utf-8' | 'base64';
   /** Server-side undo taken before the command (wire `undo`). */
   undo?: ExecUndoMode;

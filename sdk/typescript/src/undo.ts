@@ -106,6 +106,7 @@ async function promote(original: Sandbox, replacement: Sandbox, rules: NetworkRu
  */
 export async function tryInCopy(sandbox: Sandbox, step: string, verify?: string | null, options: TryOptions = {}): Promise<TryResult> {
   const offline = options.offline ?? true;
+  await sandbox.refresh(); // its current name and labels
   const rules = await sandbox.getNetwork();
   const labels = sandbox.labels;
   const copy = await sandbox.forkOne({
@@ -270,6 +271,7 @@ export async function goBackTo(sandbox: Sandbox, step: string): Promise<Sandbox>
   if (!snap) {
     throw new SnapshotNotFoundError('snapshot_not_found', `no snapshot of step ${JSON.stringify(step)} in the chain of sandbox ${sandbox.name}`, { status: 404 });
   }
+  await sandbox.refresh(); // its current name and labels
   const rules = await sandbox.getNetwork();
   const back = await sandbox.client.create({
     snapshot: snap.id,
