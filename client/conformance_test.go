@@ -479,5 +479,3 @@ func sortedQuery(q map[string][]string) map[string][]string {
 	}
 	return out
 }
-
-
