@@ -78,6 +78,9 @@ type TryResult struct {
 // labels and name, sb is deleted, and the copy is returned as the agent's
 // sandbox (docs/undo.md, "tryInCopy").
 //
+// When the copy is kept, sb (the handle) describes the deleted original
+// under its temporary name: use the result's Sandbox from then on.
+//
 // Errors: those of the fork (ErrConflict for a stopped sandbox,
 // ErrSandboxHasVolume, ErrForkFailed) before anything changed, with a nil
 // result. A failure while promoting the copy returns the result (Kept

@@ -145,17 +145,18 @@ func TestTryInCopy(t *testing.T) {
 
 	// The step runs offline by default: the copy cannot resolve a name
 	// the original may reach.
+	name, id := sb.Name, sb.ID
 	res, err = client.TryInCopy(ctx, sb, "echo v2 > /workspace/app; nslookup registry.npmjs.org >/dev/null 2>&1 && echo online || echo offline", "grep -q v2 /workspace/app", client.TryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Kept || res.Sandbox.Name != sb.Name || res.Sandbox.ID == sb.ID || res.Leftover != "" {
+	if !res.Kept || res.Sandbox.Name != name || res.Sandbox.ID == id || res.Leftover != "" {
 		t.Fatalf("pass: %+v", res)
 	}
 	if strings.TrimSpace(res.Step.Stdout) != "offline" {
 		t.Fatalf("the step ran %q", res.Step.Stdout)
 	}
-	if _, err := h.c.Sandboxes.Get(ctx, sb.ID); !errors.Is(err, client.ErrSandboxNotFound) {
+	if _, err := h.c.Sandboxes.Get(ctx, id); !errors.Is(err, client.ErrSandboxNotFound) {
 		t.Fatalf("the original is still there: %v", err)
 	}
 	kept := res.Sandbox
@@ -170,7 +171,7 @@ func TestTryInCopy(t *testing.T) {
 	if err := kept.Refresh(ctx); err != nil || !reflect.DeepEqual(kept.Labels, label) || count() != 1 {
 		t.Fatalf("kept copy: %v, labels %v, %d sandboxes", err, kept.Labels, count())
 	}
-	if got := mustSh(t, kept, "cat /workspace/app; hostname"); got != "v2\n"+sb.Name+"\n" {
+	if got := mustSh(t, kept, "cat /workspace/app; hostname"); got != "v2\n"+name+"\n" {
 		t.Fatalf("kept copy: %q", got)
 	}
 }
@@ -247,18 +248,19 @@ func TestSnapshotChain(t *testing.T) {
 	if _, err := client.GoBackTo(ctx, same, "four"); !errors.Is(err, client.ErrSnapshotNotFound) {
 		t.Fatalf("go back to a missing step: %v", err)
 	}
+	name, id := sb.Name, sb.ID
 	back, err := client.GoBackTo(ctx, same, "two")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = back.Delete(ctxT(t)) })
-	if back.Name != sb.Name || back.ID == sb.ID {
+	if back.Name != name || back.ID == id {
 		t.Fatalf("went back to %s (%s)", back.Name, back.ID)
 	}
 	if got := mustSh(t, back, "cat /workspace/step; ps | grep -c '[s]leep 777'"); got != "two\n1\n" {
 		t.Fatalf("after going back: %q", got)
 	}
-	if _, err := h.c.Sandboxes.Get(ctx, sb.ID); !errors.Is(err, client.ErrSandboxNotFound) {
+	if _, err := h.c.Sandboxes.Get(ctx, id); !errors.Is(err, client.ErrSandboxNotFound) {
 		t.Fatalf("the old sandbox is still there: %v", err)
 	}
 	if chain, err = client.Chain(ctx, back); err != nil || len(chain) != 3 {
