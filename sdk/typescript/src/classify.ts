@@ -230,7 +230,7 @@ const set = (s: string) => new Set(s.split(' '));
 const readPrograms = set('ls cat head tail less more grep egrep fgrep rg ag wc echo printf pwd whoami id date which type file stat du df ' +
   'ps uname hostname diff cmp sort uniq cut tr awk jq test [ true false sleep tree realpath readlink dirname basename md5sum sha1sum ' +
   'sha256sum env printenv man free uptime nproc seq yes column xxd od hexdump strings nl tac rev fold fmt paste join comm expr ' +
-  'bc cd ping dig nslookup host');
+  'bc cd ping dig nslookup host exit : export set unset wait read shift return umask alias');
 const editPrograms = set('rm mv cp touch mkdir rmdir ln chmod chown tee truncate patch unzip tar gzip gunzip zip dd install shred split ' +
   'csplit vi vim nano ed');
 const forkPrograms = set('psql mysql mariadb mongo mongosh redis-cli pg_restore systemctl service supervisorctl kill pkill killall ' +
