@@ -173,6 +173,14 @@ type CreateSandboxRequest struct {
 // UpdateSandboxRequest is the body of PUT /v1/sandboxes/{name}: the
 // fields given change, the others stay.
 type UpdateSandboxRequest struct {
+	// Name renames the sandbox ([a-z0-9][a-z0-9-]{0,62}); 409 name_taken
+	// when another sandbox has it. A running sandbox's hostname follows at
+	// once, a stopped or suspended one's when it next boots or resumes.
+	// Other sandboxes' connect rules follow names: those naming the new name
+	// reach it from now on, those naming the old one no longer do.
+	Name *string `json:"name,omitempty"`
+	// Labels replaces all of the sandbox's labels.
+	Labels map[string]string `json:"labels,omitempty"`
 	// TimeoutMS is the idle time before auto-suspend in ms; 0 = never.
 	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
 	// KeepAliveWhileRunning: see CreateSandboxRequest.
@@ -237,6 +245,40 @@ type ExecRequest struct {
 	// Detach answers at once with the process id ({"pid": N}); the output
 	// is kept for GET .../processes/{pid}/output.
 	Detach bool `json:"detach,omitempty"`
+	// Undo is taken before the command starts (docs/undo.md): "" or
+	// "none", "auto" (by the command's class), "checkpoint" (a disk
+	// checkpoint), "snapshot" (a memory snapshot kept 1 day). Not with
+	// Detach.
+	Undo string `json:"undo,omitempty"`
+	// RollbackOnFailure puts the undo back when the command exits non-zero
+	// (a timeout too). Needs Undo.
+	RollbackOnFailure bool `json:"rollback_on_failure,omitempty"`
+}
+
+// Values of ExecRequest.Undo and UndoResult.Kind.
+const (
+	UndoNone       = "none"
+	UndoAuto       = "auto"
+	UndoCheckpoint = "checkpoint"
+	UndoSnapshot   = "snapshot"
+)
+
+// UndoResult says which undo a guarded exec took and whether it was put
+// back.
+type UndoResult struct {
+	// Kind is "none", "checkpoint" or "snapshot".
+	Kind string `json:"kind"`
+	// Class is the command's class for undo "auto": "none", "git",
+	// "checkpoint" or "fork" (package undo).
+	Class string `json:"class,omitempty"`
+	// Checkpoint is the id of the checkpoint taken ("v4"); Snapshot the
+	// id of the snapshot taken.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	Snapshot   string `json:"snapshot,omitempty"`
+	// RolledBack is true when the command failed and the undo was put
+	// back; RollbackError says why a rollback that was due failed.
+	RolledBack    bool   `json:"rolled_back"`
+	RollbackError string `json:"rollback_error,omitempty"`
 }
 
 // Output encodings of ExecRequest.Encoding.
@@ -259,6 +301,8 @@ type ExecResult struct {
 	// Truncated is true when stdout or stderr passed the buffered-output
 	// limit (MaxBufferedOutput bytes each) and was cut.
 	Truncated bool `json:"truncated,omitempty"`
+	// Undo is the undo taken when the request asked for one.
+	Undo *UndoResult `json:"undo,omitempty"`
 }
 
 // MaxBufferedOutput is the most bytes of stdout, and of stderr, that a
@@ -287,6 +331,9 @@ type ExecEvent struct {
 	TimedOut   bool   `json:"timed_out,omitempty"`
 	Error      string `json:"error,omitempty"`
 	Code       Code   `json:"code,omitempty"`
+	// Undo, on the exit line, is the undo taken when the request asked
+	// for one.
+	Undo *UndoResult `json:"undo,omitempty"`
 }
 
 // FileType names the kind of a directory entry.

@@ -231,6 +231,10 @@ func (s *ExecStream) Wait(stdout, stderr io.Writer) (int, error) {
 // Close ends the stream.
 func (s *ExecStream) Close() error { return s.body.Close() }
 
+// ExitEvent is the stream's exit line once it came (its Undo says which
+// undo a guarded exec took), else nil.
+func (s *ExecStream) ExitEvent() *api.ExecEvent { return s.exit }
+
 // --- files ---
 
 // ReadFile returns a file's contents. ErrFileNotFound if it does not exist.

@@ -55,10 +55,12 @@ func (sb *Sandbox) Events(ctx context.Context) ([]api.Event, error) {
 	return out, err
 }
 
-// Update changes the idle timeout (timeout_ms) and keep-alive of the
-// sandbox (PUT /v1/sandboxes/{name}); nil fields stay.
+// Update renames the sandbox, replaces its labels, changes its idle
+// timeout (timeout_ms) and keep-alive (PUT /v1/sandboxes/{name}); nil
+// fields stay.
 //
-// Errors: *Error with code invalid_argument or sandbox_not_found.
+// Errors: *Error with code invalid_argument, sandbox_not_found, name_taken
+// (a rename to a name in use) or conflict (another operation runs).
 func (sb *Sandbox) Update(ctx context.Context, req api.UpdateSandboxRequest) error {
 	var out api.Sandbox
 	if err := sb.c.doJSON(ctx, http.MethodPut, sbPath(sb.ID), nil, req, &out); err != nil {

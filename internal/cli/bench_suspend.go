@@ -73,7 +73,7 @@ func (a *app) benchSuspendCmd() *cobra.Command {
 			a.table("MEMORY_MB\tSUSPEND_MS\tRESUME_MS\tRESUME_TO_FIRST_EXEC_MS\tSUSPENDED_HOST_RAM", out)
 			fmt.Fprintln(a.stdout, "targets: resume of 512 MB to first exec ≤ 300 ms; 0 bytes of RAM while suspended")
 			if dens != nil {
-				fmt.Fprintf(a.stdout, "\\ndensity: %d idle sandboxes running (asked %d), %s of host memory each (PSS), %s available left\\n",
+				fmt.Fprintf(a.stdout, "\ndensity: %d idle sandboxes running (asked %d), %s of host memory each (PSS), %s available left\n",
 					dens.Running, density, humanBytes(dens.PerSandboxPSS), humanBytes(dens.AvailableAfter))
 				fmt.Fprintln(a.stdout, "target: ≥ 200 idle sandboxes")
 			}

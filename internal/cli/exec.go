@@ -22,6 +22,8 @@ func (a *app) execCmd() *cobra.Command {
 		cwd         string
 		env         []string
 		timeout     time.Duration
+		undoKind    string
+		rollback    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "exec NAME [flags] -- CMD [ARG...]",
@@ -30,14 +32,15 @@ func (a *app) execCmd() *cobra.Command {
 			"(124 when it timed out). A stopped sandbox is booted first. Use -- before the command.\n" +
 			"sbx's own failures exit 125, a command that cannot run 126, a missing command 127, Ctrl-C 130.\n" +
 			"With -i, standard input (at most 32 MiB; copy larger files in with sbx cp) is read to its end first.",
-		Example: "  sbx exec dev -- python3 -m unittest -v\n  sbx exec dev -- sh -c 'ls | wc -l'\n  echo hi | sbx exec -i dev -- cat",
+		Example: "  sbx exec dev -- python3 -m unittest -v\n  sbx exec dev -- sh -c 'ls | wc -l'\n  echo hi | sbx exec -i dev -- cat\n  sbx exec --undo auto --rollback dev -- sh -c 'apt-get install -y jq && jq --version'",
 		Args:    cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := parseKV("env", env)
 			if err != nil {
 				return err
 			}
-			req := api.ExecRequest{Cmd: args[1:], Cwd: cwd, Env: e, TimeoutMS: timeout.Milliseconds()}
+			req := api.ExecRequest{Cmd: args[1:], Cwd: cwd, Env: e, TimeoutMS: timeout.Milliseconds(),
+				Undo: undoKind, RollbackOnFailure: rollback}
 			if timeout < 0 {
 				return fmt.Errorf("--timeout %v must be positive", timeout)
 			}
@@ -67,6 +70,9 @@ func (a *app) execCmd() *cobra.Command {
 				return &exitError{code: execErrorCode(err), err: err}
 			}
 			code, err := st.Wait(a.stdout, a.stderr)
+			if ev := st.ExitEvent(); ev != nil && ev.Undo != nil {
+				describeUndo(a.stderr, ev.Undo)
+			}
 			switch {
 			case cmd.Context().Err() != nil:
 				return &exitError{code: 130}
@@ -87,7 +93,31 @@ func (a *app) execCmd() *cobra.Command {
 	f.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment KEY=VALUE (repeatable)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m; none with -d)")
+	f.StringVar(&undoKind, "undo", "", "take an undo first: auto (by what the command can break), checkpoint or snapshot")
+	f.BoolVar(&rollback, "rollback", false, "with --undo: put the undo back when the command exits non-zero")
 	return cmd
+}
+
+// describeUndo tells on stderr which undo a guarded exec took.
+func describeUndo(w io.Writer, u *api.UndoResult) {
+	what := "no undo (the command only reads)"
+	switch u.Kind {
+	case api.UndoCheckpoint:
+		what = "checkpoint " + u.Checkpoint
+	case api.UndoSnapshot:
+		what = "snapshot " + u.Snapshot
+	}
+	if u.Class != "" {
+		what += " (class " + u.Class + ")"
+	}
+	switch {
+	case u.RolledBack:
+		fmt.Fprintf(w, "sbx: undo: %s; the command failed and it was rolled back\n", what)
+	case u.RollbackError != "":
+		fmt.Fprintf(w, "sbx: undo: %s; the rollback failed: %s\n", what, u.RollbackError)
+	default:
+		fmt.Fprintf(w, "sbx: undo: %s\n", what)
+	}
 }
 
 // maxStdin bounds what exec -i sends (the API takes up to 64 MiB of JSON,

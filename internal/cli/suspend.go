@@ -177,9 +177,11 @@ func (a *app) eventsCmd() *cobra.Command {
 func (a *app) updateCmd() *cobra.Command {
 	var timeout time.Duration
 	var keepAlive bool
+	var rename string
+	var labels []string
 	cmd := &cobra.Command{
-		Use:   "update NAME [--timeout DURATION] [--keep-alive=true|false]",
-		Short: "Change a sandbox's idle timeout (0: never suspend) and keep-alive",
+		Use:   "update NAME [--name NEW] [--label k=v]... [--timeout DURATION] [--keep-alive=true|false]",
+		Short: "Rename a sandbox, replace its labels, change its idle timeout (0: never suspend) and keep-alive",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.checkOutput(); err != nil {
@@ -193,8 +195,21 @@ func (a *app) updateCmd() *cobra.Command {
 			if cmd.Flags().Changed("keep-alive") {
 				req.KeepAliveWhileRunning = &keepAlive
 			}
-			if req.TimeoutMS == nil && req.KeepAliveWhileRunning == nil {
-				return fmt.Errorf("give --timeout or --keep-alive")
+			if cmd.Flags().Changed("name") {
+				req.Name = &rename
+			}
+			if cmd.Flags().Changed("label") {
+				l, err := parseKV("label", labels)
+				if err != nil {
+					return err
+				}
+				if l == nil {
+					l = map[string]string{}
+				}
+				req.Labels = l
+			}
+			if req.TimeoutMS == nil && req.KeepAliveWhileRunning == nil && req.Name == nil && req.Labels == nil {
+				return fmt.Errorf("give --name, --label, --timeout or --keep-alive")
 			}
 			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
 			if err != nil {
@@ -206,13 +221,15 @@ func (a *app) updateCmd() *cobra.Command {
 			if a.output == "json" {
 				return a.printJSON(sb.Sandbox)
 			}
-			fmt.Fprintf(a.stdout, "%s: timeout %v, keep alive while running %v\n", clean(sb.Name),
+			fmt.Fprintf(a.stdout, "%s: labels %v, timeout %v, keep alive while running %v\n", clean(sb.Name), sb.Labels,
 				time.Duration(sb.TimeoutMS)*time.Millisecond, sb.KeepAliveWhileRunning)
 			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "suspend after this long without exec, file or port activity (0: never)")
 	cmd.Flags().BoolVar(&keepAlive, "keep-alive", false, "a running process counts as activity")
+	cmd.Flags().StringVar(&rename, "name", "", "rename the sandbox")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "replace the labels with these k=v (repeatable)")
 	a.addOutput(cmd)
 	return cmd
 }

@@ -468,6 +468,16 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 			return nil, err
 		}
 	}
+	if req.Name != nil {
+		if err := ValidateName("name", *req.Name); err != nil {
+			return nil, err
+		}
+	}
+	if req.Labels != nil {
+		if err := validateLabels(req.Labels); err != nil {
+			return nil, err
+		}
+	}
 	sb, err := e.Get(ctx, idOrName)
 	if err != nil {
 		return nil, err
@@ -486,8 +496,28 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 	if req.KeepAliveWhileRunning != nil {
 		sb.KeepAlive = *req.KeepAliveWhileRunning
 	}
+	if req.Labels != nil {
+		sb.Labels = req.Labels
+	}
+	oldName := sb.Name
+	if req.Name != nil && *req.Name != sb.Name {
+		if other, err := e.st.GetSandbox(ctx, *req.Name); err == nil && other.ID != sb.ID {
+			return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", *req.Name)
+		}
+		sb.Name = *req.Name
+	}
 	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
 		return nil, err
+	}
+	if sb.Name != oldName {
+		e.net.Rename(sb.ID, sb.Name)
+		if sb.State == api.StateRunning {
+			// The hostname follows; a failure here is not worth failing
+			// the rename for (the next boot sets it).
+			if err := e.agentFor(sb).SetHostname(context.WithoutCancel(ctx), sb.Name); err != nil {
+				e.log.Warn("rename: set hostname", "sandbox", sb.ID, "err", err)
+			}
+		}
 	}
 	e.touch(sb.ID)
 	return sb, nil

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"io"
 	"net/http"
@@ -48,10 +49,31 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Invalid("encoding", "%q: want utf-8 or base64", req.Encoding))
 		return
 	}
+	if err := engine.ValidateUndo(req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// The undo is taken before the command starts; a failure to take it
+	// runs nothing.
+	u, err := s.eng.TakeUndo(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	proc, err := s.eng.Exec(r.Context(), r.PathValue("name"), req, stdin)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	// rollback puts the undo back after a failed command; it runs to the
+	// end even when the client has gone.
+	rollback := func(exitCode int) *api.UndoResult {
+		if u != nil && req.RollbackOnFailure && exitCode != 0 {
+			if err := s.eng.RollbackUndo(context.WithoutCancel(r.Context()), r.PathValue("name"), u); err != nil {
+				s.log.Warn("guarded exec: rollback failed", "sandbox", r.PathValue("name"), "err", err)
+			}
+		}
+		return u
 	}
 	if req.Detach {
 		writeJSON(w, http.StatusAccepted, map[string]int{"pid": proc.PID()})
@@ -59,7 +81,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	}
 	defer proc.Close()
 	if wantsNDJSON(r) {
-		s.streamProcess(w, r, proc, b64)
+		s.streamProcess(w, r, proc, b64, rollback)
 		return
 	}
 	stdout := &cappedBuffer{max: api.MaxBufferedOutput}
@@ -69,6 +91,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	undone := rollback(ex.ExitCode)
 	enc := func(b *bytes.Buffer) string {
 		if b64 {
 			return base64.StdEncoding.EncodeToString(b.Bytes())
@@ -79,12 +102,13 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		PID:    proc.PID(),
 		Stdout: enc(&stdout.buf), Stderr: enc(&stderr.buf), ExitCode: ex.ExitCode,
 		DurationMS: ex.DurationMS, TimedOut: ex.TimedOut, Truncated: stdout.truncated || stderr.truncated,
+		Undo: undone,
 	})
 }
 
 // streamProcess streams a process as NDJSON: a start line with its pid,
 // stdout and stderr lines, then exit (or error).
-func (s *Server) streamProcess(w http.ResponseWriter, r *http.Request, proc *engine.Process, b64 bool) {
+func (s *Server) streamProcess(w http.ResponseWriter, r *http.Request, proc *engine.Process, b64 bool, after func(exitCode int) *api.UndoResult) {
 	st := startStream(w)
 	st.line(api.ExecEvent{Type: api.ExecStart, PID: proc.PID()})
 	stdout := &utf8Lines{st: st, typ: api.ExecStdout, b64: b64}
@@ -98,7 +122,11 @@ func (s *Server) streamProcess(w http.ResponseWriter, r *http.Request, proc *eng
 		return
 	}
 	code := ex.ExitCode
-	st.line(api.ExecEvent{Type: api.ExecExit, ExitCode: &code, DurationMS: ex.DurationMS, TimedOut: ex.TimedOut})
+	var u *api.UndoResult
+	if after != nil {
+		u = after(code)
+	}
+	st.line(api.ExecEvent{Type: api.ExecExit, ExitCode: &code, DurationMS: ex.DurationMS, TimedOut: ex.TimedOut, Undo: u})
 }
 
 // cappedBuffer keeps the first max bytes written and counts the rest.

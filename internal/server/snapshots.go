@@ -142,7 +142,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer proc.Close()
-	s.streamProcess(w, r, proc, enc == api.EncodingBase64)
+	s.streamProcess(w, r, proc, enc == api.EncodingBase64, nil)
 }
 
 func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,214 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/undo"
+)
+
+// undoRetentionDays is how long the snapshot of a guarded exec is kept.
+const undoRetentionDays = 1.0
+
+// ValidateUndo checks the undo fields of an exec request (docs/undo.md,
+// "Server-side guarded exec").
+//
+// Errors: ErrInvalidArgument naming the field.
+func ValidateUndo(req api.ExecRequest) error {
+	switch req.Undo {
+	case "", api.UndoNone:
+		if req.RollbackOnFailure {
+			return errdefs.Invalid("rollback_on_failure", "needs undo (auto, checkpoint or snapshot)")
+		}
+		return nil
+	case api.UndoAuto, api.UndoCheckpoint, api.UndoSnapshot:
+	default:
+		return errdefs.Invalid("undo", "%q: want none, auto, checkpoint or snapshot", req.Undo)
+	}
+	if req.Detach {
+		return errdefs.Invalid("undo", "a detached exec cannot be guarded (nothing waits for its exit)")
+	}
+	return nil
+}
+
+// commandLine is the shell line an exec runs: S for ["sh","-c",S] (also
+// bash), else the argv joined by spaces.
+func commandLine(cmd []string) string {
+	if len(cmd) >= 3 && (cmd[0] == "sh" || cmd[0] == "bash" || cmd[0] == "/bin/sh" || cmd[0] == "/bin/bash") && cmd[1] == "-c" {
+		return cmd[2]
+	}
+	return strings.Join(cmd, " ")
+}
+
+// TakeUndo takes the undo an exec request asks for, before its command
+// runs: a disk checkpoint (comment "before: <command>") or a memory
+// snapshot (name "undo", kept 1 day); with "auto", by the class of the
+// command (package undo): nothing for none, a checkpoint for git and
+// checkpoint, a snapshot for fork. It answers nil when req asks for no
+// undo.
+//
+// Errors: those of ValidateUndo; ErrSandboxNotFound; ErrCheckpointFailed,
+// ErrSnapshotFailed and the checks of Checkpoint and Snapshot (a snapshot
+// needs a running sandbox without volumes: ErrConflict, ErrHasVolume).
+func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequest) (*api.UndoResult, error) {
+	if err := ValidateUndo(req); err != nil {
+		return nil, err
+	}
+	if req.Undo == "" || req.Undo == api.UndoNone {
+		return nil, nil
+	}
+	line := commandLine(req.Cmd)
+	u := &api.UndoResult{Kind: req.Undo}
+	if req.Undo == api.UndoAuto {
+		class := undo.For(line)
+		u.Class = class.String()
+		switch class {
+		case undo.None:
+			u.Kind = api.UndoNone
+			return u, nil
+		case undo.Fork:
+			u.Kind = api.UndoSnapshot
+		default:
+			u.Kind = api.UndoCheckpoint
+		}
+	}
+	if u.Kind == api.UndoSnapshot {
+		// A stopped sandbox has no processes to keep: boot it so the
+		// snapshot holds what the command will run on.
+		if _, err := e.ensureRunning(ctx, idOrName); err != nil {
+			return nil, err
+		}
+		days := undoRetentionDays
+		sn, err := e.Snapshot(ctx, idOrName, api.SnapshotRequest{Name: "undo", RetentionDays: &days}, nil)
+		if err != nil {
+			return nil, err
+		}
+		u.Snapshot = sn.ID
+		return u, nil
+	}
+	comment := "before: " + line
+	if len(comment) > api.MaxCommentBytes {
+		comment = truncateUTF8(comment, api.MaxCommentBytes)
+	}
+	cp, err := e.Checkpoint(ctx, idOrName, comment, nil)
+	if err != nil {
+		return nil, err
+	}
+	u.Checkpoint = CheckpointID(cp.Seq)
+	return u, nil
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a UTF-8
+// sequence.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+// RollbackUndo puts back the undo u of a guarded exec whose command
+// failed, and records the outcome in u (RolledBack, RollbackError): a
+// checkpoint is restored (the sandbox stops; the next request boots it on
+// the restored disk); a snapshot is restored in place (the sandbox keeps
+// its id and name and runs with the snapshot's memory and processes).
+//
+// Errors: those of Restore, or of the in-place restore (ErrRestoreFailed).
+func (e *Engine) RollbackUndo(ctx context.Context, idOrName string, u *api.UndoResult) error {
+	var err error
+	switch u.Kind {
+	case api.UndoCheckpoint:
+		_, err = e.Restore(ctx, idOrName, u.Checkpoint, nil)
+	case api.UndoSnapshot:
+		err = e.RestoreSnapshotInPlace(ctx, idOrName, u.Snapshot)
+	default:
+		return nil
+	}
+	if err != nil {
+		u.RollbackError = err.Error()
+		return err
+	}
+	u.RolledBack = true
+	return nil
+}
+
+// RestoreSnapshotInPlace puts sandbox idOrName back to memory snapshot
+// snapID (taken of it): its processes end, its writable layer becomes the
+// snapshot's disk, and it runs again with the snapshot's memory and
+// processes, keeping its id, name, network rules and checkpoints.
+//
+// Errors: ErrSandboxNotFound, ErrSnapshotNotFound, ErrInvalidArgument (a
+// snapshot of another sandbox), ErrConflict (another operation runs, or
+// the sandbox is suspended), ErrRestoreFailed. When the restore fails
+// after the old processes ended, the sandbox is left stopped on the
+// snapshot's disk (when it could be built) and the error says so.
+func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID string) error {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return err
+	}
+	sn, err := e.st.GetSnapshot(ctx, snapID)
+	if err != nil {
+		return err
+	}
+	if sn.SandboxID != sb.ID {
+		return errdefs.Invalid("snapshot", "%s was taken of another sandbox", snapID)
+	}
+	unlock, err := e.waitLock(ctx, sb.ID, "restore a snapshot")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ctx = context.WithoutCancel(ctx)
+	if sb, err = e.Get(ctx, sb.ID); err != nil {
+		return err
+	}
+	if sb.State == api.StateSuspended {
+		return stateForbids(sb, "restore a snapshot in place")
+	}
+	failed := func(err error) error {
+		return fmt.Errorf("restore %s to snapshot %s: %v: %w", sb.Name, snapID, err, errdefs.ErrRestoreFailed)
+	}
+	start := time.Now()
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	imageDir, fetched, err := e.suspendImage(ctx, sb, sn)
+	if err != nil {
+		return failed(err)
+	}
+	if fetched {
+		defer os.RemoveAll(imageDir)
+	}
+	diskM, err := e.snapshotDisk(ctx, sn)
+	if err != nil {
+		return failed(fmt.Errorf("its disk manifest: %w", err))
+	}
+	// Nothing is changed above this line; from here the old processes end.
+	if err := e.stopLocked(ctx, sb, "restoring a snapshot"); err != nil {
+		return failed(err)
+	}
+	if err := e.resumeInto(ctx, sb, diskM, imageDir); err != nil {
+		e.unwatch(sb.ID)
+		e.dropAgent(sb.ID)
+		_ = e.rt.Delete(ctx, sb.ID)
+		_ = e.net.Delete(sb.ID)
+		sb.State, sb.StateReason = api.StateStopped, "restoring snapshot "+snapID+" failed: "+err.Error()
+		_ = e.st.UpdateSandbox(ctx, sb)
+		return failed(err)
+	}
+	sb.State, sb.StateReason = api.StateRunning, ""
+	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
+		return failed(err)
+	}
+	e.touch(sb.ID)
+	e.log.Info("restored snapshot in place", "sandbox", sb.Name, "snapshot", snapID, "ms", time.Since(start).Milliseconds())
+	return nil
+}
