@@ -105,13 +105,19 @@ class Transport:
         except (OSError, http.client.HTTPException) as e:
             conn.close()
             raise ConnectionFailed("connection_failed", 0, f"sbxd at {self.where()}: {e}") from e
+        # The response reads through its own reference to the socket (as
+        # urllib does): drop the connection's, so that closing the response
+        # closes the socket.
+        if conn.sock is not None:
+            conn.sock.close()
+            conn.sock = None
         if resp.status >= 300:
             try:
                 payload = resp.read(1 << 20)
             except (OSError, http.client.HTTPException):
                 payload = b""
             finally:
-                conn.close()
+                resp.close()
             raise decode_error(resp.status, payload)
         return resp
 

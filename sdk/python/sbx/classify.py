@@ -208,7 +208,7 @@ status log diff show rev-parse ls-files ls-tree blame grep describe shortlog cat
 for-each-ref name-rev rev-list count-objects help version --version fetch push
 """.split())
 
-_GIT_CHECKPOINT = {"gc", "prune", "filter-branch", "filter-repo", "submodule", "init", "clone"}
+_GIT_CHECKPOINT = {"gc", "prune", "filter-branch", "filter-repo", "submodule", "init"}
 
 
 def _dequote_prefix(words: List[str]) -> Tuple[List[str], Optional[str]]:
@@ -330,50 +330,52 @@ def _git_kind(args: List[str]) -> Tuple[str, List[str]]:
     pos = [x for x in rest if not x.startswith("-")]
     short = "".join(x[1:] for x in opts if not x.startswith("--"))
     if sub in _GIT_NONE:
-        return NONE, rest
+        return NONE, []
     if sub in _GIT_CHECKPOINT:
-        return CHECKPOINT, rest
+        return CHECKPOINT, []
+    if sub == "clone":
+        return GIT, pos      # the path rule looks at its repository and destination
     if sub == "remote":
         if not rest or rest == ["-v"] or rest == ["--verbose"] or (pos and pos[0] in ("show", "get-url")):
-            return NONE, rest
-        return GIT, rest
+            return NONE, []
+        return GIT, []
     if sub == "branch":
         if any(x in ("--delete", "--move") for x in opts) or any(ch in short for ch in "dDmM"):
-            return CHECKPOINT, rest
+            return CHECKPOINT, []
         listing = {"-a", "-r", "-v", "-vv", "--list", "-l", "--show-current", "--all", "--remotes",
                    "--verbose"}
         if all(x in listing for x in rest) or "--list" in opts or "-l" in opts:
-            return NONE, rest
-        return GIT, rest
+            return NONE, []
+        return GIT, []
     if sub == "tag":
         if any(x in ("-d", "--delete") for x in opts):
-            return CHECKPOINT, rest
+            return CHECKPOINT, []
         if not rest or any(x in ("-l", "--list") for x in opts):
-            return NONE, rest
-        return GIT, rest
+            return NONE, []
+        return GIT, []
     if sub == "config":
         if any(x in ("--get", "--get-all", "--get-regexp", "--list", "-l") for x in opts):
-            return NONE, rest
-        return CHECKPOINT, rest
+            return NONE, []
+        return CHECKPOINT, []
     if sub == "stash":
         if pos and pos[0] in ("list", "show"):
-            return NONE, rest
+            return NONE, []
         if pos and pos[0] in ("drop", "clear"):
-            return CHECKPOINT, rest
-        return GIT, rest
+            return CHECKPOINT, []
+        return GIT, []
     if sub == "reflog":
         if pos and pos[0] in ("expire", "delete"):
-            return CHECKPOINT, rest
-        return NONE, rest
+            return CHECKPOINT, []
+        return NONE, []
     if sub == "worktree":
-        return (NONE if pos and pos[0] == "list" else CHECKPOINT), rest
+        return (NONE if pos and pos[0] == "list" else CHECKPOINT), []
     if sub == "clean":
         if "x" in short or "X" in short:
-            return CHECKPOINT, rest
-        return GIT, rest
+            return CHECKPOINT, []
+        return GIT, []
     if sub == "update-ref":
-        return (CHECKPOINT if "-d" in opts else GIT), rest
-    return GIT, rest
+        return (CHECKPOINT if "-d" in opts else GIT), []
+    return GIT, []
 
 
 def _path_args(args: List[str]) -> List[str]:
@@ -404,7 +406,10 @@ def _program_kind(words: List[str]) -> Tuple[str, List[str]]:
         return FORK, []
     if prog in ("rails", "rake") and pos and pos[0].startswith("db:"):
         return FORK, []
-    if prog == "npx" and len(pos) >= 2 and pos[0] == "prisma" and pos[1] == "migrate":
+    if prog == "npx" and len(pos) >= 2 and (
+            (pos[0] == "prisma" and pos[1] == "migrate") or
+            (pos[0] == "knex" and pos[1].startswith("migrate")) or
+            (pos[0] == "sequelize" and pos[1] == "db:migrate")):
         return FORK, []
     if prog == "prisma" and pos and pos[0] == "migrate":
         return FORK, []
@@ -538,8 +543,8 @@ def _program_kind(words: List[str]) -> Tuple[str, List[str]]:
             return GIT, [x.split("=", 1)[1] for x in args if x.startswith("of=")]
         return GIT, _path_args(args)
     if prog == "git":
-        kind, rest = _git_kind(args)
-        return kind, (_path_args(rest) if kind == GIT else [])
+        # Path arguments: only git clone's (docs/undo.md step 5).
+        return _git_kind(args)
 
     # checkpoint programs, with their read-only exceptions
     sub = pos[0] if pos else ""

@@ -167,15 +167,17 @@ class Client:
         """
         self._t.json("DELETE", "/v1/sandboxes/" + seg(name))
 
-    def update(self, name: str, *, new_name: Optional[str] = None, timeout_ms: Optional[int] = None,
-               keep_alive_while_running: Optional[bool] = None) -> "Sandbox":
-        """Change a sandbox (``PUT /v1/sandboxes/{name}``): rename it, or its idle timeout.
+    def update(self, name: str, *, new_name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+               timeout_ms: Optional[int] = None, keep_alive_while_running: Optional[bool] = None) -> "Sandbox":
+        """Change a sandbox (``PUT /v1/sandboxes/{name}``): rename it, relabel it, its idle timeout.
 
-        Fields left ``None`` stay. ``new_name`` is sent as ``{"name": ...}``.
-        Raises InvalidArgument, SandboxNotFound, NameTaken.
+        Fields left ``None`` stay. ``new_name`` is sent as ``{"name": ...}``;
+        ``labels`` replaces the labels. Raises InvalidArgument, SandboxNotFound, NameTaken.
         """
         body: Dict[str, Any] = {}
         _put(body, "name", new_name)
+        if labels is not None:
+            body["labels"] = dict(labels)
         _put(body, "timeout_ms", timeout_ms)
         _put(body, "keep_alive_while_running", keep_alive_while_running)
         return self._wrap(self._t.json("PUT", "/v1/sandboxes/" + seg(name), body=body))
@@ -449,11 +451,15 @@ class Sandbox:
         self.info = SandboxInfo.from_dict(self.client.transport.json("POST", self._p("stop")))
         return self
 
-    def update(self, *, name: Optional[str] = None, timeout_ms: Optional[int] = None,
-               keep_alive_while_running: Optional[bool] = None) -> "Sandbox":
-        """``PUT /v1/sandboxes/{id}``: rename (``name``), idle timeout, keep-alive; returns self."""
+    def update(self, *, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+               timeout_ms: Optional[int] = None, keep_alive_while_running: Optional[bool] = None) -> "Sandbox":
+        """``PUT /v1/sandboxes/{id}``: rename (``name``), relabel (``labels`` replaces them),
+        idle timeout, keep-alive. Fields left ``None`` stay; returns self.
+        """
         body: Dict[str, Any] = {}
         _put(body, "name", name)
+        if labels is not None:
+            body["labels"] = dict(labels)
         _put(body, "timeout_ms", timeout_ms)
         _put(body, "keep_alive_while_running", keep_alive_while_running)
         self.info = SandboxInfo.from_dict(self.client.transport.json("PUT", self._p(), body=body))
