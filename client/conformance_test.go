@@ -135,7 +135,7 @@ func script() []confCase {
 		{Call: "update", Args: j(`{"request":{"name":"c2","labels":{"team":"b"}}}`), Response: confResponse{Status: 200, Body: sandboxJSON("c2")}},
 		{Call: "suspend", Args: j(`{"wake_on":"approval-1"}`), Response: confResponse{Status: 200, NDJSON: complete(string(sandboxJSON("c2")))}},
 		{Call: "post_event", Args: j(`{"key":"approval-1","data":{"approved":true}}`),
-			Response: confResponse{Status: 200, Body: j(`{"event":"evt_0123456789abcdef","woke":["c2"]}`)}},
+			Response: confResponse{Status: 200, Body: j(`{"id":"evt_0123456789abcdef","woken":["c2"],"pending":false}`)}},
 		{Call: "resume", Args: j(`{}`), Response: confResponse{Status: 200, NDJSON: complete(string(sandboxJSON("c2")))}},
 		{Call: "events", Args: j(`{}`),
 			Response: confResponse{Status: 200, Body: j(`[{"id":"evt_0123456789abcdef","key":"approval-1","data":{"approved":true},"create_time":"2026-11-29T10:00:00Z","deliver_time":"2026-11-29T10:00:01Z"}]`)}},
@@ -479,5 +479,3 @@ func sortedQuery(q map[string][]string) map[string][]string {
 	}
 	return out
 }
-
-

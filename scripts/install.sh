@@ -7,8 +7,9 @@
 #   - the default image (Debian bookworm minbase + tools), built once and cached
 #
 #   ./scripts/install.sh              everything above
-#   ./scripts/install.sh --test-deps  what the tests need instead: packages, runsc, and
-#                                     versitygw (a real S3-compatible server; ~6-9 min to build)
+#   ./scripts/install.sh --test-deps  what the tests need instead: packages, runsc,
+#                                     versitygw (a real S3-compatible server; ~6-9 min to build),
+#                                     Node.js + npm and python3 (the SDK suites)
 set -euo pipefail
 
 RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237 # what @latest gave on 2026-11-29
@@ -59,6 +60,16 @@ if [ "${1:-}" = "--test-deps" ]; then
     CGO_ENABLED=0 GOBIN="$PREFIX" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
     echo "$VERSITYGW_VERSION" >"$stamp"
   fi
+  step "Node.js (>= 18) and python3 (>= 3.9) for the TypeScript and Python SDK suites"
+  node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if [ "$node_major" -lt 18 ] || ! command -v npm >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
+  fi
+  echo "node $(node --version), npm $(npm --version), $(python3 --version)"
   exit 0
 fi
 

@@ -403,7 +403,8 @@ var (
 		"true", "false", "sleep", "tree", "realpath", "readlink", "dirname", "basename", "md5sum", "sha1sum",
 		"sha256sum", "env", "printenv", "man", "free", "uptime", "nproc", "seq", "yes", "column", "xxd",
 		"od", "hexdump", "strings", "nl", "tac", "rev", "fold", "fmt", "paste", "join", "comm", "expr",
-		"bc", "cd", "ping", "dig", "nslookup", "host")
+		"bc", "cd", "ping", "dig", "nslookup", "host", "exit", ":", "export", "set", "unset", "wait", "read",
+		"shift", "return", "umask", "alias")
 	editPrograms = set("rm", "mv", "cp", "touch", "mkdir", "rmdir", "ln", "chmod", "chown", "tee",
 		"truncate", "patch", "unzip", "tar", "gzip", "gunzip", "zip", "dd", "install", "shred", "split",
 		"csplit", "vi", "vim", "nano", "ed")

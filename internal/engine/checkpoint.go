@@ -613,6 +613,21 @@ func (e *Engine) collectGarbage(ctx context.Context) error {
 	if err := e.snapshotLive(ctx, live); err != nil {
 		return err
 	}
+	// A layer's capture cache lets the next capture reuse the chunk lists
+	// of unchanged files without reading them: those chunks must stay even
+	// when the snapshot that stored them is gone (a fork's, a resumed
+	// suspend's, an expired one).
+	sbs, err := e.st.ListSandboxes(ctx, storeAll)
+	if err != nil {
+		return err
+	}
+	for _, sb := range sbs {
+		if m := e.layers.LoadCache(sb.ID); m != nil {
+			for _, d := range m.Chunks() {
+				live[d] = true
+			}
+		}
+	}
 	for _, cp := range cps {
 		ref := manifestRef(cp)
 		for _, d := range ref {

@@ -458,10 +458,13 @@ func validateTimeout(ms int64) error {
 	return nil
 }
 
-// Update changes a sandbox's idle timeout and keep-alive; the fields not
-// given stay. The idle clock restarts.
+// Update renames a sandbox, replaces its labels, changes its idle timeout
+// and keep-alive; the fields not given stay. The idle clock restarts. A
+// rename moves the sandbox's DNS name and connect rules (network.Manager
+// Rename) and, when it runs, its hostname.
 //
-// Errors: ErrSandboxNotFound; ErrInvalidArgument (timeout_ms).
+// Errors: ErrSandboxNotFound; ErrInvalidArgument (name, labels,
+// timeout_ms); ErrNameTaken; ErrConflict (another operation runs).
 func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSandboxRequest) (*store.Sandbox, error) {
 	if req.TimeoutMS != nil {
 		if err := validateTimeout(*req.TimeoutMS); err != nil {
