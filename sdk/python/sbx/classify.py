@@ -189,6 +189,7 @@ ls cat head tail less more grep egrep fgrep rg ag wc echo printf pwd whoami id d
 stat du df ps uname hostname diff cmp sort uniq cut tr awk jq test [ true false sleep tree realpath
 readlink dirname basename md5sum sha1sum sha256sum env printenv man free uptime nproc seq yes column
 xxd od hexdump strings nl tac rev fold fmt paste join comm expr bc cd ping dig nslookup host
+exit : export set unset wait read shift return umask alias
 """.split())
 
 _GIT_PROGRAMS = set("""

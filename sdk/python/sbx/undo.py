@@ -62,9 +62,13 @@ def _rand6() -> str:
 
 
 def _derived(name: str, tag: str) -> str:
-    """``<name>-<tag>-<6 random>``, the name cut so that the whole fits 63 bytes."""
+    """A temporary name: ``name``'s first 52 bytes, ``-<tag>-`` and 6 random ``[a-z0-9]``.
+
+    The base is cut shorter when needed so that the whole is at most 63
+    bytes (``-back-`` is one byte longer than ``-try-`` and ``-old-``).
+    """
     suffix = f"-{tag}-{_rand6()}"
-    base = name[: _NAME_MAX - len(suffix)].rstrip("-") or "sb"
+    base = name.encode()[: min(52, _NAME_MAX - len(suffix))].decode("utf-8", "ignore")
     return base + suffix
 
 
@@ -210,7 +214,9 @@ def guarded(sandbox: Sandbox, command: str, cwd: Optional[str] = None) -> GuardR
             res = _run(sandbox, command, cwd)
             if res.exit_code == 0:
                 return GuardResult(sandbox, GIT, res, False)
-            rb = sandbox.exec(["sh", "-c", GIT_ROLLBACK_SCRIPT, "sh", *fields], cwd=cwd)
+            # No cwd: the script cds to the top itself, and the command may
+            # have removed its own cwd.
+            rb = sandbox.exec(["sh", "-c", GIT_ROLLBACK_SCRIPT, "sh", *fields])
             if rb.exit_code == 0:
                 return GuardResult(sandbox, GIT, res, True)
             return GuardResult(sandbox, GIT, res, False,

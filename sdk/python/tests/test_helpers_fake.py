@@ -275,6 +275,8 @@ class GuardedFake(unittest.TestCase):
         ex = self.execs()
         self.assertEqual(len(ex), 3)
         self.assertEqual(ex[0]["cwd"], "/work space/r/sub")
+        self.assertEqual(ex[1]["cwd"], "/work space/r/sub")
+        self.assertNotIn("cwd", ex[2])
         self.assertEqual(ex[2]["cmd"], ["sh", "-c", sbx.undo.GIT_ROLLBACK_SCRIPT, "sh",
                                         "/work space/r", "abc", "refs/heads/main", "t1", "t2"])
 
@@ -343,8 +345,9 @@ class NamesFake(unittest.TestCase):
     def test_long_names_fit(self) -> None:
         from sbx.undo import _derived
         n = _derived("a" * 63, "try")
-        self.assertLessEqual(len(n), 63)
-        self.assertRegex(n, r"^a+-try-[a-z0-9]{6}$")
+        self.assertRegex(n, r"^a{52}-try-[a-z0-9]{6}$")
+        self.assertLessEqual(len(_derived("a" * 63, "back")), 63)
+        self.assertRegex(_derived("dev", "old"), r"^dev-old-[a-z0-9]{6}$")
 
 
 if __name__ == "__main__":
