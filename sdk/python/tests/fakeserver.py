@@ -75,7 +75,9 @@ class FakeServer:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _any
 
+        ThreadingHTTPServer.request_queue_size = 64
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
         self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()

@@ -14,7 +14,10 @@ import unittest
 from typing import Any, Dict, Optional
 
 import sbx
-from fakeserver import FakeServer, Recorded, canned
+try:
+    from .fakeserver import FakeServer, Recorded, canned
+except ImportError:  # run with the tests directory as the top level
+    from fakeserver import FakeServer, Recorded, canned  # type: ignore[no-redef]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "testdata", "conformance.json")
@@ -120,7 +123,7 @@ class Conformance(unittest.TestCase):
 
         srv = FakeServer(responder)
         self.addCleanup(srv.close)
-        drv = Driver(sbx.Client(url=srv.url, api_key="test-key"))
+        drv = Driver(sbx.Client(url=srv.url, api_key="test-key", timeout=30))
         seen = set()
         for i, case in enumerate(cases):
             name = case["call"]

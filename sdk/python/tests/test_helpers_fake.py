@@ -8,7 +8,10 @@ import unittest
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import sbx
-from fakeserver import FakeServer, Recorded
+try:
+    from .fakeserver import FakeServer, Recorded
+except ImportError:  # run with the tests directory as the top level
+    from fakeserver import FakeServer, Recorded  # type: ignore[no-redef]
 
 Answer = Tuple[int, str, bytes]
 
@@ -36,7 +39,7 @@ class FakeSbxd:
         self.fail: Dict[str, Any] = {}     # hooks: name -> callable(req) -> Optional[Answer]
         self.snapshots: List[Dict[str, Any]] = []
         self.srv = FakeServer(self.handle)
-        self.client = sbx.Client(url=self.srv.url, api_key="test-key-0123456789")
+        self.client = sbx.Client(url=self.srv.url, api_key="test-key-0123456789", timeout=30)
 
     def close(self) -> None:
         self.srv.close()
