@@ -1,0 +1,44 @@
+"""sbx: the Python SDK of sbx, a sandbox runtime for AI agents.
+
+Quick start::
+
+    import sbx
+
+    with sbx.Client() as c:                       # $SBX_URL/$SBX_API_KEY or $SBX_SOCKET
+        with c.create("dev", cpus=1, memory_mb=512) as sb:   # deleted on exit
+            print(sb.exec("python3 --version").stdout)
+
+Undo helpers (docs/undo.md): :func:`try_in_copy`, :func:`checkpoint_for`,
+:func:`guarded`, :func:`remember`, :func:`go_back_to`, :func:`chain`. They
+are a convenience, not a security boundary: the sandbox is the boundary.
+"""
+
+from .classify import CHECKPOINT, FORK, GIT, KINDS, NONE, checkpoint_for
+from .client import DEFAULT_SOCKET, Client, ExecStream, ForkResult, Sandbox
+from .errors import (CheckpointFailed, CheckpointNotFound, Conflict, ConnectionFailed, FileNotFound,
+                     ForkFailed, ImageNotFound, Internal, InvalidArgument, MethodNotAllowed, NameTaken,
+                     NotFound, PortUnreachable, ProcessNotFound, ProtocolError, QuotaExceeded,
+                     RestoreFailed, ResumeFailed, SandboxHasVolume, SandboxNotFound, SbxError,
+                     SnapshotFailed, SnapshotNotFound, SuspendFailed, TooLarge, Unauthorized,
+                     Unavailable, error_for)
+from .types import (Change, Checkpoint, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
+                    Health, Image, NetworkCounts, NetworkLog, NetworkRefusal, NetworkRules, Port,
+                    Process, SandboxInfo, Snapshot, Source, UndoInfo, Volume)
+from .undo import GuardResult, TryResult, chain, go_back_to, guarded, remember, try_in_copy
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Sandbox", "ExecStream", "ForkResult", "DEFAULT_SOCKET",
+    "checkpoint_for", "NONE", "GIT", "CHECKPOINT", "FORK", "KINDS",
+    "try_in_copy", "guarded", "remember", "go_back_to", "chain", "TryResult", "GuardResult",
+    "SandboxInfo", "NetworkRules", "Volume", "Source", "ExecResult", "ExecEvent", "UndoInfo",
+    "FileInfo", "Checkpoint", "Change", "Diff", "Snapshot", "Process", "Port", "NetworkLog",
+    "NetworkCounts", "NetworkRefusal", "Event", "EventResult", "Image", "Health",
+    "SbxError", "InvalidArgument", "Unauthorized", "NotFound", "SandboxNotFound",
+    "CheckpointNotFound", "SnapshotNotFound", "ImageNotFound", "FileNotFound", "ProcessNotFound",
+    "MethodNotAllowed", "NameTaken", "Conflict", "SandboxHasVolume", "TooLarge", "QuotaExceeded",
+    "CheckpointFailed", "RestoreFailed", "SnapshotFailed", "ForkFailed", "SuspendFailed",
+    "ResumeFailed", "Internal", "Unavailable", "PortUnreachable", "ProtocolError",
+    "ConnectionFailed", "error_for", "__version__",
+]

@@ -1,0 +1,826 @@
+"""The sbx client: :class:`Client` and the :class:`Sandbox` handle."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
+
+from ._transport import NDJSON, Progress, Transport, iter_lines, labels_query, seg
+from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, error_for
+from .types import (Checkpoint, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo, Health,
+                    Image, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Volume,
+                    rules_to_dict)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import http.client
+
+    from .undo import GuardResult, TryResult
+
+__all__ = ["Client", "Sandbox", "ExecStream", "ForkResult", "DEFAULT_SOCKET", "Command", "Rules"]
+
+#: Where sbxd listens when neither ``socket`` nor ``$SBX_SOCKET`` is given.
+DEFAULT_SOCKET = "/run/sbx/sbx.sock"
+
+#: A command: a shell command line (run as ``["sh", "-c", line]``) or an argv list.
+Command = Union[str, Sequence[str]]
+#: Network rules: a :class:`NetworkRules` or a dict ``{"internet": False, ...}``.
+Rules = Union[NetworkRules, Mapping[str, Any]]
+
+
+def _argv(cmd: Command) -> List[str]:
+    if isinstance(cmd, str):
+        return ["sh", "-c", cmd]
+    argv = list(cmd)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise TypeError("cmd: want a shell command line or a non-empty list of strings")
+    return argv
+
+
+def _put(d: Dict[str, Any], key: str, value: Any) -> None:
+    """Set ``key`` unless ``value`` is None (fields left unset are omitted)."""
+    if value is not None:
+        d[key] = value
+
+
+class Client:
+    """A client of one sbxd, over its Unix socket or over TCP with an API key.
+
+    ``Client()`` uses ``$SBX_URL`` (with ``$SBX_API_KEY``) when set, else the
+    socket ``$SBX_SOCKET`` or ``/run/sbx/sbx.sock``. Give ``url`` (and
+    ``api_key``) or ``socket`` to choose. ``timeout`` (seconds) bounds each
+    socket operation; the default ``None`` waits as long as sbxd takes (an
+    exec runs up to its own ``timeout_ms``).
+
+    Usable as a context manager; the client holds no connection between
+    requests, so ``close`` only marks it closed.
+    """
+
+    def __init__(self, socket: Optional[str] = None, url: Optional[str] = None,
+                 api_key: Optional[str] = None, timeout: Optional[float] = None) -> None:
+        if url is None and socket is None:
+            url = os.environ.get("SBX_URL") or None
+            if url is None:
+                socket = os.environ.get("SBX_SOCKET") or DEFAULT_SOCKET
+        if api_key is None:
+            api_key = os.environ.get("SBX_API_KEY") or None
+        self._t = Transport(None if url else socket, url, api_key, timeout)
+        self.closed = False
+
+    # --- plumbing ---------------------------------------------------------
+
+    @property
+    def transport(self) -> Transport:
+        """The underlying transport (for the SDK's helpers)."""
+        return self._t
+
+    @property
+    def is_socket(self) -> bool:
+        """True when this client talks to sbxd over its Unix socket."""
+        return not self._t.url
+
+    def close(self) -> None:
+        """Mark the client closed (it keeps no connection open between requests)."""
+        self.closed = True
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self._t.where()!r})"
+
+    def _wrap(self, obj: Any) -> "Sandbox":
+        return Sandbox(self, SandboxInfo.from_dict(obj))
+
+    # --- health -----------------------------------------------------------
+
+    def health(self) -> Health:
+        """``GET /v1/health``."""
+        return Health.from_dict(self._t.json("GET", "/v1/health"))
+
+    # --- sandboxes --------------------------------------------------------
+
+    def create(self, name: Optional[str] = None, *, image: Optional[str] = None,
+               cpus: Optional[float] = None, memory_mb: Optional[int] = None,
+               env: Optional[Mapping[str, str]] = None, labels: Optional[Mapping[str, str]] = None,
+               network: Optional[Rules] = None, volumes: Optional[Sequence[Union[Volume, Mapping[str, str]]]] = None,
+               snapshot: Optional[str] = None, timeout_ms: Optional[int] = None,
+               keep_alive_while_running: Optional[bool] = None, disk_mb: Optional[int] = None,
+               progress: Optional[Progress] = None) -> "Sandbox":
+        """Create and start a sandbox (``POST /v1/sandboxes``); returns its handle.
+
+        Every argument is optional; those left ``None`` are not sent and
+        take sbxd's defaults. With ``snapshot`` (a snapshot id) the sandbox
+        starts from that memory snapshot, running. With ``progress`` the
+        call streams (NDJSON) and passes each progress line to it (the
+        default image is built on first use, which takes minutes).
+
+        Raises InvalidArgument, NameTaken, ImageNotFound, SnapshotNotFound.
+        """
+        body: Dict[str, Any] = {}
+        _put(body, "name", name)
+        _put(body, "image", image)
+        _put(body, "cpus", cpus)
+        _put(body, "memory_mb", memory_mb)
+        _put(body, "disk_mb", disk_mb)
+        if env is not None:
+            body["env"] = dict(env)
+        if labels is not None:
+            body["labels"] = dict(labels)
+        if network is not None:
+            body["network"] = rules_to_dict(network)
+        if volumes is not None:
+            body["volumes"] = [v.to_dict() if isinstance(v, Volume) else dict(v) for v in volumes]
+        _put(body, "snapshot", snapshot)
+        _put(body, "timeout_ms", timeout_ms)
+        _put(body, "keep_alive_while_running", keep_alive_while_running)
+        if progress is not None:
+            return self._wrap(self._t.long("POST", "/v1/sandboxes", body=body, progress=progress))
+        return self._wrap(self._t.json("POST", "/v1/sandboxes", body=body))
+
+    def create_from_snapshot(self, snapshot: str, name: Optional[str] = None, **kwargs: Any) -> "Sandbox":
+        """Start a new sandbox from a memory snapshot (by id), running, with its processes.
+
+        Other keyword arguments are those of :meth:`create` (``labels``,
+        ``network``, ``env``, ...).
+        """
+        return self.create(name, snapshot=snapshot, **kwargs)
+
+    def get(self, name: str) -> "Sandbox":
+        """Find a sandbox by name or id. Raises SandboxNotFound."""
+        return self._wrap(self._t.json("GET", "/v1/sandboxes/" + seg(name)))
+
+    def list(self, labels: Optional[Mapping[str, str]] = None) -> List["Sandbox"]:
+        """List sandboxes, oldest first; with ``labels``, those carrying all of them."""
+        out = self._t.json("GET", "/v1/sandboxes", labels_query(dict(labels or {})))
+        return [self._wrap(o) for o in out or []]
+
+    def delete(self, name: str) -> None:
+        """Delete a sandbox by name or id (stops it, removes everything it owns).
+
+        Raises SandboxNotFound, Conflict (a delete already runs).
+        """
+        self._t.json("DELETE", "/v1/sandboxes/" + seg(name))
+
+    def update(self, name: str, *, new_name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+               timeout_ms: Optional[int] = None, keep_alive_while_running: Optional[bool] = None) -> "Sandbox":
+        """Change a sandbox (``PUT /v1/sandboxes/{name}``): rename it, relabel it, its idle timeout.
+
+        Fields left ``None`` stay. ``new_name`` is sent as ``{"name": ...}``;
+        ``labels`` replaces the labels. Raises InvalidArgument, SandboxNotFound, NameTaken.
+        """
+        body: Dict[str, Any] = {}
+        _put(body, "name", new_name)
+        if labels is not None:
+            body["labels"] = dict(labels)
+        _put(body, "timeout_ms", timeout_ms)
+        _put(body, "keep_alive_while_running", keep_alive_while_running)
+        return self._wrap(self._t.json("PUT", "/v1/sandboxes/" + seg(name), body=body))
+
+    def rename(self, name: str, new_name: str) -> "Sandbox":
+        """Rename a sandbox: ``PUT /v1/sandboxes/{name}`` ``{"name": new_name}``."""
+        return self.update(name, new_name=new_name)
+
+    # --- snapshots --------------------------------------------------------
+
+    def list_snapshots(self, sandbox: Optional[str] = None) -> List[Snapshot]:
+        """Snapshots not expired, newest first; ``sandbox`` (name or id) selects one sandbox's."""
+        q = [("sandbox", sandbox)] if sandbox else None
+        return [Snapshot.from_dict(o) for o in self._t.json("GET", "/v1/snapshots", q) or []]
+
+    def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        """One snapshot. Raises SnapshotNotFound (also when it expired)."""
+        return Snapshot.from_dict(self._t.json("GET", "/v1/snapshots/" + seg(snapshot_id)))
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot; sandboxes started from it run on."""
+        self._t.json("DELETE", "/v1/snapshots/" + seg(snapshot_id))
+
+    # --- events -----------------------------------------------------------
+
+    def post_event(self, key: str, data: Any = None, content_type: Optional[str] = None) -> EventResult:
+        """Post an event to ``key`` (``POST /v1/events/{key}``): wakes sandboxes suspended on it.
+
+        ``data`` may be bytes (sent as ``application/octet-stream`` unless
+        ``content_type`` says otherwise, or as JSON when it is valid JSON),
+        a str (the same, encoded as UTF-8), or any other value (sent as JSON).
+        """
+        if data is None:
+            raw = b""
+        elif isinstance(data, (bytes, bytearray)):
+            raw = bytes(data)
+        elif isinstance(data, str):
+            raw = data.encode()
+        else:
+            raw = json.dumps(data, separators=(",", ":")).encode()
+            content_type = content_type or "application/json"
+        if not content_type:
+            content_type = "application/octet-stream"
+            try:
+                json.loads(raw)
+                content_type = "application/json"
+            except ValueError:
+                pass
+        path = "/v1/events/" + "/".join(seg(p) for p in key.split("/"))
+        resp = self._t.request("POST", path, raw_body=raw, content_type=content_type)
+        try:
+            payload = resp.read()
+        finally:
+            resp.close()
+        try:
+            return EventResult.from_dict(json.loads(payload) if payload.strip() else {})
+        except ValueError as e:
+            raise ProtocolError("protocol", resp.status, f"POST {path}: bad JSON answer: {e}") from e
+
+    # --- images -----------------------------------------------------------
+
+    def list_images(self) -> List[Image]:
+        """Every image."""
+        return [Image.from_dict(o) for o in self._t.json("GET", "/v1/images") or []]
+
+    def get_image(self, name: str) -> Image:
+        """One image. Raises ImageNotFound."""
+        return Image.from_dict(self._t.json("GET", "/v1/images/" + seg(name)))
+
+    def delete_image(self, name: str) -> None:
+        """Remove an image. Raises Conflict while a sandbox uses it."""
+        self._t.json("DELETE", "/v1/images/" + seg(name))
+
+    def build_image(self, name: str, *, suite: Optional[str] = None,
+                    packages: Optional[Sequence[str]] = None, no_cache: Optional[bool] = None,
+                    progress: Optional[Progress] = None) -> Image:
+        """Build an image with mmdebstrap (minutes), streaming progress."""
+        body: Dict[str, Any] = {"name": name}
+        _put(body, "suite", suite)
+        if packages is not None:
+            body["packages"] = list(packages)
+        if no_cache:
+            body["no_cache"] = True
+        return Image.from_dict(self._t.long("POST", "/v1/images/build", body=body, progress=progress))
+
+    def pull_image(self, name: str, ref: str, *, insecure: Optional[bool] = None,
+                   platform: Optional[str] = None, progress: Optional[Progress] = None) -> Image:
+        """Pull an image from an OCI registry."""
+        body: Dict[str, Any] = {"name": name, "ref": ref}
+        if insecure:
+            body["insecure"] = True
+        _put(body, "platform", platform)
+        return Image.from_dict(self._t.long("POST", "/v1/images/pull", body=body, progress=progress))
+
+
+class ForkResult:
+    """What a fork made: one sandbox (or error) per requested copy.
+
+    ``copies[i]`` is the :class:`Sandbox` made, or ``None`` where the copy
+    failed and ``errors[i]`` says why. ``snapshot`` is the id of the
+    snapshot the fork took for itself; ``paused_ms`` how long the original
+    was paused.
+    """
+
+    def __init__(self, snapshot: str, copies: List[Optional["Sandbox"]],
+                 errors: List[Optional[Exception]], paused_ms: int) -> None:
+        self.snapshot = snapshot
+        self.copies = copies
+        self.errors = errors
+        self.paused_ms = paused_ms
+
+    def __repr__(self) -> str:
+        return f"ForkResult(snapshot={self.snapshot!r}, copies={self.copies!r}, errors={self.errors!r})"
+
+
+class ExecStream:
+    """A running command whose output streams as it comes.
+
+    Iterate it for :class:`ExecEvent` values (``start``, ``stdout``,
+    ``stderr``, then the final ``exit``); an ``error`` line raises its typed
+    error. ``wait()`` drains it and returns the :class:`ExecResult`.
+    Closing it early (or leaving a ``with`` block) kills the process.
+    """
+
+    def __init__(self, resp: "http.client.HTTPResponse", b64: bool) -> None:
+        self._resp = resp
+        self._lines = iter_lines(resp)
+        self._b64 = b64
+        self._done = False
+        self._out: List[str] = []
+        self._err: List[str] = []
+        #: The process id inside the sandbox, once the start line came.
+        self.pid = 0
+        #: The final ``exit`` event, once it came.
+        self.exit: Optional[ExecEvent] = None
+
+    def __iter__(self) -> Iterator[ExecEvent]:
+        return self
+
+    def __next__(self) -> ExecEvent:
+        if self._done:
+            raise StopIteration
+        try:
+            obj = next(self._lines)
+        except StopIteration:
+            self._finish()
+            raise ProtocolError("protocol", 0, "exec stream ended without an exit line") from None
+        except BaseException:
+            self._finish()
+            raise
+        ev = ExecEvent.from_dict(obj)
+        if ev.type in ("stdout", "stderr"):
+            if self._b64:
+                try:
+                    ev.data_bytes = base64.b64decode(ev.data)
+                except ValueError as e:
+                    self._finish()
+                    raise ProtocolError("protocol", 0, f"bad base64 in exec stream: {e}") from e
+                ev.data = ev.data_bytes.decode("utf-8", "replace")
+            (self._out if ev.type == "stdout" else self._err).append(ev.data)
+        elif ev.type == "start":
+            self.pid = ev.pid
+        elif ev.type == "error":
+            self._finish()
+            raise error_for(ev.code, 0, ev.error)
+        elif ev.type == "exit":
+            self.exit = ev
+            self._finish()
+        return ev
+
+    def _finish(self) -> None:
+        self._done = True
+        self._resp.close()
+
+    def wait(self) -> ExecResult:
+        """Read to the end; return the output gathered (of what was not yet iterated too) and the exit."""
+        for _ in self:
+            pass
+        ev = self.exit
+        if ev is None:  # pragma: no cover - __next__ raises first
+            raise ProtocolError("protocol", 0, "exec stream ended without an exit line")
+        return ExecResult(stdout="".join(self._out), stderr="".join(self._err),
+                          exit_code=ev.exit_code if ev.exit_code is not None else -1,
+                          duration_ms=ev.duration_ms, pid=self.pid or ev.pid, timed_out=ev.timed_out,
+                          undo=ev.undo, raw=ev.raw)
+
+    def close(self) -> None:
+        """End the stream (kills the process if it still runs)."""
+        self._finish()
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Sandbox:
+    """A handle on one sandbox: its object as last read (``info``) plus methods.
+
+    Requests address the sandbox by its id, so a handle keeps working when
+    the sandbox is renamed. As a context manager it deletes the sandbox on
+    exit (``with client.create(...) as sb:``).
+    """
+
+    def __init__(self, client: Client, info: SandboxInfo) -> None:
+        self.client = client
+        self.info = info
+
+    # --- object -----------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The sandbox's immutable id (``sbx_`` + 16 hex digits)."""
+        return self.info.id
+
+    @property
+    def name(self) -> str:
+        """The sandbox's name as last read."""
+        return self.info.name
+
+    @property
+    def state(self) -> str:
+        """The sandbox's state as last read (``running``, ``stopped``, ...)."""
+        return self.info.state
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        """The sandbox's labels as last read."""
+        return self.info.labels
+
+    @property
+    def network(self) -> NetworkRules:
+        """The sandbox's network rules as last read (``get_network`` rereads them)."""
+        return self.info.network
+
+    @property
+    def ref(self) -> str:
+        """What request paths name the sandbox by: its id (its name if the id is unknown)."""
+        return self.info.id or self.info.name
+
+    def _p(self, *rest: str) -> str:
+        p = "/v1/sandboxes/" + seg(self.ref)
+        for r in rest:
+            p += "/" + r
+        return p
+
+    def __repr__(self) -> str:
+        return f"Sandbox(name={self.name!r}, id={self.id!r}, state={self.state!r})"
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.delete()
+        except SandboxNotFound:
+            pass
+
+    def refresh(self) -> "Sandbox":
+        """Reread the sandbox's object; returns self."""
+        self.info = SandboxInfo.from_dict(self.client.transport.json("GET", self._p()))
+        return self
+
+    def delete(self) -> None:
+        """Delete the sandbox."""
+        self.client.transport.json("DELETE", self._p())
+
+    def stop(self) -> "Sandbox":
+        """Stop its processes; the disk stays and the next exec boots it again."""
+        self.info = SandboxInfo.from_dict(self.client.transport.json("POST", self._p("stop")))
+        return self
+
+    def update(self, *, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+               timeout_ms: Optional[int] = None, keep_alive_while_running: Optional[bool] = None) -> "Sandbox":
+        """``PUT /v1/sandboxes/{id}``: rename (``name``), relabel (``labels`` replaces them),
+        idle timeout, keep-alive. Fields left ``None`` stay; returns self.
+        """
+        body: Dict[str, Any] = {}
+        _put(body, "name", name)
+        if labels is not None:
+            body["labels"] = dict(labels)
+        _put(body, "timeout_ms", timeout_ms)
+        _put(body, "keep_alive_while_running", keep_alive_while_running)
+        self.info = SandboxInfo.from_dict(self.client.transport.json("PUT", self._p(), body=body))
+        return self
+
+    def rename(self, new_name: str) -> "Sandbox":
+        """Rename the sandbox (``{"name": new_name}``); returns self. Raises NameTaken."""
+        return self.update(name=new_name)
+
+    # --- processes --------------------------------------------------------
+
+    def _exec_body(self, cmd: Command, cwd: Optional[str], env: Optional[Mapping[str, str]],
+                   timeout_ms: Optional[int], stdin: Union[str, bytes, None], encoding: Optional[str],
+                   undo: Optional[str], rollback_on_failure: Optional[bool]) -> Dict[str, Any]:
+        body: Dict[str, Any] = {"cmd": _argv(cmd)}
+        _put(body, "cwd", cwd)
+        if env is not None:
+            body["env"] = dict(env)
+        _put(body, "timeout_ms", timeout_ms)
+        if isinstance(stdin, (bytes, bytearray)):
+            try:
+                body["stdin"] = bytes(stdin).decode("utf-8")
+            except UnicodeDecodeError:
+                body["stdin_base64"] = base64.b64encode(bytes(stdin)).decode()
+        else:
+            _put(body, "stdin", stdin)
+        _put(body, "encoding", encoding)
+        _put(body, "undo", undo)
+        if rollback_on_failure is not None:
+            body["rollback_on_failure"] = rollback_on_failure
+        return body
+
+    def exec(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+             timeout_ms: Optional[int] = None, stdin: Union[str, bytes, None] = None,
+             encoding: Optional[str] = None, undo: Optional[str] = None,
+             rollback_on_failure: Optional[bool] = None) -> ExecResult:
+        """Run a command and wait for it (buffered output, 16 MiB per stream at most).
+
+        ``cmd`` is a shell command line (run as ``["sh", "-c", cmd]``) or an
+        argv list. ``cwd`` defaults to ``/workspace`` on the server. A
+        non-zero exit is not an error: read ``exit_code``.
+
+        ``undo`` (``"none"``, ``"auto"``, ``"checkpoint"``, ``"snapshot"``)
+        takes a server-side undo before the command, and
+        ``rollback_on_failure=True`` puts it back when the command exits
+        non-zero; the result's ``undo`` says what happened (docs/undo.md).
+
+        Raises InvalidArgument (missing executable or cwd), SandboxNotFound,
+        Conflict, CheckpointFailed/SnapshotFailed (the undo could not be
+        taken: the command did not run).
+        """
+        body = self._exec_body(cmd, cwd, env, timeout_ms, stdin, encoding, undo, rollback_on_failure)
+        return ExecResult.from_dict(self.client.transport.json("POST", self._p("exec"), body=body),
+                                    base64_encoded=encoding == "base64")
+
+    def exec_stream(self, cmd: Command, *, cwd: Optional[str] = None,
+                    env: Optional[Mapping[str, str]] = None, timeout_ms: Optional[int] = None,
+                    stdin: Union[str, bytes, None] = None, encoding: Optional[str] = None,
+                    undo: Optional[str] = None, rollback_on_failure: Optional[bool] = None) -> ExecStream:
+        """Start a command and stream its output: iterate the :class:`ExecStream` for events.
+
+        Arguments as :meth:`exec`. The final ``exit`` event carries
+        ``exit_code``, ``duration_ms`` and ``undo``.
+        """
+        body = self._exec_body(cmd, cwd, env, timeout_ms, stdin, encoding, undo, rollback_on_failure)
+        resp = self.client.transport.request("POST", self._p("exec"), body=body, accept=NDJSON)
+        return ExecStream(resp, encoding == "base64")
+
+    def start(self, cmd: Command, *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+              timeout_ms: Optional[int] = None, stdin: Union[str, bytes, None] = None) -> int:
+        """Start a command detached (a server, a long job); returns its pid."""
+        body = self._exec_body(cmd, cwd, env, timeout_ms, stdin, None, None, None)
+        body["detach"] = True
+        out = self.client.transport.json("POST", self._p("exec"), body=body) or {}
+        return int(out.get("pid") or 0)
+
+    def processes(self) -> List[Process]:
+        """The processes started by exec in the sandbox."""
+        return [Process.from_dict(o) for o in self.client.transport.json("GET", self._p("processes")) or []]
+
+    def attach(self, pid: int, offset: int = 0, encoding: Optional[str] = None) -> ExecStream:
+        """Stream the output of a process started by exec, from byte ``offset``, until it exits.
+
+        Closing the stream only detaches. Raises ProcessNotFound.
+        """
+        q: List[Tuple[str, str]] = [("offset", str(offset))]
+        if encoding:
+            q.append(("encoding", encoding))
+        resp = self.client.transport.request("GET", self._p("processes", str(pid), "output"), q,
+                                             accept=NDJSON)
+        return ExecStream(resp, encoding == "base64")
+
+    def signal(self, pid: int, signal: int = 15) -> None:
+        """Send a signal to the process group of a running process started by exec."""
+        self.client.transport.json("POST", self._p("processes", str(pid), "signal"), body={"signal": signal})
+
+    # --- files ------------------------------------------------------------
+
+    def read_file(self, path: str) -> bytes:
+        """A file's bytes. Raises FileNotFound, InvalidArgument (a directory, a bad path)."""
+        resp = self.client.transport.request("GET", self._p("files"), [("path", path)])
+        try:
+            data = resp.read()
+        except Exception as e:  # a read that fails midway cuts the connection
+            raise ConnectionFailed("connection_failed", 0, f"reading {path}: {e}") from e
+        finally:
+            resp.close()
+        n = resp.getheader("Content-Length")
+        if n is not None and n.isdigit() and int(n) != len(data):
+            raise ConnectionFailed("connection_failed", 0, f"reading {path}: short read")
+        return data
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """A file's contents as text."""
+        return self.read_file(path).decode(encoding)
+
+    def write_file(self, path: str, data: Union[bytes, bytearray, str], mode: Optional[int] = None) -> Dict[str, Any]:
+        """Write a file (str is encoded as UTF-8), creating parents; ``mode`` e.g. ``0o755``.
+
+        Returns ``{"path", "size", "mode"}``.
+        """
+        q: List[Tuple[str, str]] = [("path", path)]
+        if mode is not None:
+            q.append(("mode", format(mode, "o")))
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        resp = self.client.transport.request("PUT", self._p("files"), q, raw_body=raw,
+                                             content_type="application/octet-stream")
+        try:
+            payload = resp.read()
+        finally:
+            resp.close()
+        try:
+            out = json.loads(payload) if payload.strip() else {}
+        except ValueError:
+            out = {}
+        return out if isinstance(out, dict) else {}
+
+    def list_files(self, path: str) -> List[FileInfo]:
+        """List a directory, by name."""
+        out = self.client.transport.json("GET", self._p("files"), [("path", path), ("list", "1")])
+        return [FileInfo.from_dict(o) for o in out or []]
+
+    def delete_file(self, path: str, recursive: bool = False) -> None:
+        """Delete a file, or a directory (``recursive`` when not empty)."""
+        q: List[Tuple[str, str]] = [("path", path)]
+        if recursive:
+            q.append(("recursive", "1"))
+        self.client.transport.json("DELETE", self._p("files"), q)
+
+    def download(self, path: str) -> bytes:
+        """A tar archive (PAX) of a directory's contents, or of one file."""
+        resp = self.client.transport.request("GET", self._p("archive"), [("path", path)])
+        try:
+            return resp.read()
+        finally:
+            resp.close()
+
+    def upload(self, path: str, tar: bytes) -> Dict[str, Any]:
+        """Extract a tar archive into the directory ``path``; returns ``{"files", "bytes"}``."""
+        resp = self.client.transport.request("PUT", self._p("archive"), [("path", path)], raw_body=tar,
+                                             content_type="application/x-tar")
+        try:
+            payload = resp.read()
+        finally:
+            resp.close()
+        try:
+            out = json.loads(payload) if payload.strip() else {}
+        except ValueError:
+            out = {}
+        return out if isinstance(out, dict) else {}
+
+    # --- checkpoints ------------------------------------------------------
+
+    def checkpoint(self, comment: Optional[str] = None, progress: Optional[Progress] = None) -> Checkpoint:
+        """Take a disk checkpoint (running or stopped sandbox); ``progress`` gets each progress line.
+
+        Raises InvalidArgument (comment over 1024 bytes), Conflict,
+        CheckpointFailed (nothing recorded).
+        """
+        body: Dict[str, Any] = {}
+        _put(body, "comment", comment)
+        return Checkpoint.from_dict(self.client.transport.long("POST", self._p("checkpoint"), body=body,
+                                                               progress=progress))
+
+    def list_checkpoints(self) -> List[Checkpoint]:
+        """The sandbox's checkpoints, newest first, ``v0`` last."""
+        return [Checkpoint.from_dict(o) for o in self.client.transport.json("GET", self._p("checkpoints")) or []]
+
+    def get_checkpoint(self, checkpoint_id: str, verify: bool = False) -> Checkpoint:
+        """One checkpoint; ``verify`` rereads every chunk first (``health`` says ``damaged`` if bad).
+
+        Raises CheckpointNotFound.
+        """
+        q = [("verify", "1")] if verify else None
+        return Checkpoint.from_dict(self.client.transport.json("GET", self._p("checkpoints", seg(checkpoint_id)), q))
+
+    def restore(self, checkpoint_id: str, progress: Optional[Progress] = None) -> "Sandbox":
+        """Put the disk back as in checkpoint ``checkpoint_id``; the sandbox stops (next request boots it).
+
+        Returns self. Raises CheckpointNotFound, Conflict, RestoreFailed (the disk is as it was).
+        """
+        out = self.client.transport.long("POST", self._p("checkpoints", seg(checkpoint_id), "restore"),
+                                         progress=progress)
+        if isinstance(out, dict):
+            self.info = SandboxInfo.from_dict(out)
+        return self
+
+    def diff(self, from_: Optional[str] = None, to: str = "live", limit: Optional[int] = None) -> Diff:
+        """Paths added, modified and deleted from checkpoint ``from_`` to ``to`` (``live``: the disk now).
+
+        ``from_`` defaults to the checkpoint before ``to`` (the newest, for ``live``).
+        """
+        q: List[Tuple[str, str]] = []
+        if from_:
+            q.append(("from", from_))
+        if limit:
+            q.append(("limit", str(limit)))
+        return Diff.from_dict(self.client.transport.json("GET", self._p("checkpoints", seg(to or "live"), "diff"), q))
+
+    # --- snapshots and forks ---------------------------------------------
+
+    def snapshot(self, name: Optional[str] = None, retention_days: Optional[float] = None,
+                 metadata: Optional[Mapping[str, Any]] = None, progress: Optional[Progress] = None) -> Snapshot:
+        """Take a memory snapshot of the running sandbox (disk, memory, processes).
+
+        Raises Conflict (not running), SandboxHasVolume, SnapshotFailed.
+        """
+        body: Dict[str, Any] = {}
+        _put(body, "name", name)
+        _put(body, "retention_days", retention_days)
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        return Snapshot.from_dict(self.client.transport.long("POST", self._p("snapshot"), body=body,
+                                                             progress=progress))
+
+    def list_snapshots(self) -> List[Snapshot]:
+        """This sandbox's snapshots, newest first."""
+        return self.client.list_snapshots(self.name or self.id)
+
+    def fork(self, name: Optional[str] = None, *, labels: Optional[Mapping[str, str]] = None,
+             network: Optional[Rules] = None, count: Optional[int] = None,
+             progress: Optional[Progress] = None) -> ForkResult:
+        """Make live copies of the running sandbox (``count``, default 1); the original runs on.
+
+        Raises (for the whole fork) InvalidArgument, NameTaken, Conflict,
+        SandboxHasVolume, ForkFailed. Per-copy failures are in the result's
+        ``errors``.
+        """
+        body: Dict[str, Any] = {}
+        _put(body, "name", name)
+        if labels is not None:
+            body["labels"] = dict(labels)
+        if network is not None:
+            body["network"] = rules_to_dict(network)
+        _put(body, "count", count)
+        out = self.client.transport.long("POST", self._p("fork"), body=body, progress=progress) or {}
+        copies: List[Optional[Sandbox]] = []
+        errors: List[Optional[Exception]] = []
+        for cp in out.get("copies") or []:
+            if isinstance(cp, dict) and isinstance(cp.get("sandbox"), dict):
+                copies.append(Sandbox(self.client, SandboxInfo.from_dict(cp["sandbox"])))
+                errors.append(None)
+            else:
+                e = (cp or {}).get("error") if isinstance(cp, dict) else None
+                e = e if isinstance(e, dict) else {}
+                copies.append(None)
+                errors.append(error_for(str(e.get("code") or "fork_failed"), 0, str(e.get("message") or "")))
+        return ForkResult(str(out.get("snapshot") or ""), copies, errors, int(out.get("paused_ms") or 0))
+
+    def fork_one(self, name: Optional[str] = None, **kwargs: Any) -> "Sandbox":
+        """Fork one copy and return it; raise the copy's error when it failed."""
+        res = self.fork(name, **kwargs)
+        if not res.copies:
+            raise ProtocolError("protocol", 0, "fork answered no copy")
+        if res.copies[0] is None:
+            err = res.errors[0]
+            assert err is not None
+            raise err
+        return res.copies[0]
+
+    # --- network ----------------------------------------------------------
+
+    def get_network(self) -> NetworkRules:
+        """The sandbox's network rules (``GET .../network``)."""
+        return NetworkRules.from_dict(self.client.transport.json("GET", self._p("network")))
+
+    def set_network(self, rules: Rules) -> NetworkRules:
+        """Replace the sandbox's network rules; returns them as stored (canonical form)."""
+        out = NetworkRules.from_dict(self.client.transport.json("PUT", self._p("network"),
+                                                                body=rules_to_dict(rules)))
+        self.info.network = out
+        return out
+
+    def network_log(self) -> NetworkLog:
+        """What the host refused for the sandbox, and counts of its decisions."""
+        return NetworkLog.from_dict(self.client.transport.json("GET", self._p("network", "log")))
+
+    # --- suspend, resume, events -----------------------------------------
+
+    def suspend(self, wake_on: Optional[str] = None, progress: Optional[Progress] = None) -> "Sandbox":
+        """Suspend: memory and disk go to the blob store; ``wake_on`` an event key that resumes it."""
+        body: Dict[str, Any] = {}
+        _put(body, "wake_on", wake_on)
+        out = self.client.transport.long("POST", self._p("suspend"), body=body, progress=progress)
+        if isinstance(out, dict):
+            self.info = SandboxInfo.from_dict(out)
+        return self
+
+    def resume(self, progress: Optional[Progress] = None) -> "Sandbox":
+        """Resume a suspended sandbox, running, with its processes; returns self."""
+        out = self.client.transport.long("POST", self._p("resume"), progress=progress)
+        if isinstance(out, dict):
+            self.info = SandboxInfo.from_dict(out)
+        return self
+
+    def events(self) -> List[Event]:
+        """Events delivered to the sandbox (why it woke), oldest first."""
+        return [Event.from_dict(o) for o in self.client.transport.json("GET", self._p("events")) or []]
+
+    # --- ports ------------------------------------------------------------
+
+    def ports(self) -> List[Port]:
+        """TCP ports programs listen on in the sandbox (it must be running)."""
+        return [Port.from_dict(o) for o in self.client.transport.json("GET", self._p("ports")) or []]
+
+    def port_url(self, port: int) -> str:
+        """The path-based preview URL of ``port`` (``""`` for a client on the Unix socket)."""
+        t = self.client.transport
+        if not t.url:
+            return ""
+        return t.url.rstrip("/") + "/v1/sandboxes/" + seg(self.name or self.id) + f"/ports/{port}/"
+
+    # --- undo helpers (docs/undo.md) -------------------------------------
+
+    def try_in_copy(self, step: str, verify: Optional[str] = None, offline: bool = True,
+                    cwd: Optional[str] = None) -> "TryResult":
+        """:func:`sbx.try_in_copy` on this sandbox."""
+        from .undo import try_in_copy
+
+        return try_in_copy(self, step, verify, offline=offline, cwd=cwd)
+
+    def guarded(self, command: str, cwd: Optional[str] = None) -> "GuardResult":
+        """:func:`sbx.guarded` on this sandbox."""
+        from .undo import guarded
+
+        return guarded(self, command, cwd=cwd)
+
+    def remember(self, step: str, retention_days: float = 1) -> Snapshot:
+        """:func:`sbx.remember` on this sandbox."""
+        from .undo import remember
+
+        return remember(self, step, retention_days=retention_days)
+
+    def go_back_to(self, step: str) -> "Sandbox":
+        """:func:`sbx.go_back_to` on this sandbox."""
+        from .undo import go_back_to
+
+        return go_back_to(self, step)
+
+    def chain(self) -> List[Snapshot]:
+        """:func:`sbx.chain` on this sandbox."""
+        from .undo import chain
+
+        return chain(self)

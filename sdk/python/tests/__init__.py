@@ -1,0 +1,1 @@
+"""Tests of the sbx Python SDK (run: python3 -m unittest discover -s sdk/python/tests)."""

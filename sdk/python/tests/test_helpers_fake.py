@@ -1,0 +1,357 @@
+"""The undo helpers against a fake sbxd: the requests they send and their failure paths."""
+
+from __future__ import annotations
+
+import json
+import re
+import unittest
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import sbx
+try:
+    from .fakeserver import FakeServer, Recorded
+except ImportError:  # run with the tests directory as the top level
+    from fakeserver import FakeServer, Recorded  # type: ignore[no-redef]
+
+Answer = Tuple[int, str, bytes]
+
+
+def js(status: int, body: Any) -> Answer:
+    return status, "application/json", json.dumps(body).encode()
+
+
+def err(status: int, code: str, msg: str = "x") -> Answer:
+    return js(status, {"error": {"code": code, "message": msg}})
+
+
+def nd(*lines: Any) -> Answer:
+    return 200, "application/x-ndjson", b"".join(json.dumps(l).encode() + b"\n" for l in lines)
+
+
+class FakeSbxd:
+    """A tiny model of sbxd: sandboxes, renames, forks, exec by a callback, snapshots."""
+
+    def __init__(self) -> None:
+        self.boxes: Dict[str, Dict[str, Any]] = {}
+        self.n = 0
+        self.exec_fn: Callable[[Dict[str, Any], Dict[str, Any]], Dict[str, Any]] = \
+            lambda box, body: {"stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 1}
+        self.fail: Dict[str, Any] = {}     # hooks: name -> callable(req) -> Optional[Answer]
+        self.snapshots: List[Dict[str, Any]] = []
+        self.srv = FakeServer(self.handle)
+        self.client = sbx.Client(url=self.srv.url, api_key="test-key-0123456789", timeout=30)
+
+    def close(self) -> None:
+        self.srv.close()
+
+    def add(self, name: str, labels: Optional[Dict[str, str]] = None,
+            network: Optional[Dict[str, Any]] = None) -> sbx.Sandbox:
+        self.n += 1
+        box = {"id": "sbx_%016x" % self.n, "name": name, "state": "running", "labels": labels or {},
+               "network": network or {"internet": True, "allow": [], "deny": [], "connect": []}}
+        self.boxes[box["id"]] = box
+        return self.client.get(box["id"])
+
+    def find(self, ref: str) -> Optional[Dict[str, Any]]:
+        if ref in self.boxes:
+            return self.boxes[ref]
+        for b in self.boxes.values():
+            if b["name"] == ref:
+                return b
+        return None
+
+    def writes(self) -> List[str]:
+        return [f"{r.method} {r.path}" for r in self.srv.requests if r.method != "GET"]
+
+    def handle(self, req: Recorded) -> Answer:
+        hook = self.fail.get(f"{req.method} {req.path}")
+        if hook is not None:
+            ans = hook(req)
+            if ans is not None:
+                return ans
+        m = re.match(r"^/v1/sandboxes/([^/]+)(/.*)?$", req.path)
+        if req.method == "POST" and req.path == "/v1/sandboxes":
+            body = req.json()
+            self.n += 1
+            box = {"id": "sbx_%016x" % self.n, "name": body["name"], "state": "running",
+                   "labels": body.get("labels") or {}, "network": body.get("network") or {"internet": True}}
+            self.boxes[box["id"]] = box
+            return js(201, box)
+        if req.method == "GET" and req.path == "/v1/snapshots":
+            return js(200, list(reversed(self.snapshots)))
+        if not m:
+            return err(404, "not_found")
+        box = self.find(m.group(1))
+        rest = m.group(2) or ""
+        if box is None:
+            return err(404, "sandbox_not_found")
+        if rest == "" and req.method == "GET":
+            return js(200, box)
+        if rest == "" and req.method == "PUT":
+            new = req.json().get("name")
+            if any(b["name"] == new for b in self.boxes.values() if b is not box):
+                return err(409, "name_taken")
+            box["name"] = new
+            return js(200, box)
+        if rest == "" and req.method == "DELETE":
+            del self.boxes[box["id"]]
+            return 204, "", b""
+        if rest == "/network" and req.method == "GET":
+            return js(200, box["network"])
+        if rest == "/network" and req.method == "PUT":
+            box["network"] = req.json()
+            return js(200, box["network"])
+        if rest == "/fork":
+            body = req.json()
+            self.n += 1
+            copy = {"id": "sbx_%016x" % self.n, "name": body["name"], "state": "running",
+                    "labels": body.get("labels") or {}, "network": body.get("network") or box["network"]}
+            self.boxes[copy["id"]] = copy
+            return nd({"type": "info", "data": "forking"},
+                      {"type": "complete", "data": {"snapshot": "snap_x", "copies": [{"sandbox": copy}]}})
+        if rest == "/exec":
+            return js(200, self.exec_fn(box, req.json()))
+        if rest == "/snapshot":
+            body = req.json()
+            snap = {"id": "snap_%d" % (len(self.snapshots) + 1), "name": body.get("name"),
+                    "sandbox": box["name"], "create_time": "2026-11-29T10:00:%02dZ" % len(self.snapshots),
+                    "metadata": body.get("metadata")}
+            self.snapshots.append(snap)
+            return nd({"type": "complete", "data": snap})
+        return err(404, "not_found")
+
+
+def exit_by_cmd(codes: Dict[str, int]) -> Callable[[Dict[str, Any], Dict[str, Any]], Dict[str, Any]]:
+    def fn(box: Dict[str, Any], body: Dict[str, Any]) -> Dict[str, Any]:
+        line = body["cmd"][-1] if body["cmd"][:2] == ["sh", "-c"] else " ".join(body["cmd"])
+        return {"stdout": "", "stderr": "", "exit_code": codes.get(line, 0), "duration_ms": 1}
+    return fn
+
+
+class TryInCopyFake(unittest.TestCase):
+    def setUp(self) -> None:
+        self.f = FakeSbxd()
+        self.addCleanup(self.f.close)
+        self.sb = self.f.add("dev", labels={"team": "a"},
+                             network={"internet": True, "allow": ["x.example"], "deny": [], "connect": []})
+        self.f.srv.requests.clear()
+
+    def test_pass_sequence(self) -> None:
+        orig_id = self.sb.id
+        res = sbx.try_in_copy(self.sb, "make", "make test")
+        self.assertTrue(res.kept)
+        self.assertEqual(res.sandbox.name, "dev")
+        self.assertEqual(res.leftover, "")
+        reqs = self.f.srv.requests
+        seq = [f"{r.method} {r.path}" for r in reqs]
+        copy_id = res.sandbox.id
+        self.assertEqual(seq, [
+            f"GET /v1/sandboxes/{orig_id}/network",
+            f"POST /v1/sandboxes/{orig_id}/fork",
+            f"POST /v1/sandboxes/{copy_id}/exec",
+            f"POST /v1/sandboxes/{copy_id}/exec",
+            f"PUT /v1/sandboxes/{copy_id}/network",
+            f"PUT /v1/sandboxes/{orig_id}",
+            f"PUT /v1/sandboxes/{copy_id}",
+            f"DELETE /v1/sandboxes/{orig_id}",
+        ])
+        fork = reqs[1].json()
+        self.assertRegex(fork["name"], r"^dev-try-[a-z0-9]{6}$")
+        self.assertEqual(fork["labels"], {"team": "a"})
+        self.assertEqual(fork["network"], {"internet": False})
+        self.assertEqual(reqs[2].json(), {"cmd": ["sh", "-c", "make"]})
+        self.assertEqual(reqs[3].json(), {"cmd": ["sh", "-c", "make test"]})
+        self.assertEqual(reqs[4].json()["allow"], ["x.example"])
+        self.assertRegex(reqs[5].json()["name"], r"^dev-old-[a-z0-9]{6}$")
+        self.assertEqual(reqs[6].json(), {"name": "dev"})
+        self.assertEqual(self.f.find("dev")["id"], copy_id)
+        self.assertIsNone(self.f.find(orig_id))
+
+    def test_verify_fails(self) -> None:
+        self.f.exec_fn = exit_by_cmd({"check": 1})
+        res = sbx.try_in_copy(self.sb, "step", "check", cwd="/workspace/app")
+        self.assertFalse(res.kept)
+        self.assertIs(res.sandbox, self.sb)
+        assert res.verify is not None
+        self.assertEqual(res.verify.exit_code, 1)
+        writes = self.f.writes()
+        self.assertEqual(writes[-1][:7], "DELETE ")
+        self.assertNotIn("PUT", " ".join(writes))
+        self.assertEqual(self.f.srv.requests[2].json()["cwd"], "/workspace/app")
+        self.assertEqual([b["name"] for b in self.f.boxes.values()], ["dev"])
+
+    def test_step_fails_verify_not_run(self) -> None:
+        self.f.exec_fn = exit_by_cmd({"step": 2})
+        res = sbx.try_in_copy(self.sb, "step", "check")
+        self.assertFalse(res.kept)
+        self.assertIsNone(res.verify)
+        self.assertEqual(sum(1 for r in self.f.srv.requests if r.path.endswith("/exec")), 1)
+        self.assertEqual(len(self.f.boxes), 1)
+
+    def test_online_fork_keeps_rules(self) -> None:
+        sbx.try_in_copy(self.sb, "step", offline=False)
+        fork = [r for r in self.f.srv.requests if r.path.endswith("/fork")][0].json()
+        self.assertNotIn("network", fork)
+
+    def test_promotion_failure_is_undone(self) -> None:
+        orig_id = self.sb.id
+        state = {"n": 0}
+
+        # The copy's rename to the original's name fails: the original gets its name back.
+        def hook_for_copy(req: Recorded) -> Optional[Answer]:
+            state["n"] += 1
+            return err(409, "conflict", "busy")
+
+        self.f.exec_fn = exit_by_cmd({})
+        # install the hook once the copy exists: wrap the fork answer
+        orig_handle = self.f.handle
+
+        def handle(req: Recorded) -> Answer:
+            ans = orig_handle(req)
+            if req.path.endswith("/fork"):
+                copy_id = [b for b in self.f.boxes][-1]
+                self.f.fail[f"PUT /v1/sandboxes/{copy_id}"] = hook_for_copy
+            return ans
+
+        self.f.srv.responder = handle
+        with self.assertRaises(sbx.Conflict):
+            sbx.try_in_copy(self.sb, "step")
+        self.assertEqual(state["n"], 1)
+        self.assertEqual(self.f.find("dev")["id"], orig_id)
+        self.assertEqual(len(self.f.boxes), 1, "the copy is deleted")
+
+    def test_old_original_not_deletable(self) -> None:
+        orig_id = self.sb.id
+        self.f.fail[f"DELETE /v1/sandboxes/{orig_id}"] = lambda req: err(409, "conflict", "busy")
+        res = sbx.try_in_copy(self.sb, "step")
+        self.assertTrue(res.kept)
+        self.assertRegex(res.leftover, r"^dev-old-[a-z0-9]{6}$")
+        self.assertEqual(sum(1 for r in self.f.srv.requests if r.method == "DELETE"), 3)
+        self.assertEqual(self.f.find("dev")["id"], res.sandbox.id)
+
+    def test_fork_error_changes_nothing(self) -> None:
+        self.f.fail[f"POST /v1/sandboxes/{self.sb.id}/fork"] = lambda req: err(409, "sandbox_has_volume")
+        with self.assertRaises(sbx.SandboxHasVolume):
+            sbx.try_in_copy(self.sb, "step")
+        self.assertEqual(self.f.writes(), [f"POST /v1/sandboxes/{self.sb.id}/fork"])
+
+    def test_fork_copy_error_is_raised(self) -> None:
+        self.f.fail[f"POST /v1/sandboxes/{self.sb.id}/fork"] = lambda req: nd(
+            {"type": "complete", "data": {"snapshot": "s", "copies": [{"error": {"code": "fork_failed", "message": "no"}}]}})
+        with self.assertRaises(sbx.ForkFailed):
+            sbx.try_in_copy(self.sb, "step")
+
+    def test_stream_error_line_is_typed(self) -> None:
+        self.f.fail[f"POST /v1/sandboxes/{self.sb.id}/fork"] = lambda req: nd(
+            {"type": "info", "data": "x"}, {"type": "error", "error": "boom", "code": "fork_failed"})
+        with self.assertRaises(sbx.ForkFailed) as cm:
+            sbx.try_in_copy(self.sb, "step")
+        self.assertEqual((cm.exception.status, cm.exception.message), (0, "boom"))
+
+
+class GuardedFake(unittest.TestCase):
+    def setUp(self) -> None:
+        self.f = FakeSbxd()
+        self.addCleanup(self.f.close)
+        self.sb = self.f.add("dev")
+        self.f.srv.requests.clear()
+
+    def execs(self) -> List[Dict[str, Any]]:
+        return [r.json() for r in self.f.srv.requests if r.path.endswith("/exec")]
+
+    def test_none(self) -> None:
+        g = sbx.guarded(self.sb, "ls")
+        self.assertEqual((g.undo, g.rolled_back), ("none", False))
+        self.assertEqual(self.execs(), [{"cmd": ["sh", "-c", "ls"]}])
+
+    def test_git_rollback(self) -> None:
+        def fn(box: Dict[str, Any], body: Dict[str, Any]) -> Dict[str, Any]:
+            line = body["cmd"][2]
+            if line == sbx.undo.GIT_SNAPSHOT_SCRIPT:
+                return {"stdout": "/work space/r abc refs/heads/main t1 t2\n", "exit_code": 0}
+            if line == "rm x":
+                return {"exit_code": 1}
+            return {"exit_code": 0}
+        self.f.exec_fn = fn
+        g = sbx.guarded(self.sb, "rm x", cwd="/work space/r/sub")
+        self.assertEqual((g.undo, g.rolled_back, g.result.exit_code), ("git", True, 1))
+        ex = self.execs()
+        self.assertEqual(len(ex), 3)
+        self.assertEqual(ex[0]["cwd"], "/work space/r/sub")
+        self.assertEqual(ex[1]["cwd"], "/work space/r/sub")
+        self.assertNotIn("cwd", ex[2])
+        self.assertEqual(ex[2]["cmd"], ["sh", "-c", sbx.undo.GIT_ROLLBACK_SCRIPT, "sh",
+                                        "/work space/r", "abc", "refs/heads/main", "t1", "t2"])
+
+    def test_git_falls_back_to_checkpoint(self) -> None:
+        def fn(box: Dict[str, Any], body: Dict[str, Any]) -> Dict[str, Any]:
+            if body["cmd"][2] == sbx.undo.GIT_SNAPSHOT_SCRIPT:
+                return {"exit_code": 3}
+            return {"exit_code": 1, "undo": {"kind": "checkpoint", "checkpoint": "v2", "rolled_back": True}}
+        self.f.exec_fn = fn
+        g = sbx.guarded(self.sb, "rm x")
+        self.assertEqual((g.undo, g.rolled_back), ("checkpoint", True))
+        self.assertEqual(self.execs()[1], {"cmd": ["sh", "-c", "rm x"], "undo": "checkpoint",
+                                           "rollback_on_failure": True})
+
+    def test_fork_class_uses_a_copy_with_the_rules(self) -> None:
+        self.f.exec_fn = exit_by_cmd({"kill 1": 1})
+        g = sbx.guarded(self.sb, "kill 1")
+        self.assertEqual((g.undo, g.rolled_back), ("fork", True))
+        self.assertIs(g.sandbox, self.sb)
+        fork = [r for r in self.f.srv.requests if r.path.endswith("/fork")][0].json()
+        self.assertNotIn("network", fork)
+
+
+class ChainFake(unittest.TestCase):
+    def setUp(self) -> None:
+        self.f = FakeSbxd()
+        self.addCleanup(self.f.close)
+        self.sb = self.f.add("dev", labels={"a": "b"})
+        self.f.srv.requests.clear()
+
+    def test_remember_chain_go_back(self) -> None:
+        sbx.remember(self.sb, "one")
+        req = self.f.srv.requests[-1]
+        self.assertEqual(req.json(), {"name": "one", "retention_days": 1,
+                                      "metadata": {"sbx_chain": {"sandbox": "dev", "step": "one"}}})
+        self.assertIn("application/x-ndjson", req.headers.get("Accept", ""))
+        sbx.remember(self.sb, "two")
+        self.f.snapshots.append({"id": "snap_other", "name": "one", "sandbox": "dev", "metadata": {}})
+        self.assertEqual([s.id for s in sbx.chain(self.sb)], ["snap_1", "snap_2"])
+        self.assertEqual(self.f.srv.requests[-1].query, {"sandbox": ["dev"]})
+
+        self.f.srv.requests.clear()
+        with self.assertRaises(sbx.SnapshotNotFound):
+            sbx.go_back_to(self.sb, "nine")
+        self.assertEqual(self.f.writes(), [])
+
+        old_id = self.sb.id
+        new = sbx.go_back_to(self.sb, "one")
+        create = [r for r in self.f.srv.requests if r.method == "POST" and r.path == "/v1/sandboxes"][0].json()
+        self.assertEqual(create["snapshot"], "snap_1")
+        self.assertRegex(create["name"], r"^dev-back-[a-z0-9]{6}$")
+        self.assertEqual(create["labels"], {"a": "b"})
+        self.assertEqual(create["network"]["internet"], True)
+        self.assertEqual(new.name, "dev")
+        self.assertIsNone(self.f.find(old_id))
+
+    def test_step_length(self) -> None:
+        with self.assertRaises(sbx.InvalidArgument):
+            sbx.remember(self.sb, "")
+        with self.assertRaises(sbx.InvalidArgument):
+            sbx.remember(self.sb, "é" * 32)     # 64 bytes
+        self.assertEqual(self.f.srv.requests, [])
+
+
+class NamesFake(unittest.TestCase):
+    def test_long_names_fit(self) -> None:
+        from sbx.undo import _derived
+        n = _derived("a" * 63, "try")
+        self.assertRegex(n, r"^a{52}-try-[a-z0-9]{6}$")
+        self.assertLessEqual(len(_derived("a" * 63, "back")), 63)
+        self.assertRegex(_derived("dev", "old"), r"^dev-old-[a-z0-9]{6}$")
+
+
+if __name__ == "__main__":
+    unittest.main()
