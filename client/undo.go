@@ -29,8 +29,8 @@ type UndoKind = undo.Kind
 // running processes.
 func CheckpointFor(command string) UndoKind { return undo.For(command) }
 
-// suffixed is base's first 52 bytes, "-", tag, "-" and 6 random [a-z0-9]:
-// a valid sandbox name (at most 63 bytes).
+// suffixed is base, cut so that the whole is at most 63 bytes, then "-",
+// tag, "-" and 6 random [a-z0-9]: a valid sandbox name.
 func suffixed(base, tag string) string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 	b := make([]byte, 6)
@@ -38,8 +38,8 @@ func suffixed(base, tag string) string {
 	for i := range b {
 		b[i] = alphabet[int(b[i])%len(alphabet)]
 	}
-	if len(base) > 52 {
-		base = base[:52]
+	if max := 63 - len(tag) - 8; len(base) > max {
+		base = base[:max]
 	}
 	return base + "-" + tag + "-" + string(b)
 }
@@ -78,8 +78,8 @@ type TryResult struct {
 // labels and name, sb is deleted, and the copy is returned as the agent's
 // sandbox (docs/undo.md, "tryInCopy").
 //
-// When the copy is kept, sb (the handle) describes the deleted original
-// under its temporary name: use the result's Sandbox from then on.
+// When the copy is kept, the handle sb is updated to the copy (the
+// original's id is gone), and the result's Sandbox is sb.
 //
 // Errors: those of the fork (ErrConflict for a stopped sandbox,
 // ErrSandboxHasVolume, ErrForkFailed) before anything changed, with a nil
@@ -125,7 +125,8 @@ func TryInCopy(ctx context.Context, sb *Sandbox, step, verify string, opts TryOp
 	if err != nil {
 		return res, err
 	}
-	res.Kept, res.Sandbox, res.Leftover = true, cp, leftover
+	*sb = *cp // the caller's handle follows, as in the other SDKs
+	res.Kept, res.Sandbox, res.Leftover = true, sb, leftover
 	return res, nil
 }
 
@@ -333,7 +334,7 @@ func Chain(ctx context.Context, sb *Sandbox) ([]api.Snapshot, error) {
 // GoBackTo starts a sandbox from the newest snapshot of sb's chain for
 // step, with sb's labels and network rules, gives it sb's name and deletes
 // sb; it returns the new sandbox, running with the memory and processes of
-// that step. Snapshots of later steps stay until they expire.
+// that step, and updates the handle sb to it. Snapshots of later steps stay until they expire.
 //
 // Errors: ErrSnapshotNotFound when the chain has no such step (nothing
 // changed); those of the create; a failure while promoting the new
@@ -365,5 +366,6 @@ func GoBackTo(ctx context.Context, sb *Sandbox, step string) (*Sandbox, error) {
 	if _, err := promote(ctx, sb, nb, rules); err != nil {
 		return nil, err
 	}
-	return nb, nil
+	*sb = *nb // the caller's handle follows, as in the other SDKs
+	return sb, nil
 }

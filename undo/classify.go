@@ -242,7 +242,7 @@ func classifySimple(all []string, depth int) Kind {
 		k = None
 	} else {
 		prog := path.Base(words[0])
-		if (prog == "sh" || prog == "bash" || prog == "dash" || prog == "zsh") && len(words) >= 3 && words[1] == "-c" {
+		if (prog == "sh" || prog == "bash" || prog == "dash" || prog == "zsh") && len(words) >= 3 && isDashC(words[1]) {
 			if depth > 4 {
 				return Checkpoint
 			}
@@ -271,6 +271,12 @@ func classifySimple(all []string, depth int) Kind {
 		}
 	}
 	return k
+}
+
+// isDashC reports whether w is -c or a bundle of short options with c
+// (-lc, -ec, -xc): the shell's next word is the command line.
+func isDashC(w string) bool {
+	return len(w) >= 2 && w[0] == '-' && w[1] != '-' && strings.IndexByte(w[1:], 'c') >= 0
 }
 
 // dropPrefixes drops leading NAME=value words and wrappers with their
@@ -415,6 +421,8 @@ var (
 		"describe", "shortlog", "cat-file", "show-ref", "for-each-ref", "name-rev", "rev-list",
 		"count-objects", "help", "version", "--version", "fetch", "push")
 	gitDestroy = set("gc", "prune", "filter-branch", "filter-repo", "submodule", "init", "clone")
+	// clone is here because a failed clone leaves a nested repository that
+	// the git rollback's clean (-fd, not -ff) does not remove.
 )
 
 // program classifies a program (base name) with its arguments; args are
@@ -514,6 +522,9 @@ func program(prog string, args []string) (Kind, []string) {
 		}
 		return Checkpoint, nil
 	case "go":
+		if sub == "env" && (has(args, "-w", "-u")) {
+			return Checkpoint, nil
+		}
 		if sub == "version" || sub == "env" || sub == "list" || sub == "vet" {
 			return None, nil
 		}
@@ -528,7 +539,17 @@ func program(prog string, args []string) (Kind, []string) {
 			return None, nil
 		}
 		return Checkpoint, nil
-	case "apt-cache", "pg_dump":
+	case "apt-cache":
+		return None, nil
+	case "pg_dump":
+		for i, a := range args {
+			if (a == "-f" || a == "--file") && i+1 < len(args) {
+				return Git, []string{args[i+1]}
+			}
+			if f, ok := strings.CutPrefix(a, "--file="); ok {
+				return Git, []string{f}
+			}
+		}
 		return None, nil
 	case "dpkg":
 		if has(args, "-l", "-L", "-s", "--list", "--listfiles", "--status") {
@@ -580,9 +601,6 @@ func gitKind(args []string) (Kind, []string) {
 	case gitRead[sub]:
 		return None, nil
 	case gitDestroy[sub]:
-		if sub == "clone" {
-			return Git, ops
-		}
 		return Checkpoint, nil
 	}
 	switch sub {
