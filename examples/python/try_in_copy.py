@@ -31,10 +31,11 @@ def main() -> int:
         assert sb.exec("command -v greet").exit_code != 0, "the original must be untouched"
 
         # 2. A good install: verify passes, the copy takes the original's place.
+        old_id = sb.id
         res = sbx.try_in_copy(sb, INSTALL_GOOD, VERIFY)
-        print(f"good install: kept={res.kept} sandbox={res.sandbox.name} ({res.sandbox.id}, was {sb.id})")
-        assert res.kept and res.sandbox.name == name
-        sb = res.sandbox      # always continue with the returned sandbox
+        print(f"good install: kept={res.kept} sandbox={res.sandbox.name} ({res.sandbox.id}, was {old_id})")
+        assert res.kept and res.sandbox.name == name and res.sandbox is sb and sb.id != old_id
+        sb = res.sandbox      # the same handle, now on the promoted copy
         print("greet says:", sb.exec("greet").stdout.strip())
         return 0
     finally:

@@ -2,13 +2,18 @@
 
 Kinds, ordered: ``none < git < checkpoint < fork``. This is a convenience,
 not a security boundary: it reads the text of a command, and a command can
-do more than its text says.
+do more than its text says. The sandbox is the boundary.
+
+This module is a line-by-line port of the Go reference, ``undo/classify.go``
+(same splitting, same redirection parsing, same tables, same special
+cases), so that the Go, TypeScript and Python SDKs give the same kind for
+every input, not only for the shared vectors of
+``sdk/testdata/checkpoint_for.json``. Change the three together.
 """
 
 from __future__ import annotations
 
-import re
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 __all__ = ["NONE", "GIT", "CHECKPOINT", "FORK", "KINDS", "checkpoint_for", "max_kind"]
 
@@ -20,6 +25,9 @@ FORK = "fork"
 KINDS = (NONE, GIT, CHECKPOINT, FORK)
 _RANK = {k: i for i, k in enumerate(KINDS)}
 
+# Internally kinds are their ranks, as in Go.
+_NONE, _GIT, _CHECKPOINT, _FORK = 0, 1, 2, 3
+
 
 def max_kind(*kinds: str) -> str:
     """The heaviest of ``kinds`` (``none`` for none)."""
@@ -30,161 +38,298 @@ def max_kind(*kinds: str) -> str:
     return best
 
 
-class _Unparsable(Exception):
-    """The line has a construct the parser does not follow: it is ``checkpoint``."""
+def checkpoint_for(command: str) -> str:
+    """Classify a shell command line (as run by ``sh -c``) by the lightest undo that covers it.
+
+    Returns ``"none"`` (reads), ``"git"`` (working-tree edits a repository
+    snapshot undoes), ``"checkpoint"`` (system changes, paths outside the
+    working tree, unknown programs: a disk checkpoint undoes them) or
+    ``"fork"`` (running processes and servers' state: a live copy). A line
+    gets the heaviest kind of its parts; an empty line is ``none``; a line
+    the parser does not follow (command substitution, process
+    substitution, an unterminated quote) is ``checkpoint``.
+    """
+    cmds = _split(command)
+    if cmds is None:
+        return CHECKPOINT
+    k = _NONE
+    for words in cmds:
+        k = max(k, _classify_simple(words, 0))
+    return KINDS[k]
 
 
-# A simple command: its words, and its redirections (op, target).
-_Simple = Tuple[List[str], List[Tuple[str, str]]]
+def _split(line: str) -> Optional[List[List[str]]]:
+    """Break a line into simple commands of words (quotes removed).
 
-_SEPARATORS = ";&|\n()"
-_BLANKS = " \t\r"
-
-
-def _split(line: str) -> List[_Simple]:
-    """Split a command line into simple commands (words with quotes removed, redirections)."""
-    cmds: List[_Simple] = []
+    ``None`` when the line has ``$(``, a backquote, ``<(``, ``>(`` or an
+    unterminated quote outside single quotes.
+    """
+    cmds: List[List[str]] = []
     words: List[str] = []
-    redirs: List[Tuple[str, str]] = []
     cur: List[str] = []
-    in_word = False          # cur holds a word (possibly empty: "")
-    pending_op: Optional[str] = None   # a redirection waiting for its target word
-    cur_op: Optional[str] = None       # the redirection the current word is the target of
-    i, n = 0, len(line)
+    in_word = False
 
     def end_word() -> None:
-        nonlocal cur, in_word, pending_op, cur_op
-        if not in_word:
-            return
-        w = "".join(cur)
-        if cur_op is not None:
-            redirs.append((cur_op, w))
-            cur_op = None
-        else:
-            words.append(w)
-        cur = []
-        in_word = False
+        nonlocal in_word
+        if in_word:
+            words.append("".join(cur))
+            cur.clear()
+            in_word = False
 
     def end_cmd() -> None:
-        nonlocal words, redirs, pending_op
+        nonlocal words
         end_word()
-        if pending_op is not None:   # `echo >` with no target: sh refuses it; treat as unknown
-            raise _Unparsable()
-        if words or redirs:
-            cmds.append((words, redirs))
-        words, redirs = [], []
+        if words:
+            cmds.append(words)
+        words = []
 
-    def start_word() -> None:
-        nonlocal in_word, pending_op, cur_op
-        if not in_word:
-            in_word = True
-            if pending_op is not None:
-                cur_op, pending_op = pending_op, None
-
+    n = len(line)
+    i = 0
     while i < n:
         c = line[i]
         if c == "\\":
-            if i + 1 < n and line[i + 1] == "\n":   # line continuation
-                i += 2
-                continue
-            start_word()
             if i + 1 < n:
-                cur.append(line[i + 1])
-            i += 2
-            continue
-        if c == "'":
-            start_word()
+                i += 1
+                if line[i] != "\n":
+                    cur.append(line[i])
+                    in_word = True
+        elif c == "'":
             j = line.find("'", i + 1)
             if j < 0:
-                raise _Unparsable()
+                return None
             cur.append(line[i + 1:j])
-            i = j + 1
-            continue
-        if c == '"':
-            start_word()
-            i += 1
-            while True:
-                if i >= n:
-                    raise _Unparsable()
-                d = line[i]
-                if d == '"':
-                    i += 1
-                    break
-                if d == "\\" and i + 1 < n and line[i + 1] in '$`"\\\n':
-                    if line[i + 1] != "\n":
-                        cur.append(line[i + 1])
-                    i += 2
-                    continue
-                if d == "`" or (d == "$" and i + 1 < n and line[i + 1] == "("):
-                    raise _Unparsable()   # command substitution runs inside double quotes too
-                cur.append(d)
-                i += 1
-            continue
-        if c == "`" or (c == "$" and i + 1 < n and line[i + 1] == "("):
-            raise _Unparsable()
-        if c in "<>" and i + 1 < n and line[i + 1] == "(":
-            raise _Unparsable()      # process substitution
-        if c == "#" and not in_word:
-            j = line.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if c in _BLANKS:
-            end_word()
-            i += 1
-            continue
-        if c in "<>" or (c == "&" and i + 1 < n and line[i + 1] == ">"):
-            # A redirection: [N]> [N]>> >| &> &>> < << <<< <> >& <&
-            fd = ""
-            if in_word and cur_op is None and cur and all(ch.isdigit() for ch in cur):
-                fd = "".join(cur)
-                cur, in_word = [], False
-            else:
-                end_word()
-            j = i
-            if c == "&":
-                j += 1
-            while j < n and line[j] in "<>":
-                j += 1
-            op = line[i:j]
-            if j < n and line[j] == "|" and op.endswith(">"):
-                j += 1
-            elif j < n and line[j] == "&" and c != "&":
-                j += 1      # >&N, <&N: duplicate a descriptor
-                op = line[i:j]
-            if pending_op is not None:
-                raise _Unparsable()
-            pending_op = fd + op
+            in_word = True
             i = j
-            continue
-        if c in _SEPARATORS:
-            end_cmd()
+        elif c == '"':
             i += 1
-            continue
-        start_word()
-        cur.append(c)
+            while i < n and line[i] != '"':
+                d = line[i]
+                if d == "\\" and i + 1 < n and line[i + 1] in '"\\$`':
+                    i += 1
+                    cur.append(line[i])
+                elif d == "`" or (d == "$" and i + 1 < n and line[i + 1] == "("):
+                    return None
+                else:
+                    cur.append(d)
+                i += 1
+            if i >= n:
+                return None
+            in_word = True
+        elif c == "`":
+            return None
+        elif c == "$" and i + 1 < n and line[i + 1] == "(":
+            return None
+        elif c in "<>" and i + 1 < n and line[i + 1] == "(":
+            return None
+        elif c in ";\n|":
+            end_cmd()
+            if c == "|" and i + 1 < n and line[i + 1] == "|":
+                i += 1
+        elif c == "&":
+            if i + 1 < n and line[i + 1] == "&":
+                end_cmd()
+                i += 1
+            elif i + 1 < n and line[i + 1] == ">":
+                cur.append(c)    # &> redirection: part of a word
+                in_word = True
+            elif in_word and "".join(cur).endswith(">"):
+                cur.append(c)    # 2>&1: part of the redirection word
+            else:
+                end_cmd()
+        elif c in " \t":
+            end_word()
+        elif c in "<>":
+            # A redirection starts a word of its own unless it follows
+            # digits (2>) or & (&>) of the same word.
+            if in_word and not _is_redir_prefix("".join(cur)):
+                end_word()
+            cur.append(c)
+            in_word = True
+        else:
+            cur.append(c)
+            in_word = True
         i += 1
     end_cmd()
     return cmds
 
 
-_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_IGNORED_TARGETS = {"/dev/null", "/dev/stdout", "/dev/stderr", "&1", "&2", "-", "&-"}
+def _is_digits(s: str) -> bool:
+    return s != "" and all("0" <= ch <= "9" for ch in s)
 
 
-def _bad_path(p: str) -> bool:
-    """True when a path is outside the working tree: absolute (not under /tmp), ~, .., or $-expanded."""
-    if not p:
+def _is_redir_prefix(s: str) -> bool:
+    """Whether ``s`` can precede ``>`` in one redirection word: a descriptor number, ``&``, or ``>``/``<``."""
+    if s == "&" or s.endswith(">") or s.endswith("<"):
+        return True
+    return _is_digits(s)
+
+
+def _redirect(w: str) -> Tuple[bool, bool, str]:
+    """A redirection word: (is_redir, write, target; ``""`` when the target is the next word)."""
+    s = w.lstrip("0123456789")
+    if s.startswith("&"):
+        s = s[1:]
+    if s.startswith(">>"):
+        return True, True, s[2:]
+    if s.startswith(">"):
+        t = s[1:]
+        if t.startswith("|"):
+            t = t[1:]
+        return True, True, t
+    if s.startswith("<"):
+        return True, False, s.lstrip("<")
+    return False, False, ""
+
+
+def _ignored_target(t: str) -> bool:
+    """Redirections that write nothing to a file."""
+    return t in ("/dev/null", "/dev/stdout", "/dev/stderr") or t.startswith("&")
+
+
+def _base(p: str) -> str:
+    """Go's ``path.Base``."""
+    if p == "":
+        return "."
+    p = p.rstrip("/")
+    if p == "":
+        return "/"
+    return p[p.rfind("/") + 1:]
+
+
+_SHELLS = ("sh", "bash", "dash", "zsh")
+
+
+def _classify_simple(all_words: List[str], depth: int) -> int:
+    """Classify one simple command's words; ``depth`` bounds the recursion into ``sh -c``."""
+    words: List[str] = []
+    writes: List[str] = []
+    i = 0
+    while i < len(all_words):
+        is_r, write, target = _redirect(all_words[i])
+        if not is_r:
+            words.append(all_words[i])
+            i += 1
+            continue
+        if target == "" and i + 1 < len(all_words):
+            i += 1
+            target = all_words[i]
+        if write and not _ignored_target(target):
+            writes.append(target)
+        i += 1
+    words = _drop_prefixes(words)
+    args: List[str] = []    # the arguments the path rule looks at
+    if not words:
+        k = _NONE
+    else:
+        prog = _base(words[0])
+        if prog in _SHELLS and len(words) >= 3 and _is_dash_c(words[1]):
+            if depth > 4:
+                return _CHECKPOINT
+            cmds = _split(words[2])
+            if cmds is None:
+                return _CHECKPOINT
+            k = _NONE
+            for c in cmds:
+                k = max(k, _classify_simple(c, depth + 1))
+        else:
+            k, args = _program(prog, words[1:])
+    if writes and k < _GIT:
+        k = _GIT
+    if k == _GIT:
+        for a in args + writes:
+            if _outside(a):
+                return _CHECKPOINT
+    return k
+
+
+def _is_dash_c(w: str) -> bool:
+    """``-c`` or a bundle of short options holding ``c`` (``-lc``, ``-ec``)."""
+    return len(w) >= 2 and w[0] == "-" and w[1] != "-" and "c" in w[1:]
+
+
+def _drop_prefixes(w: List[str]) -> List[str]:
+    """Drop leading NAME=value words and wrappers with their options.
+
+    When nothing follows a wrapper, the wrapper is the program.
+    """
+    while w and _is_assignment(w[0]):
+        w = w[1:]
+    while w:
+        b = _base(w[0])
+        if b == "sudo":
+            rest = _skip_opts(w[1:], ("-u", "-g", "-C", "-D"))
+        elif b == "env":
+            rest = _skip_opts(w[1:], ("-u", "-C", "-S"))
+            while rest and _is_assignment(rest[0]):
+                rest = rest[1:]
+        elif b == "nice":
+            rest = _skip_opts(w[1:], ("-n",))
+        elif b == "ionice":
+            rest = _skip_opts(w[1:], ("-c", "-n", "-p"))
+        elif b in ("nohup", "time", "command", "exec"):
+            rest = _skip_opts(w[1:], ())
+        elif b == "stdbuf":
+            rest = _skip_opts(w[1:], ("-i", "-o", "-e"))
+        elif b == "timeout":
+            rest = _skip_opts(w[1:], ("-s", "-k"))
+            if rest:
+                rest = rest[1:]    # the duration
+        elif b == "xargs":
+            rest = _skip_opts(w[1:], ("-I", "-n", "-P", "-d", "-L", "-s", "-E", "-a"))
+        else:
+            return w
+        if not rest:
+            return w[:1]
+        w = rest
+    return w
+
+
+def _skip_opts(w: List[str], with_arg: Sequence[str]) -> List[str]:
+    """Drop leading options; those in ``with_arg`` take the next word."""
+    while w and w[0].startswith("-") and w[0] != "-":
+        if w[0] == "--":
+            return w[1:]
+        if w[0] in with_arg and len(w) > 1:
+            w = w[2:]
+            continue
+        w = w[1:]
+    return w
+
+
+def _is_assignment(w: str) -> bool:
+    eq = w.find("=")
+    if eq <= 0:
         return False
-    if p.startswith("~") or p.startswith("$"):
-        return True
-    if ".." in p.split("/"):
-        return True
-    if p.startswith("/"):
-        return not (p == "/tmp" or p.startswith("/tmp/"))
-    return False
+    for i, r in enumerate(w[:eq]):
+        if not (r == "_" or "a" <= r <= "z" or "A" <= r <= "Z" or (i > 0 and "0" <= r <= "9")):
+            return False
+    return True
 
 
-_NONE_PROGRAMS = set("""
+def _outside(p: str) -> bool:
+    """The path rule: absolute (not under /tmp), ``~``, or a ``..`` component."""
+    dotdot = "/../" in "/" + p + "/"
+    if p == "/tmp" or p.startswith("/tmp/"):
+        return dotdot
+    if p.startswith("/") or p.startswith("~"):
+        return True
+    return dotdot
+
+
+def _non_options(args: List[str]) -> List[str]:
+    return [a for a in args if not a.startswith("-")]
+
+
+def _has(args: List[str], *opts: str) -> bool:
+    return any(a in opts for a in args)
+
+
+def _short_flag(args: List[str], c: str) -> bool:
+    """Whether a short-option bundle (``-fdx``) among ``args`` holds ``c``."""
+    return any(len(a) > 1 and a[0] == "-" and a[1] != "-" and c in a[1:] for a in args)
+
+
+_READ_PROGRAMS = frozenset("""
 ls cat head tail less more grep egrep fgrep rg ag wc echo printf pwd whoami id date which type file
 stat du df ps uname hostname diff cmp sort uniq cut tr awk jq test [ true false sleep tree realpath
 readlink dirname basename md5sum sha1sum sha256sum env printenv man free uptime nproc seq yes column
@@ -192,429 +337,186 @@ xxd od hexdump strings nl tac rev fold fmt paste join comm expr bc cd ping dig n
 exit : export set unset wait read shift return umask alias
 """.split())
 
-_GIT_PROGRAMS = set("""
+_EDIT_PROGRAMS = frozenset("""
 rm mv cp touch mkdir rmdir ln chmod chown tee truncate patch unzip tar gzip gunzip zip dd install
 shred split csplit vi vim nano ed
 """.split())
 
-_FORK_PROGRAMS = set("""
+_FORK_PROGRAMS = frozenset("""
 psql mysql mariadb mongo mongosh redis-cli pg_restore systemctl service supervisorctl kill pkill
 killall reboot shutdown halt docker podman alembic flyway liquibase
 """.split())
 
-_SHELLS = {"sh", "bash", "dash", "zsh"}
-
-_GIT_NONE = set("""
+_GIT_READ = frozenset("""
 status log diff show rev-parse ls-files ls-tree blame grep describe shortlog cat-file show-ref
 for-each-ref name-rev rev-list count-objects help version --version fetch push
 """.split())
 
-_GIT_CHECKPOINT = {"gc", "prune", "filter-branch", "filter-repo", "submodule", "init"}
+# clone: a failed clone leaves a nested repository that the git rollback's
+# clean (-fd, not -ff) does not remove.
+_GIT_DESTROY = frozenset("gc prune filter-branch filter-repo submodule init clone".split())
 
 
-def _dequote_prefix(words: List[str]) -> Tuple[List[str], Optional[str]]:
-    """Drop assignments and wrappers. Returns (words from the program on, or a ``sh -c`` script)."""
-    w = list(words)
-    while w and _ASSIGN.match(w[0]):
-        w.pop(0)
-    changed = True
-    while changed and w:
-        changed = False
-        prog = w[0].rsplit("/", 1)[-1]
-        if prog in ("!", "{", "}", "if", "then", "else", "elif", "while", "until", "do"):
-            w.pop(0)
-            changed = True
-        elif prog == "sudo":
-            w.pop(0)
-            while w and w[0].startswith("-"):
-                o = w.pop(0)
-                if o == "--":
-                    break
-                if o in ("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "-R"):
-                    if w:
-                        w.pop(0)
-            while w and _ASSIGN.match(w[0]):
-                w.pop(0)
-            changed = True
-        elif prog == "env":
-            rest = w[1:]
-            while rest and (rest[0].startswith("-") or _ASSIGN.match(rest[0])):
-                o = rest.pop(0)
-                if o == "--":
-                    break
-                if o in ("-u", "-C", "-S", "--unset", "--chdir", "--split-string") and rest:
-                    rest.pop(0)
-            if not rest:
-                return ["env"], None      # env with no command: prints the environment
-            w = rest
-            changed = True
-        elif prog == "nice":
-            w.pop(0)
-            while w and w[0].startswith("-"):
-                o = w.pop(0)
-                if o == "-n" and w:
-                    w.pop(0)
-            changed = True
-        elif prog in ("nohup", "time", "exec", "command"):
-            w.pop(0)
-            while w and w[0].startswith("-"):
-                o = w.pop(0)
-                if prog == "command" and o in ("-v", "-V"):
-                    return ["type"], None   # a lookup
-                if prog == "exec" and o == "-a" and w:
-                    w.pop(0)
-            changed = True
-        elif prog == "timeout":
-            w.pop(0)
-            while w and w[0].startswith("-"):
-                o = w.pop(0)
-                if o in ("-s", "-k", "--signal", "--kill-after") and w:
-                    w.pop(0)
-            if w:
-                w.pop(0)    # the duration
-            changed = True
-        elif prog == "stdbuf":
-            w.pop(0)
-            while w and w[0].startswith("-"):
-                o = w.pop(0)
-                if o in ("-i", "-o", "-e") and w:
-                    w.pop(0)
-            changed = True
-        elif prog == "ionice":
-            w.pop(0)
-            while w and w[0].startswith("-"):
-                o = w.pop(0)
-                if o in ("-c", "-n", "-p", "-P", "-u") and w:
-                    w.pop(0)
-            changed = True
-        elif prog == "xargs":
-            w.pop(0)
-            while w and w[0].startswith("-"):
-                o = w.pop(0)
-                if o in ("-n", "-I", "-L", "-P", "-d", "-E", "-s", "-a", "-i", "-l", "-e") and len(o) == 2 and w:
-                    if o not in ("-i", "-l", "-e"):
-                        w.pop(0)
-            if not w:
-                return ["echo"], None   # xargs with no command runs echo
-            changed = True
-        elif prog in _SHELLS:
-            rest = w[1:]
-            script_flag = False
-            while rest and rest[0].startswith("-") and rest[0] != "-":
-                o = rest.pop(0)
-                if o == "--":
-                    break
-                if o in ("-o", "+o", "-O", "+O") and rest:
-                    rest.pop(0)
-                    continue
-                if not o.startswith("--") and "c" in o[1:]:
-                    script_flag = True
-            if script_flag and rest:
-                return [], rest[0]
-            return w, None
-    return w, None
+def _program(prog: str, args: List[str]) -> Tuple[int, List[str]]:
+    """Classify a program (base name) with its arguments.
 
-
-def _git_kind(args: List[str]) -> Tuple[str, List[str]]:
-    """Classify ``git ARGS``; returns (kind, the arguments after the subcommand)."""
-    a = list(args)
-    while a and a[0].startswith("-"):
-        o = a.pop(0)
-        if o in ("--version", "-v", "--help", "-h"):
-            return NONE, []
-        if o in ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path", "--config-env") and a:
-            a.pop(0)
-    if not a:
-        return NONE, []
-    sub, rest = a[0], a[1:]
-    opts = [x for x in rest if x.startswith("-")]
-    pos = [x for x in rest if not x.startswith("-")]
-    short = "".join(x[1:] for x in opts if not x.startswith("--"))
-    if sub in _GIT_NONE:
-        return NONE, []
-    if sub in _GIT_CHECKPOINT:
-        return CHECKPOINT, []
-    if sub == "clone":
-        return GIT, pos      # the path rule looks at its repository and destination
-    if sub == "remote":
-        if not rest or rest == ["-v"] or rest == ["--verbose"] or (pos and pos[0] in ("show", "get-url")):
-            return NONE, []
-        return GIT, []
-    if sub == "branch":
-        if any(x in ("--delete", "--move") for x in opts) or any(ch in short for ch in "dDmM"):
-            return CHECKPOINT, []
-        listing = {"-a", "-r", "-v", "-vv", "--list", "-l", "--show-current", "--all", "--remotes",
-                   "--verbose"}
-        if all(x in listing for x in rest) or "--list" in opts or "-l" in opts:
-            return NONE, []
-        return GIT, []
-    if sub == "tag":
-        if any(x in ("-d", "--delete") for x in opts):
-            return CHECKPOINT, []
-        if not rest or any(x in ("-l", "--list") for x in opts):
-            return NONE, []
-        return GIT, []
-    if sub == "config":
-        if any(x in ("--get", "--get-all", "--get-regexp", "--list", "-l") for x in opts):
-            return NONE, []
-        return CHECKPOINT, []
-    if sub == "stash":
-        if pos and pos[0] in ("list", "show"):
-            return NONE, []
-        if pos and pos[0] in ("drop", "clear"):
-            return CHECKPOINT, []
-        return GIT, []
-    if sub == "reflog":
-        if pos and pos[0] in ("expire", "delete"):
-            return CHECKPOINT, []
-        return NONE, []
-    if sub == "worktree":
-        return (NONE if pos and pos[0] == "list" else CHECKPOINT), []
-    if sub == "clean":
-        if "x" in short or "X" in short:
-            return CHECKPOINT, []
-        return GIT, []
-    if sub == "update-ref":
-        return (CHECKPOINT if "-d" in opts else GIT), []
-    return GIT, []
-
-
-def _path_args(args: List[str]) -> List[str]:
-    """Arguments the path rule looks at: non-options, and values of ``--opt=value``."""
-    out = []
-    for x in args:
-        if x.startswith("--") and "=" in x:
-            out.append(x.split("=", 1)[1])
-        elif not x.startswith("-"):
-            out.append(x)
-    return out
-
-
-_MIGRATE_PREFIXES = ("db:",)
-
-
-def _program_kind(words: List[str]) -> Tuple[str, List[str]]:
-    """Classify a program and its arguments. Returns (kind, arguments to check with the path rule).
-
-    The path arguments are returned only for kind ``git``.
+    Returns the kind and the arguments the path rule then checks when the
+    kind is ``git``.
     """
-    prog = words[0].rsplit("/", 1)[-1]
-    args = words[1:]
-    pos = [x for x in args if not x.startswith("-")]
-
-    # fork: database migrations first (python manage.py migrate is not "python").
-    if prog in ("python", "python3") and len(args) >= 2 and args[0].endswith("manage.py") and args[1] == "migrate":
-        return FORK, []
-    if prog in ("rails", "rake") and pos and pos[0].startswith("db:"):
-        return FORK, []
-    if prog == "npx" and len(pos) >= 2 and (
-            (pos[0] == "prisma" and pos[1] == "migrate") or
-            (pos[0] == "knex" and pos[1].startswith("migrate")) or
-            (pos[0] == "sequelize" and pos[1] == "db:migrate")):
-        return FORK, []
-    if prog == "prisma" and pos and pos[0] == "migrate":
-        return FORK, []
-    if prog == "knex" and pos and pos[0].startswith("migrate"):
-        return FORK, []
-    if prog == "sequelize" and pos and pos[0] == "db:migrate":
-        return FORK, []
-    if prog in _FORK_PROGRAMS:
-        return FORK, []
-
-    # none, with their special cases
+    ops = _non_options(args)
+    sub = ops[0] if ops else ""
     if prog == "find":
-        if any(x in ("-delete", "-exec", "-execdir", "-ok", "-okdir", "-fls") or x.startswith("-fprint")
-               for x in args):
-            return CHECKPOINT, []
-        return NONE, []
+        if _has(args, "-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"):
+            return _CHECKPOINT, []
+        return _NONE, []
     if prog == "sed":
-        inplace = False
-        script_given = False
-        rest: List[str] = []
-        k = 0
-        while k < len(args):
-            x = args[k]
-            if x.startswith("--in-place"):
-                inplace = True
-            elif x in ("-e", "--expression", "-f", "--file"):
-                script_given = True
-                k += 1
-            elif x.startswith("--expression=") or x.startswith("--file="):
-                script_given = True
-            elif x.startswith("-") and not x.startswith("--") and len(x) > 1:
-                flags = x[1:]
-                for idx, ch in enumerate(flags):
-                    if ch == "i":
-                        inplace = True
-                        break
-                    if ch in "ef":
-                        script_given = True
-                        if idx == len(flags) - 1:
-                            k += 1
-                        break
-                    if ch not in "nErsuz":
-                        break
-            else:
-                rest.append(x)
-            k += 1
-        if not inplace:
-            return NONE, []
-        files = rest if script_given else rest[1:]
-        return GIT, files
+        for a in args:
+            if a.startswith("--in-place") or (a.startswith("-") and not a.startswith("--") and "i" in a):
+                return _GIT, ops[min(1, len(ops)):]
+        return _NONE, []
     if prog == "curl":
-        targets: List[str] = []
-        writes = False
-        k = 0
-        while k < len(args):
-            x = args[k]
-            if x in ("--output", "-o"):
-                writes = True
-                if k + 1 < len(args):
-                    targets.append(args[k + 1])
-                k += 2
-                continue
-            if x.startswith("--output="):
-                writes = True
-                targets.append(x.split("=", 1)[1])
-            elif x in ("--remote-name", "--remote-name-all"):
-                writes = True
-            elif x.startswith("-") and not x.startswith("--") and len(x) > 1:
-                flags = x[1:]
-                for idx, ch in enumerate(flags):
-                    if ch == "O":
-                        writes = True
-                    elif ch == "o":
-                        writes = True
-                        val = flags[idx + 1:]
-                        if val:
-                            targets.append(val)
-                        elif k + 1 < len(args):
-                            targets.append(args[k + 1])
-                            k += 1
-                        break
-                    elif ch in "dHXuAebcFTxmrwKECYyzUPQtD":
-                        if idx == len(flags) - 1:
-                            k += 1   # the option's value is the next word
-                        break
-            k += 1
-        targets = [t for t in targets if t != "-"]
-        if not writes or (not targets and not any(
-                x in ("--remote-name", "--remote-name-all") or
-                (x.startswith("-") and not x.startswith("--") and "O" in x) for x in args)):
-            return NONE, []
-        return GIT, targets
+        for i, a in enumerate(args):
+            if a in ("-o", "--output"):
+                if i + 1 < len(args):
+                    return _GIT, [args[i + 1]]
+                return _GIT, []
+            if a in ("-O", "--remote-name", "--remote-name-all"):
+                return _GIT, []
+            if len(a) > 1 and a[0] == "-" and a[1] != "-" and ("o" in a[1:] or "O" in a[1:]):
+                if "o" in a[1:] and i + 1 < len(args):
+                    return _GIT, [args[i + 1]]
+                return _GIT, []
+        return _NONE, []
     if prog == "wget":
-        targets = []
-        to_stdout = False
-        k = 0
-        while k < len(args):
-            x = args[k]
-            val: Optional[str] = None
-            if x in ("-O", "--output-document", "-P", "--directory-prefix"):
-                val = args[k + 1] if k + 1 < len(args) else None
-                k += 1
-            elif x.startswith("--output-document=") or x.startswith("--directory-prefix="):
-                val = x.split("=", 1)[1]
-            elif x.startswith("-") and not x.startswith("--") and ("O" in x[1:] or "P" in x[1:]):
-                flags = x[1:]
-                idx = min(i for i in (flags.find("O"), flags.find("P")) if i >= 0)
-                val = flags[idx + 1:]
-                if not val:
-                    val = args[k + 1] if k + 1 < len(args) else None
-                    k += 1
-            if val is not None:
-                if val == "-":
-                    to_stdout = True
-                else:
-                    targets.append(val)
-            k += 1
-        if to_stdout and not targets:
-            return NONE, []
-        return GIT, targets
-    if prog in ("python", "python3", "node"):
-        if args and all(x in ("--version", "-V", "-v") for x in args):
-            return NONE, []
-        return CHECKPOINT, []
-    if prog in _NONE_PROGRAMS:
-        return NONE, []
-
-    # git programs and git itself
-    if prog in _GIT_PROGRAMS:
-        if prog == "dd":
-            return GIT, [x.split("=", 1)[1] for x in args if x.startswith("of=")]
-        return GIT, _path_args(args)
+        for i, a in enumerate(args):
+            if a in ("-O", "--output-document") and i + 1 < len(args) and args[i + 1] == "-":
+                return _NONE, []
+            if a == "--output-document=-" or (a.endswith("O-") and a.startswith("-") and not a.startswith("--")):
+                return _NONE, []
+        return _GIT, []
+    if prog in ("python", "python3", "node", "nodejs"):
+        if args and args[0] in ("--version", "-V", "-v"):
+            return _NONE, []
+        if len(args) >= 2 and args[1] == "migrate" and _base(args[0]) == "manage.py":
+            return _FORK, []
+        return _CHECKPOINT, []
     if prog == "git":
-        # Path arguments: only git clone's (docs/undo.md step 5).
         return _git_kind(args)
-
-    # checkpoint programs, with their read-only exceptions
-    sub = pos[0] if pos else ""
-    if prog == "npm" and (sub in ("ls", "list", "view", "outdated") or args in (["--version"], ["-v"])):
-        return NONE, []
-    if prog in ("pip", "pip3") and (sub in ("list", "show", "freeze") or args in (["--version"], ["-V"])):
-        return NONE, []
-    if prog == "go" and sub in ("version", "env", "list", "vet"):
-        return NONE, []
-    if prog == "cargo" and args in (["--version"], ["-V"]):
-        return NONE, []
-    if prog == "apt" and sub == "list":
-        return NONE, []
+    if prog in ("rails", "rake"):
+        return (_FORK if sub.startswith("db:") else _CHECKPOINT), []
+    if prog == "npx":
+        if len(ops) >= 2 and (
+                (ops[0] == "prisma" and ops[1] == "migrate") or
+                (ops[0] == "knex" and ops[1].startswith("migrate")) or
+                (ops[0] == "sequelize" and ops[1] == "db:migrate")):
+            return _FORK, []
+        return _CHECKPOINT, []
+    if prog == "prisma":
+        return (_FORK if sub == "migrate" else _CHECKPOINT), []
+    if prog == "knex":
+        return (_FORK if sub.startswith("migrate") else _CHECKPOINT), []
+    if prog == "sequelize":
+        return (_FORK if sub == "db:migrate" else _CHECKPOINT), []
+    if prog == "npm":
+        if sub in ("ls", "list", "view", "outdated") or (_has(args, "--version", "-v") and len(args) == 1):
+            return _NONE, []
+        return _CHECKPOINT, []
+    if prog in ("pip", "pip3"):
+        if sub in ("list", "show", "freeze") or (len(args) == 1 and args[0] == "--version"):
+            return _NONE, []
+        return _CHECKPOINT, []
+    if prog == "go":
+        if sub == "env" and _has(args, "-w", "-u"):
+            return _CHECKPOINT, []
+        if sub in ("version", "env", "list", "vet"):
+            return _NONE, []
+        return _CHECKPOINT, []
+    if prog == "cargo":
+        if len(args) == 1 and args[0] == "--version":
+            return _NONE, []
+        return _CHECKPOINT, []
+    if prog == "apt":
+        return (_NONE if sub == "list" else _CHECKPOINT), []
     if prog == "apt-cache":
-        return NONE, []
-    if prog == "dpkg" and args and args[0] in ("-l", "-L", "-s", "--list", "--listfiles", "--status"):
-        return NONE, []
-    if prog == "make" and any(x in ("-n", "--dry-run", "--just-print", "--recon") for x in args):
-        return NONE, []
-    if prog == "pg_dump" and not any(x in ("-f", "--file") or x.startswith("--file=") or
-                                     (x.startswith("-f") and not x.startswith("--")) for x in args):
-        return NONE, []
-    return CHECKPOINT, []
+        return _NONE, []
+    if prog == "pg_dump":
+        for i, a in enumerate(args):
+            if a in ("-f", "--file") and i + 1 < len(args):
+                return _GIT, [args[i + 1]]
+            if a.startswith("--file="):
+                return _GIT, [a[len("--file="):]]
+        return _NONE, []
+    if prog == "dpkg":
+        if _has(args, "-l", "-L", "-s", "--list", "--listfiles", "--status"):
+            return _NONE, []
+        return _CHECKPOINT, []
+    if prog == "make":
+        if _has(args, "-n", "--dry-run", "--just-print"):
+            return _NONE, []
+        return _CHECKPOINT, []
+    if prog in _READ_PROGRAMS:
+        return _NONE, []
+    if prog in _EDIT_PROGRAMS:
+        return _GIT, ops
+    if prog in _FORK_PROGRAMS:
+        return _FORK, []
+    return _CHECKPOINT, []
 
 
-def _classify_simple(words: List[str], redirs: List[Tuple[str, str]], depth: int) -> str:
-    kind = NONE
-    for op, target in redirs:
-        if ">" not in op:
-            continue       # a read (or a here-document)
-        if target in _IGNORED_TARGETS or target.startswith("&"):
-            continue
-        if op.endswith("&") and (target.isdigit() or target == "-"):
-            continue       # >&2: to another descriptor
-        kind = max_kind(kind, CHECKPOINT if _bad_path(target) else GIT)
-    w, script = _dequote_prefix(words)
-    if script is not None:
-        return max_kind(kind, _classify(script, depth + 1))
-    if not w:
-        return kind
-    pk, paths = _program_kind(w)
-    if pk == GIT and any(_bad_path(p) for p in paths):
-        pk = CHECKPOINT
-    return max_kind(kind, pk)
-
-
-def _classify(line: str, depth: int) -> str:
-    if depth > 8:
-        return CHECKPOINT
-    try:
-        cmds = _split(line)
-    except _Unparsable:
-        return CHECKPOINT
-    kind = NONE
-    for words, redirs in cmds:
-        kind = max_kind(kind, _classify_simple(words, redirs, depth))
-        if kind == FORK:
-            break
-    return kind
-
-
-def checkpoint_for(command: str) -> str:
-    """Classify a shell command line by the lightest undo that covers what it can break.
-
-    Returns ``"none"`` (reads), ``"git"`` (working-tree edits a repository
-    snapshot undoes), ``"checkpoint"`` (system changes, untracked or
-    outside paths, unknown programs: a disk checkpoint undoes them) or
-    ``"fork"`` (running processes and servers' state: a live copy). A line
-    gets the heaviest kind of its parts. The algorithm and tables are
-    those of docs/undo.md; this is a convenience, not a security boundary.
-    """
-    return _classify(command, 0)
+def _git_kind(args: List[str]) -> Tuple[int, List[str]]:
+    """Classify git by its subcommand, after git's global options."""
+    while args and args[0].startswith("-"):
+        a = args[0]
+        if a in ("-C", "-c"):
+            if len(args) < 2:
+                return _NONE, []
+            args = args[2:]
+        elif a in ("--version", "--help"):
+            return _NONE, []
+        else:
+            args = args[1:]
+    if not args:
+        return _NONE, []
+    sub, rest = args[0], args[1:]
+    ops = _non_options(rest)
+    first = ops[0] if ops else ""
+    if sub in _GIT_READ:
+        return _NONE, []
+    if sub in _GIT_DESTROY:
+        return _CHECKPOINT, []
+    if sub == "remote":
+        if not rest or (_has(rest, "-v", "--verbose") and not ops) or first in ("show", "get-url"):
+            return _NONE, []
+    elif sub == "branch":
+        if _has(rest, "-D", "-d", "--delete", "-m", "-M", "--move"):
+            return _CHECKPOINT, []
+        if not ops:
+            return _NONE, []
+    elif sub == "tag":
+        if _has(rest, "-d", "--delete"):
+            return _CHECKPOINT, []
+        if not rest or _has(rest, "-l", "--list"):
+            return _NONE, []
+    elif sub == "config":
+        if _has(rest, "--get", "--get-all", "--list", "-l", "--get-regexp"):
+            return _NONE, []
+        return _CHECKPOINT, []
+    elif sub == "stash":
+        if first in ("list", "show"):
+            return _NONE, []
+        if first in ("drop", "clear"):
+            return _CHECKPOINT, []
+    elif sub == "reflog":
+        if first in ("", "show"):
+            return _NONE, []
+        if first in ("expire", "delete"):
+            return _CHECKPOINT, []
+    elif sub == "worktree":
+        return (_NONE if first == "list" else _CHECKPOINT), []
+    elif sub == "clean":
+        if _short_flag(rest, "x") or _short_flag(rest, "X"):
+            return _CHECKPOINT, []
+    elif sub == "update-ref":
+        if _has(rest, "-d"):
+            return _CHECKPOINT, []
+    return _GIT, []

@@ -62,14 +62,16 @@ def _rand6() -> str:
 
 
 def _derived(name: str, tag: str) -> str:
-    """A temporary name: ``name``'s first 52 bytes, ``-<tag>-`` and 6 random ``[a-z0-9]``.
+    """A temporary name: ``name``, ``-<tag>-`` and 6 random ``[a-z0-9]``.
 
-    The base is cut shorter when needed so that the whole is at most 63
-    bytes (``-back-`` is one byte longer than ``-try-`` and ``-old-``).
+    ``name`` is cut to its first ``63 - len(tag) - 8`` bytes so that the
+    whole is at most 63 bytes (as Go's ``suffixed`` in client/undo.go):
+    52 for ``try`` and ``old``, 51 for ``back``.
     """
-    suffix = f"-{tag}-{_rand6()}"
-    base = name.encode()[: min(52, _NAME_MAX - len(suffix))].decode("utf-8", "ignore")
-    return base + suffix
+    limit = _NAME_MAX - len(tag.encode()) - 8
+    b = name.encode()
+    base = b[:limit].decode("utf-8", "ignore") if len(b) > limit else name
+    return f"{base}-{tag}-{_rand6()}"
 
 
 @dataclass
@@ -77,8 +79,8 @@ class TryResult:
     """What :func:`try_in_copy` did.
 
     ``kept``: the copy replaced the original. ``sandbox``: the agent's
-    sandbox from now on (the original, or the promoted copy: use it, the
-    original's id is gone when ``kept``). ``step``/``verify``: the exec
+    sandbox from now on: the handle passed in, which, when ``kept``, has
+    been updated in place to the promoted copy (the original's id is gone). ``step``/``verify``: the exec
     results (``verify`` is ``None`` when it did not run). ``leftover``: the
     name of a sandbox that could not be deleted, or ``""``.
     """
@@ -161,8 +163,9 @@ def try_in_copy(sandbox: Sandbox, step: str, verify: Optional[str] = None, offli
     ``step`` runs in it, then ``verify`` (when given; else the step's exit
     code decides). Failed: the copy is deleted and the original, untouched,
     is returned. Passed: the copy gets the original's network rules and
-    name, and the original is deleted. Always use ``result.sandbox``
-    afterwards.
+    name, the original is deleted, and the handle ``sandbox`` is updated
+    in place to the copy (its id; ``result.sandbox`` is ``sandbox``), as
+    in the Go and TypeScript SDKs.
 
     Errors of the fork itself (SandboxHasVolume, Conflict for a stopped
     original) are raised before anything changed; a failed promotion is
@@ -186,7 +189,8 @@ def try_in_copy(sandbox: Sandbox, step: str, verify: Optional[str] = None, offli
         leftover = "" if _delete_quietly(copy) else copy.name
         return TryResult(False, sandbox, step_res, verify_res, leftover)
     leftover = _promote(sandbox, copy, rules)
-    return TryResult(True, copy, step_res, verify_res, leftover)
+    sandbox.info = copy.info   # the caller's handle follows, as in the Go and TypeScript SDKs
+    return TryResult(True, sandbox, step_res, verify_res, leftover)
 
 
 def guarded(sandbox: Sandbox, command: str, cwd: Optional[str] = None) -> GuardResult:
@@ -260,7 +264,8 @@ def go_back_to(sandbox: Sandbox, step: str) -> Sandbox:
 
     The new sandbox runs with the memory and processes of that step, and
     gets the current name, labels and network rules; the current one is
-    deleted. Returns the new sandbox (use it: the old id is gone). Raises
+    deleted. The handle ``sandbox`` is updated in place to the new sandbox
+    (the old id is gone) and returned, as in the Go and TypeScript SDKs. Raises
     SnapshotNotFound (nothing changed) when the chain has no such step.
     Later steps' snapshots are kept until they expire.
     """
@@ -273,4 +278,5 @@ def go_back_to(sandbox: Sandbox, step: str) -> Sandbox:
     new = sandbox.client.create(_derived(sandbox.name, "back"), snapshot=snap.id,
                                 labels=dict(sandbox.labels), network=rules)
     _promote(sandbox, new, None)
-    return new
+    sandbox.info = new.info   # the caller's handle follows, as in the Go and TypeScript SDKs
+    return sandbox

@@ -20,18 +20,19 @@ class CheckpointForVectors(unittest.TestCase):
                 self.assertEqual(checkpoint_for(cmd), want)
 
     def test_extra_cases(self) -> None:
-        # Cases beyond the shared vectors, following docs/undo.md.
+        # Cases beyond the shared vectors, with the kinds the Go reference
+        # (undo/classify.go) gives: the three SDKs agree on every input.
         extra = [
             ("echo x>/etc/passwd", "checkpoint"),       # redirection glued to a word
-            ("ls # rm -rf /", "none"),                  # a comment
+            ("ls # rm -rf /", "none"),                  # no comments: words of ls
             ('echo "$(rm x)"', "checkpoint"),           # substitution inside double quotes
             ("echo hi >&2", "none"),
             ("sed -i '/^#/d' conf", "git"),             # sed's script is not a path
-            ("curl -XPOST https://x.test", "none"),
-            ("dd if=/dev/zero of=/dev/sda", "checkpoint"),
+            ("curl -XPOST https://x.test", "git"),      # a short bundle holding O
+            ("dd if=/dev/zero of=/dev/sda", "git"),     # of=... is not an absolute word
             ("git -C /x reset --hard", "git"),
             ("bash -lc 'rm -rf /'", "checkpoint"),
-            ("rm -rf $HOME", "checkpoint"),
+            ("rm -rf $HOME", "git"),                    # no expansion: $HOME is a relative word
             ("echo a | tee -a /etc/hosts", "checkpoint"),
             ("command -v git", "none"),
             ("kill 1; ls", "fork"),

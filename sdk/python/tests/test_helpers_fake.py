@@ -141,6 +141,8 @@ class TryInCopyFake(unittest.TestCase):
         res = sbx.try_in_copy(self.sb, "make", "make test")
         self.assertTrue(res.kept)
         self.assertEqual(res.sandbox.name, "dev")
+        self.assertIs(res.sandbox, self.sb)          # the handle follows the promoted copy
+        self.assertNotEqual(self.sb.id, orig_id)
         self.assertEqual(res.leftover, "")
         reqs = self.f.srv.requests
         seq = [f"{r.method} {r.path}" for r in reqs]
@@ -334,6 +336,9 @@ class ChainFake(unittest.TestCase):
         self.assertEqual(create["labels"], {"a": "b"})
         self.assertEqual(create["network"]["internet"], True)
         self.assertEqual(new.name, "dev")
+        self.assertIs(new, self.sb)                  # the handle follows the new sandbox
+        self.assertNotEqual(self.sb.id, old_id)
+        self.assertEqual(self.f.find("dev")["id"], self.sb.id)
         self.assertIsNone(self.f.find(old_id))
 
     def test_step_length(self) -> None:
@@ -347,9 +352,14 @@ class ChainFake(unittest.TestCase):
 class NamesFake(unittest.TestCase):
     def test_long_names_fit(self) -> None:
         from sbx.undo import _derived
+        # As Go's suffixed (client/undo.go): base cut to 63 - len(tag) - 8 bytes.
         n = _derived("a" * 63, "try")
         self.assertRegex(n, r"^a{52}-try-[a-z0-9]{6}$")
-        self.assertLessEqual(len(_derived("a" * 63, "back")), 63)
+        self.assertRegex(_derived("a" * 63, "back"), r"^a{51}-back-[a-z0-9]{6}$")
+        self.assertRegex(_derived("a" * 51 + "-", "back"), r"^a{51}-back-[a-z0-9]{6}$")
+        self.assertRegex(_derived("a" * 51 + "-", "old"), r"^a{51}--old-[a-z0-9]{6}$")
+        self.assertRegex(_derived("b" * 40, "longertag"), r"^b{40}-longertag-[a-z0-9]{6}$")
+        self.assertEqual(len(_derived("c" * 63, "longertag")), 63)
         self.assertRegex(_derived("dev", "old"), r"^dev-old-[a-z0-9]{6}$")
 
 

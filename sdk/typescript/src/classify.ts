@@ -1,7 +1,10 @@
 /**
  * `checkpointFor`: classifies a shell command line by the lightest undo
  * that covers what it can break (docs/undo.md). A port of the Go reference
- * (`undo/classify.go`) so that the SDKs agree command for command.
+ * (`undo/classify.go`), function for function (same splitting, same
+ * redirection parsing, same tables, same special cases), so that the SDKs
+ * agree on every input, not only on sdk/testdata/checkpoint_for.json.
+ * Change the three together.
  *
  * A convenience, not a security boundary: it reads the text of a command,
  * and a command can do more than its text says. The sandbox is the boundary.
@@ -154,7 +157,7 @@ function classifySimple(all: string[], depth: number): Kind {
     k = NONE;
   } else {
     const prog = baseName(w[0]);
-    if (SHELLS.has(prog) && w.length >= 3 && w[1] === '-c') {
+    if (SHELLS.has(prog) && w.length >= 3 && isDashC(w[1])) {
       if (depth > 4) return CHECKPOINT;
       const cmds = split(w[2]);
       if (cmds === null) return CHECKPOINT;
@@ -171,6 +174,12 @@ function classifySimple(all: string[], depth: number): Kind {
   return k;
 }
 
+/** `-c` or a bundle of short options holding `c` (`-lc`, `-ec`): the shell's next word is the command line. */
+function isDashC(w: string): boolean {
+  return w.length >= 2 && w[0] === '-' && w[1] !== '-' && w.slice(1).includes('c');
+}
+
+/** Drops leading NAME=value words and wrappers with their options; a wrapper with nothing after it is the program. */
 function dropPrefixes(w: string[]): string[] {
   while (w.length > 0 && isAssignment(w[0])) w = w.slice(1);
   while (w.length > 0) {
@@ -237,6 +246,7 @@ const forkPrograms = set('psql mysql mariadb mongo mongosh redis-cli pg_restore 
   'reboot shutdown halt docker podman alembic flyway liquibase');
 const gitRead = set('status log diff show rev-parse ls-files ls-tree blame grep describe shortlog cat-file show-ref for-each-ref ' +
   'name-rev rev-list count-objects help version --version fetch push');
+// clone: a failed clone leaves a nested repository that the git rollback's clean (-fd, not -ff) does not remove.
 const gitDestroy = set('gc prune filter-branch filter-repo submodule init clone');
 
 /** Classifies a program (base name) with its arguments; the list is what the path rule checks for `git`. */
@@ -295,12 +305,20 @@ function program(prog: string, args: string[]): [Kind, string[]] {
       if (sub === 'list' || sub === 'show' || sub === 'freeze' || (args.length === 1 && args[0] === '--version')) return [NONE, []];
       return [CHECKPOINT, []];
     case 'go':
+      if (sub === 'env' && has(args, '-w', '-u')) return [CHECKPOINT, []];
       return sub === 'version' || sub === 'env' || sub === 'list' || sub === 'vet' ? [NONE, []] : [CHECKPOINT, []];
     case 'cargo':
       return args.length === 1 && args[0] === '--version' ? [NONE, []] : [CHECKPOINT, []];
     case 'apt':
       return sub === 'list' ? [NONE, []] : [CHECKPOINT, []];
-    case 'apt-cache': case 'pg_dump':
+    case 'apt-cache':
+      return [NONE, []];
+    case 'pg_dump':
+      for (let i = 0; i < args.length; i++) {
+        const a = args[i];
+        if ((a === '-f' || a === '--file') && i + 1 < args.length) return [GIT, [args[i + 1]]];
+        if (a.startsWith('--file=')) return [GIT, [a.slice('--file='.length)]];
+      }
       return [NONE, []];
     case 'dpkg':
       return has(args, '-l', '-L', '-s', '--list', '--listfiles', '--status') ? [NONE, []] : [CHECKPOINT, []];
@@ -331,7 +349,7 @@ function gitKind(args: string[]): [Kind, string[]] {
   const ops = nonOptions(rest);
   const first = ops.length > 0 ? ops[0] : '';
   if (gitRead.has(sub)) return [NONE, []];
-  if (gitDestroy.has(sub)) return sub === 'clone' ? [GIT, ops] : [CHECKPOINT, []];
+  if (gitDestroy.has(sub)) return [CHECKPOINT, []];
   switch (sub) {
     case 'remote':
       if (rest.length === 0 || (has(rest, '-v', '--verbose') && ops.length === 0) || first === 'show' || first === 'get-url') return [NONE, []];

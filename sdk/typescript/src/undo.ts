@@ -25,10 +25,16 @@ export function randomSuffix(n = 6): string {
   return s;
 }
 
-/** `<name>-<tag>-<6 random>`, the name cut so the whole fits in 63 bytes. */
-function derivedName(name: string, tag: string): string {
-  const suffix = `-${tag}-${randomSuffix()}`;
-  return name.slice(0, 63 - suffix.length).replace(/-+$/, '') + suffix;
+/**
+ * `<name>-<tag>-<6 random>`, the name cut to its first 63 - len(tag) - 8
+ * bytes so that the whole is at most 63 bytes (as Go's `suffixed` in
+ * client/undo.go).
+ */
+export function derivedName(name: string, tag: string): string {
+  const max = 63 - Buffer.byteLength(tag) - 8;
+  const b = Buffer.from(name, 'utf8');
+  const base = b.length > max ? b.subarray(0, max).toString('utf8') : name;
+  return `${base}-${tag}-${randomSuffix()}`;
 }
 
 /** Result of {@link tryInCopy}. */
