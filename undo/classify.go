@@ -349,9 +349,12 @@ func isAssignment(w string) bool {
 	return true
 }
 
-// outside is the path rule: absolute (not under /tmp), ~, or a ..
-// component.
+// outside is the path rule: absolute (not under /tmp), ~, a ..
+// component, or a $ (a variable: the path is not known).
 func outside(p string) bool {
+	if strings.Contains(p, "$") {
+		return true
+	}
 	if p == "/tmp" || strings.HasPrefix(p, "/tmp/") {
 		return strings.Contains("/"+p+"/", "/../")
 	}
@@ -465,6 +468,7 @@ func program(prog string, args []string) (Kind, []string) {
 		}
 		return None, nil
 	case "wget":
+		var paths []string
 		for i, a := range args {
 			if (a == "-O" || a == "--output-document") && i+1 < len(args) && args[i+1] == "-" {
 				return None, nil
@@ -472,8 +476,22 @@ func program(prog string, args []string) (Kind, []string) {
 			if a == "--output-document=-" || strings.HasSuffix(a, "O-") && strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") {
 				return None, nil
 			}
+			switch {
+			case (a == "-O" || a == "--output-document" || a == "-P" || a == "--directory-prefix") && i+1 < len(args):
+				paths = append(paths, args[i+1])
+			case strings.HasPrefix(a, "--output-document="), strings.HasPrefix(a, "--directory-prefix="):
+				paths = append(paths, a[strings.IndexByte(a, '=')+1:])
+			}
 		}
-		return Git, nil
+		return Git, paths
+	case "dd":
+		var paths []string
+		for _, a := range args {
+			if f, ok := strings.CutPrefix(a, "of="); ok {
+				paths = append(paths, f)
+			}
+		}
+		return Git, paths
 	case "python", "python3", "node", "nodejs":
 		if len(args) > 0 && (args[0] == "--version" || args[0] == "-V" || args[0] == "-v") {
 			return None, nil

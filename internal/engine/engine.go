@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/sbxhq/sbx/api"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -302,6 +303,9 @@ func (c *cleanup) run() {
 // stateForbids is the error for a request that the sandbox's state does not
 // allow.
 func stateForbids(sb *store.Sandbox, what string) error {
+	if sb.State == api.StateSuspended {
+		return errdefs.Conflictf("sandbox %q is suspended: cannot %s; resume it first (POST .../resume, sbx resume)", sb.Name, what)
+	}
 	return errdefs.Conflictf("sandbox %q is %s: cannot %s", sb.Name, sb.State, what)
 }
 

@@ -232,10 +232,14 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 		cancel()
 		return nil, e.sandboxErr(ctx, sb, errAgent(err, "cmd"))
 	}
+	done := e.busy(sb.ID)
 	if req.Detach {
 		cancel()
+		// Nothing waits for a detached process: its start is activity, its
+		// run is not (keep_alive_while_running counts running processes).
+		done()
 	}
-	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID)}, nil
+	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: done}, nil
 }
 
 // execEnv is the environment of a process: the image's, then defaults

@@ -191,6 +191,9 @@ func snapshotable(sb *store.Sandbox, what string) error {
 	if len(sb.Volumes) > 0 {
 		return errdefs.New(errdefs.ErrHasVolume, "sandbox %q has a volume: its %s could not be restored consistently (volumes are shared, not captured)", sb.Name, what)
 	}
+	if sb.State == api.StateSuspended {
+		return stateForbids(sb, what)
+	}
 	if sb.State != api.StateRunning {
 		return errdefs.Conflictf("sandbox %q is %s: a %s keeps running processes, so the sandbox must run (a disk checkpoint works on a stopped one)", sb.Name, sb.State, what)
 	}

@@ -54,7 +54,7 @@ const suspendCacheReady = ".ready"
 // network namespace and writable layer; it becomes suspended. With
 // wake_on, POST /v1/events/{key} resumes it; an event already waiting on
 // that key (posted before) resumes it at once. Suspending a suspended
-// sandbox only changes its wake_on.
+// sandbox only changes its wake_on (none given keeps it).
 //
 // Errors: ErrSandboxNotFound; ErrInvalidArgument (wake_on); ErrHasVolume;
 // ErrConflict (not running, or another operation runs); ErrSuspendFailed
@@ -81,6 +81,11 @@ func (e *Engine) Suspend(ctx context.Context, idOrName string, req api.SuspendRe
 		return nil, err
 	}
 	if sb.State == api.StateSuspended {
+		// A retried suspend keeps the key it was suspended with; a new key
+		// replaces it.
+		if req.WakeOn == "" || req.WakeOn == sb.WakeOn {
+			return sb, nil
+		}
 		sb.WakeOn = req.WakeOn
 		if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
 			return nil, err
@@ -393,6 +398,11 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 	defer cancel()
 	if err := e.agentFor(sb).WaitReady(wctx); err != nil {
 		return fmt.Errorf("agent of the resumed sandbox: %w", err)
+	}
+	// The memory image holds the hostname of its capture: the sandbox may
+	// have been renamed since.
+	if err := e.agentFor(sb).SetHostname(wctx, sb.Name); err != nil {
+		return fmt.Errorf("set the hostname of the resumed sandbox: %w", err)
 	}
 	e.watch(sb.ID)
 	return nil

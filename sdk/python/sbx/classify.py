@@ -307,7 +307,9 @@ def _is_assignment(w: str) -> bool:
 
 
 def _outside(p: str) -> bool:
-    """The path rule: absolute (not under /tmp), ``~``, or a ``..`` component."""
+    """The path rule: absolute (not under /tmp), ``~``, a ``..`` component, or a ``$``."""
+    if "$" in p:
+        return True
     dotdot = "/../" in "/" + p + "/"
     if p == "/tmp" or p.startswith("/tmp/"):
         return dotdot
@@ -388,12 +390,19 @@ def _program(prog: str, args: List[str]) -> Tuple[int, List[str]]:
                 return _GIT, []
         return _NONE, []
     if prog == "wget":
+        paths: List[str] = []
         for i, a in enumerate(args):
             if a in ("-O", "--output-document") and i + 1 < len(args) and args[i + 1] == "-":
                 return _NONE, []
             if a == "--output-document=-" or (a.endswith("O-") and a.startswith("-") and not a.startswith("--")):
                 return _NONE, []
-        return _GIT, []
+            if a in ("-O", "--output-document", "-P", "--directory-prefix") and i + 1 < len(args):
+                paths.append(args[i + 1])
+            elif a.startswith("--output-document=") or a.startswith("--directory-prefix="):
+                paths.append(a[a.index("=") + 1:])
+        return _GIT, paths
+    if prog == "dd":
+        return _GIT, [a[3:] for a in args if a.startswith("of=")]
     if prog in ("python", "python3", "node", "nodejs"):
         if args and args[0] in ("--version", "-V", "-v"):
             return _NONE, []

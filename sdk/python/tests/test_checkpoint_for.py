@@ -29,10 +29,10 @@ class CheckpointForVectors(unittest.TestCase):
             ("echo hi >&2", "none"),
             ("sed -i '/^#/d' conf", "git"),             # sed's script is not a path
             ("curl -XPOST https://x.test", "git"),      # a short bundle holding O
-            ("dd if=/dev/zero of=/dev/sda", "git"),     # of=... is not an absolute word
+            ("dd if=/dev/zero of=/dev/sda", "checkpoint"),  # the path rule looks at of=
             ("git -C /x reset --hard", "git"),
             ("bash -lc 'rm -rf /'", "checkpoint"),
-            ("rm -rf $HOME", "git"),                    # no expansion: $HOME is a relative word
+            ("rm -rf $HOME", "checkpoint"),             # a variable: the path is not known
             ("echo a | tee -a /etc/hosts", "checkpoint"),
             ("command -v git", "none"),
             ("kill 1; ls", "fork"),

@@ -225,6 +225,7 @@ function isAssignment(w: string): boolean {
 
 /** The path rule: absolute (not under /tmp), `~`, or a `..` component. */
 function outside(p: string): boolean {
+  if (p.includes('$')) return true;
   const dotdot = ('/' + p + '/').includes('/../');
   if (p === '/tmp' || p.startsWith('/tmp/')) return dotdot;
   if (p.startsWith('/') || p.startsWith('~')) return true;
@@ -272,13 +273,22 @@ function program(prog: string, args: string[]): [Kind, string[]] {
         }
       }
       return [NONE, []];
-    case 'wget':
+    case 'wget': {
+      const paths: string[] = [];
       for (let i = 0; i < args.length; i++) {
         const a = args[i];
         if ((a === '-O' || a === '--output-document') && i + 1 < args.length && args[i + 1] === '-') return [NONE, []];
         if (a === '--output-document=-' || (a.endsWith('O-') && a.startsWith('-') && !a.startsWith('--'))) return [NONE, []];
+        if ((a === '-O' || a === '--output-document' || a === '-P' || a === '--directory-prefix') && i + 1 < args.length) {
+          paths.push(args[i + 1]);
+        } else if (a.startsWith('--output-document=') || a.startsWith('--directory-prefix=')) {
+          paths.push(a.slice(a.indexOf('=') + 1));
+        }
       }
-      return [GIT, []];
+      return [GIT, paths];
+    }
+    case 'dd':
+      return [GIT, args.filter((a) => a.startsWith('of=')).map((a) => a.slice(3))];
     case 'python': case 'python3': case 'node': case 'nodejs':
       if (args.length > 0 && (args[0] === '--version' || args[0] === '-V' || args[0] === '-v')) return [NONE, []];
       if (args.length >= 2 && args[1] === 'migrate' && baseName(args[0]) === 'manage.py') return [FORK, []];
