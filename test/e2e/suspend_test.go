@@ -211,6 +211,10 @@ func TestIdleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSh(t, idle, "echo hi > /workspace/f")
+	// A detached process without keep-alive is not activity once started.
+	if _, err := idle.Run(ctx, api.ExecRequest{Cmd: []string{"sleep", "600"}, Detach: true}); err != nil {
+		t.Fatal(err)
+	}
 	waitState(t, idle.Name, api.StateSuspended, 20*time.Second)
 	if got, _ := h.c.Sandboxes.Get(ctx, busy.Name); got.State != api.StateRunning {
 		t.Fatalf("a sandbox with a running process and keep-alive is %s", got.State)
@@ -229,6 +233,30 @@ func TestIdleTimeout(t *testing.T) {
 	}
 	bad := int64(5)
 	wantCode(t, idle.Update(ctx, api.UpdateSandboxRequest{TimeoutMS: &bad}), api.CodeInvalidArgument)
+}
+
+// TestSuspendRenameAndRetry: a retried suspend keeps the wake key; a
+// sandbox renamed while suspended resumes with its new name as hostname.
+func TestSuspendRenameAndRetry(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	key := "retry-" + randomHex(4)
+	if err := sb.Suspend(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Suspend(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Refresh(ctx); err != nil || sb.WakeOn != key {
+		t.Fatalf("after a retried suspend: wake_on %q, %v", sb.WakeOn, err)
+	}
+	name := "renamed-" + randomHex(4)
+	if err := sb.Update(ctx, api.UpdateSandboxRequest{Name: &name}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(mustSh(t, sb, "hostname")); got != name {
+		t.Fatalf("hostname after the resume %q, want %q", got, name)
+	}
 }
 
 // TestSuspendCycles: 100 suspend/resume cycles of one sandbox that writes
