@@ -177,6 +177,8 @@ var (
 	ErrRestoreFailed      = &Error{Code: api.CodeRestoreFailed}
 	ErrSnapshotFailed     = &Error{Code: api.CodeSnapshotFailed}
 	ErrForkFailed         = &Error{Code: api.CodeForkFailed}
+	ErrSuspendFailed      = &Error{Code: api.CodeSuspendFailed}
+	ErrResumeFailed       = &Error{Code: api.CodeResumeFailed}
 	ErrInternal           = &Error{Code: api.CodeInternal}
 	ErrUnavailable        = &Error{Code: api.CodeUnavailable}
 	ErrPortUnreachable    = &Error{Code: api.CodePortUnreachable}
