@@ -156,6 +156,15 @@ func TestNetworkEgress(t *testing.T) {
 			if err != nil {
 				return
 			}
+			// Read the request first: closing with it unread would reset
+			// the connection before curl reads the answer.
+			br := bufio.NewReader(c)
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil || l == "\r\n" {
+					break
+				}
+			}
 			fmt.Fprint(c, "HTTP/1.0 200 OK\r\n\r\nport 8080")
 			c.Close()
 		}
