@@ -88,6 +88,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	stderr := &cappedBuffer{max: api.MaxBufferedOutput}
 	ex, err := proc.Wait(stdout, stderr)
 	if err != nil {
+		// The command did not finish (the client went, the sandbox died):
+		// that is a failure too.
+		rollback(-1)
 		s.writeError(w, r, err)
 		return
 	}
@@ -117,6 +120,9 @@ func (s *Server) streamProcess(w http.ResponseWriter, r *http.Request, proc *eng
 	stdout.flush()
 	stderr.flush()
 	if err != nil {
+		if after != nil {
+			after(-1) // the command did not finish: a failure too
+		}
 		body := s.errorOf(r.Context(), err)
 		st.line(api.ExecEvent{Type: api.ExecError, Error: body.Message, Code: body.Code})
 		return

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
@@ -90,6 +92,33 @@ func TestGuardedExec(t *testing.T) {
 	}
 	if err := sb.Refresh(ctx); err != nil || sb.State != api.StateRunning {
 		t.Fatalf("state %s, %v", sb.State, err)
+	}
+
+	// A guarded command that does not finish (the client goes) is rolled
+	// back too.
+	sctx, cancel := context.WithCancel(ctx)
+	st, err := sb.Stream(sctx, api.ExecRequest{Cmd: []string{"sh", "-c", "echo gone > /workspace/f; echo started; sleep 60"},
+		Undo: api.UndoCheckpoint, RollbackOnFailure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := range st.Events() {
+		if err != nil || ev.Type == api.ExecStdout {
+			break
+		}
+	}
+	cancel()
+	st.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// While the rollback runs, an exec may be refused (conflict).
+		res, err := sb.Exec(ctx, "cat /workspace/f")
+		if err == nil && res.Stdout == "after\n" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("after the client went, f: %+v, %v", res, err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 
 	for _, bad := range []api.ExecRequest{
