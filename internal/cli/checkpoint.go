@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
 )
 
 func (a *app) checkpointCmd() *cobra.Command {
@@ -64,25 +66,14 @@ func (a *app) checkpointCmd() *cobra.Command {
 }
 
 func (a *app) checkpointsCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return sandboxReadCmd(a, &cobra.Command{
 		Use:   "checkpoints NAME",
 		Short: "List a sandbox's checkpoints, newest first",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			cps, err := sb.ListCheckpoints(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.output == "json" {
-				return a.printJSON(cps)
-			}
+	},
+		func(ctx context.Context, sb *client.Sandbox) ([]api.Checkpoint, error) {
+			return sb.ListCheckpoints(ctx)
+		},
+		func(sb *client.Sandbox, cps []api.Checkpoint) error {
 			var rows [][]string
 			for _, cp := range cps {
 				src := "-"
@@ -94,10 +85,7 @@ func (a *app) checkpointsCmd() *cobra.Command {
 			}
 			a.table("ID\tAGE\tFILES\tSIZE\tADDED\tSOURCE\tHEALTH\tCOMMENT", rows)
 			return nil
-		},
-	}
-	a.addOutput(cmd)
-	return cmd
+		})
 }
 
 func (a *app) restoreCmd() *cobra.Command {

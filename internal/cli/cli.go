@@ -397,3 +397,29 @@ func (a *app) versionCmd() *cobra.Command {
 		},
 	}
 }
+
+// sandboxReadCmd completes c as a command "VERB NAME" that reads something
+// of the sandbox NAME: read fetches it; with -o json it is printed as JSON,
+// else show prints it for people.
+func sandboxReadCmd[T any](a *app, c *cobra.Command, read func(context.Context, *client.Sandbox) (T, error), show func(*client.Sandbox, T) error) *cobra.Command {
+	c.Args = cobra.ExactArgs(1)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := a.checkOutput(); err != nil {
+			return err
+		}
+		sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		v, err := read(cmd.Context(), sb)
+		if err != nil {
+			return err
+		}
+		if a.output == "json" {
+			return a.printJSON(v)
+		}
+		return show(sb, v)
+	}
+	a.addOutput(c)
+	return c
+}

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
 )
 
 // netFlags are the rule flags of create, fork and net set.
@@ -68,31 +70,15 @@ func (a *app) netCmd() *cobra.Command {
 }
 
 func (a *app) netGetCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return sandboxReadCmd(a, &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show a sandbox's network rules",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			r, err := sb.Network().Get(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.output == "json" {
-				return a.printJSON(r)
-			}
+	},
+		func(ctx context.Context, sb *client.Sandbox) (api.NetworkRules, error) { return sb.Network().Get(ctx) },
+		func(sb *client.Sandbox, r api.NetworkRules) error {
 			a.printRules(r)
 			return nil
-		},
-	}
-	a.addOutput(cmd)
-	return cmd
+		})
 }
 
 func (a *app) printRules(r api.NetworkRules) {
@@ -162,25 +148,12 @@ func (a *app) netSetCmd() *cobra.Command {
 }
 
 func (a *app) netLogCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return sandboxReadCmd(a, &cobra.Command{
 		Use:   "log NAME",
 		Short: "Show what the network rules refused (DNS names, connections, packets), newest first",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			l, err := sb.Network().Log(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.output == "json" {
-				return a.printJSON(l)
-			}
+	},
+		func(ctx context.Context, sb *client.Sandbox) (*api.NetworkLog, error) { return sb.Network().Log(ctx) },
+		func(sb *client.Sandbox, l *api.NetworkLog) error {
 			c := l.Counts
 			fmt.Fprintf(a.stdout, "dns: %d answered, %d refused; connections: %d allowed, %d refused; packets refused: %d\n\n",
 				c.DNSAnswered, c.DNSRefused, c.ConnectionsAllowed, c.ConnectionsRefused, c.PacketsRefused)
@@ -194,8 +167,5 @@ func (a *app) netLogCmd() *cobra.Command {
 			}
 			a.table("TIME\tKIND\tDESTINATION\tPORT\tCOUNT\tREASON", rows)
 			return nil
-		},
-	}
-	a.addOutput(cmd)
-	return cmd
+		})
 }

@@ -1,36 +1,27 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
 )
 
 func (a *app) portsCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return sandboxReadCmd(a, &cobra.Command{
 		Use:   "ports NAME",
 		Short: "List the TCP ports that programs listen on in a sandbox, with their preview URLs",
 		Long: "List the TCP ports that programs listen on in a running sandbox. sbxd proxies HTTP and\n" +
 			"WebSocket traffic to each at URL (path-based), or at http://PORT-NAME.localhost:LISTEN-PORT/\n" +
 			"(host-based; see --preview-domain of sbxd). Over TCP, a browser opens a URL once with\n" +
 			"?sbx_key=KEY, which sets a cookie for that port. URLs need sbxd on TCP (--url, $SBX_URL).",
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			ports, err := sb.Ports(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.output == "json" {
-				return a.printJSON(ports)
-			}
+	},
+		func(ctx context.Context, sb *client.Sandbox) ([]api.Port, error) { return sb.Ports(ctx) },
+		func(sb *client.Sandbox, ports []api.Port) error {
 			dash := func(s string) string {
 				if s == "" {
 					return "-"
@@ -53,8 +44,5 @@ func (a *app) portsCmd() *cobra.Command {
 				fmt.Fprintln(a.stderr, "sbx: no URLs: sbx reaches sbxd over its Unix socket; serve sbxd on TCP (--listen) and use --url or $SBX_URL to open ports in a browser")
 			}
 			return nil
-		},
-	}
-	a.addOutput(cmd)
-	return cmd
+		})
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
 )
 
 // parseRetention parses "1d", "12h", "90m" or a number of days.
@@ -200,25 +202,12 @@ func (a *app) forkCmd() *cobra.Command {
 }
 
 func (a *app) psCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return sandboxReadCmd(a, &cobra.Command{
 		Use:   "ps NAME",
 		Short: "List the processes started by exec in a sandbox",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			ps, err := sb.Processes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.output == "json" {
-				return a.printJSON(ps)
-			}
+	},
+		func(ctx context.Context, sb *client.Sandbox) ([]api.Process, error) { return sb.Processes(ctx) },
+		func(sb *client.Sandbox, ps []api.Process) error {
 			var rows [][]string
 			for _, p := range ps {
 				exit := "-"
@@ -229,10 +218,7 @@ func (a *app) psCmd() *cobra.Command {
 			}
 			a.table("PID\tSTATE\tEXIT\tAGE\tOUTPUT\tCMD", rows)
 			return nil
-		},
-	}
-	a.addOutput(cmd)
-	return cmd
+		})
 }
 
 func (a *app) attachCmd() *cobra.Command {

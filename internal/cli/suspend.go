@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
 )
 
 func (a *app) suspendCmd() *cobra.Command {
@@ -132,25 +134,12 @@ func (a *app) eventCmd() *cobra.Command {
 }
 
 func (a *app) eventsCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return sandboxReadCmd(a, &cobra.Command{
 		Use:   "events NAME",
 		Short: "List the events a sandbox received",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.checkOutput(); err != nil {
-				return err
-			}
-			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			evs, err := sb.Events(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if a.output == "json" {
-				return a.printJSON(evs)
-			}
+	},
+		func(ctx context.Context, sb *client.Sandbox) ([]api.Event, error) { return sb.Events(ctx) },
+		func(sb *client.Sandbox, evs []api.Event) error {
 			var rows [][]string
 			for _, ev := range evs {
 				data := string(ev.Data)
@@ -168,10 +157,7 @@ func (a *app) eventsCmd() *cobra.Command {
 			}
 			a.table("ID\tKEY\tDELIVERED\tDATA", rows)
 			return nil
-		},
-	}
-	a.addOutput(cmd)
-	return cmd
+		})
 }
 
 func (a *app) updateCmd() *cobra.Command {
