@@ -75,6 +75,16 @@ func For(command string) Kind {
 	return k
 }
 
+// ForArgv classifies a command given as an argv, as exec's cmd is: its
+// words are taken as they are, without shell parsing, and ["sh", "-c", S]
+// classifies the line S. An empty argv is None.
+func ForArgv(argv []string) Kind {
+	if len(argv) == 0 {
+		return None
+	}
+	return classifySimple(argv, 0)
+}
+
 // split breaks a line into simple commands, each a list of words with the
 // quotes removed. ok is false when the line has $(, `, <(, >( or an
 // unterminated quote outside single quotes.

@@ -45,3 +45,24 @@ func TestKindOrder(t *testing.T) {
 		t.Error("ParseKind accepted snapshot")
 	}
 }
+
+// TestForArgv: an argv is classified by its words, and sh -c by its line;
+// words are not re-split, so a quoted argument stays one word.
+func TestForArgv(t *testing.T) {
+	for _, c := range []struct {
+		argv []string
+		want Kind
+	}{
+		{nil, None},
+		{[]string{"ls", "-l", "/etc"}, None},
+		{[]string{"rm", "-rf", "build dir"}, Git},
+		{[]string{"rm", "-rf", "/etc"}, Checkpoint},
+		{[]string{"/bin/sh", "-c", "echo x > f; exit 1"}, Git},
+		{[]string{"bash", "-c", "psql -c 'DROP TABLE t'"}, Fork},
+		{[]string{"python3", "-c", "print(1)"}, Checkpoint},
+	} {
+		if got := ForArgv(c.argv); got != c.want {
+			t.Errorf("ForArgv(%q) = %s, want %s", c.argv, got, c.want)
+		}
+	}
+}

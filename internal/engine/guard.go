@@ -36,8 +36,8 @@ func ValidateUndo(req api.ExecRequest) error {
 	return nil
 }
 
-// commandLine is the shell line an exec runs: S for ["sh","-c",S] (also
-// bash), else the argv joined by spaces.
+// commandLine shows the command an exec runs, for a checkpoint's comment:
+// S for ["sh","-c",S] (also bash), else the argv joined by spaces.
 func commandLine(cmd []string) string {
 	if len(cmd) >= 3 && (cmd[0] == "sh" || cmd[0] == "bash" || cmd[0] == "/bin/sh" || cmd[0] == "/bin/bash") && cmd[1] == "-c" {
 		return cmd[2]
@@ -62,10 +62,9 @@ func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequ
 	if req.Undo == "" || req.Undo == api.UndoNone {
 		return nil, nil
 	}
-	line := commandLine(req.Cmd)
 	u := &api.UndoResult{Kind: req.Undo}
 	if req.Undo == api.UndoAuto {
-		class := undo.For(line)
+		class := undo.ForArgv(req.Cmd)
 		u.Class = class.String()
 		switch class {
 		case undo.None:
@@ -91,7 +90,7 @@ func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequ
 		u.Snapshot = sn.ID
 		return u, nil
 	}
-	comment := "before: " + line
+	comment := "before: " + commandLine(req.Cmd)
 	if len(comment) > api.MaxCommentBytes {
 		comment = truncateUTF8(comment, api.MaxCommentBytes)
 	}
