@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -179,17 +178,11 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 	start := time.Now()
 	e.gcMu.RLock()
 	defer e.gcMu.RUnlock()
-	imageDir, fetched, err := e.suspendImage(ctx, sb, sn)
+	imageDir, diskM, release, err := e.snapshotInputs(ctx, sb, sn)
 	if err != nil {
 		return failed(err)
 	}
-	if fetched {
-		defer os.RemoveAll(imageDir)
-	}
-	diskM, err := e.snapshotDisk(ctx, sn)
-	if err != nil {
-		return failed(fmt.Errorf("its disk manifest: %w", err))
-	}
+	defer release()
 	// Nothing is changed above this line; from here the old processes end.
 	if err := e.stopLocked(ctx, sb, "restoring a snapshot"); err != nil {
 		return failed(err)

@@ -289,20 +289,13 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 		_ = e.layers.Remove(sb.ID)
 		_ = e.st.DeleteOp(ctx, opID)
 	}
-	imageDir, fetched, err := e.suspendImage(ctx, sb, sn)
+	imageDir, diskM, release, err := e.snapshotInputs(ctx, sb, sn)
 	if err != nil {
 		undo()
 		return failed(err)
 	}
-	if fetched {
-		defer os.RemoveAll(imageDir)
-	}
+	defer release()
 	tImage := time.Now()
-	diskM, err := e.snapshotDisk(ctx, sn)
-	if err != nil {
-		undo()
-		return failed(fmt.Errorf("its disk manifest: %w", err))
-	}
 	progress("restoring")
 	if err := e.resumeInto(ctx, sb, diskM, imageDir); err != nil {
 		undo()
@@ -321,9 +314,28 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	_ = e.st.DeleteOp(ctx, opID)
 	e.kickGC()
 	e.log.Info("resumed", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
-		"image_ms", tImage.Sub(start).Milliseconds(), "fetched", fetched)
+		"image_ms", tImage.Sub(start).Milliseconds(), "from_cache", imageDir == e.suspendCache(sb.ID))
 	progress(fmt.Sprintf("resumed in %d ms", time.Since(start).Milliseconds()))
 	return nil
+}
+
+// snapshotInputs is what restoring sb from snapshot sn needs: the dir of
+// its memory image (see suspendImage; release removes a fetched copy) and
+// its disk manifest.
+func (e *Engine) snapshotInputs(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot) (imageDir string, diskM *disk.Manifest, release func(), err error) {
+	imageDir, fetched, err := e.suspendImage(ctx, sb, sn)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	release = func() {}
+	if fetched {
+		release = func() { os.RemoveAll(imageDir) }
+	}
+	if diskM, err = e.snapshotDisk(ctx, sn); err != nil {
+		release()
+		return "", nil, nil, fmt.Errorf("its disk manifest: %w", err)
+	}
+	return imageDir, diskM, release, nil
 }
 
 // suspendImage is the local dir of sb's memory image: this node's cache
