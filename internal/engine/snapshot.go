@@ -111,42 +111,34 @@ type captured struct {
 // captureLive takes sb's memory and disk at one paused instant: the agent
 // drops its host sockets (gVisor cannot save them), the sandbox is paused,
 // its writable layer captured and its memory checkpointed (runsc
-// checkpoint --leave-running), then it is resumed and the agent told to
-// listen again (SIGUSR1). The sandbox runs again when it returns, error or
-// not. The caller holds sb's lock and gcMu for reading.
-func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string, progress func(string)) (*captured, error) {
+// checkpoint --leave-running). Then it is resumed and the agent told to
+// listen again (SIGUSR1), error or not; with hold (a suspend: nothing the
+// sandbox does afterwards could be kept) a capture that succeeded leaves
+// it paused. The caller holds sb's lock and gcMu for reading.
+func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string, progress func(string), hold bool) (*captured, error) {
 	ctx = context.WithoutCancel(ctx)
 	end := e.beginQuiesce(sb.ID)
 	defer end()
-	ag := e.agentFor(sb)
-	if err := ag.Quiesce(ctx); err != nil {
+	if err := e.agentFor(sb).Quiesce(ctx); err != nil {
 		return nil, fmt.Errorf("quiesce the agent: %w", err)
 	}
-	paused := false
-	var pauseStart time.Time
+	paused, held := false, false
 	defer func() {
-		// Whatever happened, the sandbox runs and answers again.
-		if paused {
-			if err := e.rt.Resume(ctx, sb.ID); err != nil {
-				e.log.Error("resume after a capture", "sandbox", sb.Name, "err", err)
-			}
-		}
-		if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
-			e.log.Error("wake the agent after a capture", "sandbox", sb.Name, "err", err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := ag.WaitReady(wctx); err != nil {
-			e.log.Error("agent after a capture", "sandbox", sb.Name, "err", err)
+		if !held {
+			e.runOn(ctx, sb, paused, "a capture")
 		}
 	}()
 	progress("pausing the sandbox")
-	pauseStart = time.Now()
+	pauseStart := time.Now()
 	if err := e.rt.Pause(ctx, sb.ID); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
 	}
 	paused = true
-	e.fault("snapshot:paused")
+	if hold {
+		e.fault("suspend:paused")
+	} else {
+		e.fault("snapshot:paused")
+	}
 	m, ref, stats, err := e.storeLayer(ctx, sb.ID, nil, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("capture the disk: %w", err)
@@ -155,11 +147,17 @@ func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string,
 	if err := e.rt.Checkpoint(ctx, sb.ID, dir); err != nil {
 		return nil, fmt.Errorf("checkpoint the memory: %w", err)
 	}
+	c := &captured{dir: dir, disk: m, diskRef: ref, diskAdd: stats.AddedBytes, pausedMS: time.Since(pauseStart).Milliseconds()}
+	if hold {
+		held = true
+		return c, nil
+	}
 	if err := e.rt.Resume(ctx, sb.ID); err != nil {
 		return nil, fmt.Errorf("resume: %w", err)
 	}
 	paused = false
-	return &captured{dir: dir, disk: m, diskRef: ref, diskAdd: stats.AddedBytes, pausedMS: time.Since(pauseStart).Milliseconds()}, nil
+	c.pausedMS = time.Since(pauseStart).Milliseconds()
+	return c, nil
 }
 
 // validateSnapshotRequest checks and fills a snapshot request.
@@ -265,7 +263,7 @@ func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
 func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
 	id := newSnapshotID()
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
-	c, err := e.captureLive(ctx, sb, dir, progress)
+	c, err := e.captureLive(ctx, sb, dir, progress, false)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, snapshotFailed(sb, fork, err)

@@ -117,7 +117,7 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 		return nil, failed(err)
 	}
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
-	c, err := e.captureAndHold(ctx, sb, dir, progress)
+	c, err := e.captureLive(ctx, sb, dir, progress, true)
 	if err != nil {
 		os.RemoveAll(dir)
 		_ = e.st.DeleteOp(ctx, opID)
@@ -125,7 +125,7 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	}
 	// From here the sandbox is paused: it either ends suspended or runs on.
 	undo := func() {
-		e.runOn(ctx, sb)
+		e.runOn(ctx, sb, true, "a failed suspend")
 		os.RemoveAll(dir)
 		_ = e.st.DeleteSnapshot(ctx, id)
 		_ = e.st.DeleteOp(ctx, opID)
@@ -189,47 +189,23 @@ func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, w
 	return e.st.UpdateSandbox(ctx, sb)
 }
 
-// captureAndHold is captureLive for a suspend: the sandbox stays paused
-// after the capture (nothing it does afterwards could be kept). On error
-// it runs again.
-func (e *Engine) captureAndHold(ctx context.Context, sb *store.Sandbox, dir string, progress func(string)) (*captured, error) {
-	end := e.beginQuiesce(sb.ID)
-	defer end()
-	ag := e.agentFor(sb)
-	if err := ag.Quiesce(ctx); err != nil {
-		return nil, fmt.Errorf("quiesce the agent: %w", err)
-	}
-	progress("pausing the sandbox")
-	pauseStart := time.Now()
-	if err := e.rt.Pause(ctx, sb.ID); err != nil {
-		e.runOn(ctx, sb)
-		return nil, fmt.Errorf("pause: %w", err)
-	}
-	e.fault("suspend:paused")
-	m, ref, stats, err := e.storeLayer(ctx, sb.ID, nil, nil, nil)
-	if err != nil {
-		e.runOn(ctx, sb)
-		return nil, fmt.Errorf("capture the disk: %w", err)
-	}
-	progress("saving memory and processes")
-	if err := e.rt.Checkpoint(ctx, sb.ID, dir); err != nil {
-		e.runOn(ctx, sb)
-		return nil, fmt.Errorf("checkpoint the memory: %w", err)
-	}
-	return &captured{dir: dir, disk: m, diskRef: ref, diskAdd: stats.AddedBytes, pausedMS: time.Since(pauseStart).Milliseconds()}, nil
-}
-
-// runOn makes a sandbox whose suspend failed run and answer again.
-func (e *Engine) runOn(ctx context.Context, sb *store.Sandbox) {
-	if err := e.rt.Resume(ctx, sb.ID); err != nil {
-		e.log.Warn("resume after a failed suspend", "sandbox", sb.Name, "err", err)
+// runOn makes a sandbox that was captured run and answer again after
+// what (for the log): its container resumes when paused, and its agent,
+// quiesced for the capture, is told to listen (SIGUSR1) and waited for.
+func (e *Engine) runOn(ctx context.Context, sb *store.Sandbox, paused bool, what string) {
+	if paused {
+		if err := e.rt.Resume(ctx, sb.ID); err != nil {
+			e.log.Error("resume after "+what, "sandbox", sb.Name, "err", err)
+		}
 	}
 	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
-		e.log.Warn("wake the agent after a failed suspend", "sandbox", sb.Name, "err", err)
+		e.log.Error("wake the agent after "+what, "sandbox", sb.Name, "err", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_ = e.agentFor(sb).WaitReady(wctx)
+	if err := e.agentFor(sb).WaitReady(wctx); err != nil {
+		e.log.Error("agent after "+what, "sandbox", sb.Name, "err", err)
+	}
 }
 
 // Resume restores a suspended sandbox, running, with its processes,
