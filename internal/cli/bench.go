@@ -257,3 +257,20 @@ func sandboxPSS(id string) (int64, error) {
 	}
 	return total, nil
 }
+
+// parseSizes parses --sizes: MB numbers separated by commas ("50,500");
+// empty entries are skipped, so "" measures no size.
+func parseSizes(sizes string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(sizes, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		mb, err := strconv.Atoi(f)
+		if err != nil || mb < 1 {
+			return nil, fmt.Errorf("--sizes %q: want MB numbers like 50,500", sizes)
+		}
+		out = append(out, mb)
+	}
+	return out, nil
+}

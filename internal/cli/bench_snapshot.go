@@ -51,12 +51,12 @@ func (a *app) benchSnapshotCmd() *cobra.Command {
 			if err := a.checkOutput(); err != nil {
 				return err
 			}
+			mbs, err := parseSizes(sizes)
+			if err != nil {
+				return err
+			}
 			var rows []snapshotRow
-			for _, f := range strings.Split(sizes, ",") {
-				mb, err := strconv.Atoi(strings.TrimSpace(f))
-				if err != nil || mb < 1 {
-					return fmt.Errorf("--sizes %q: want MB numbers like 50,500", sizes)
-				}
+			for _, mb := range mbs {
 				row, err := a.benchSnapshot(cmd.Context(), mb, fanout)
 				if err != nil {
 					return fmt.Errorf("%d MB: %w", mb, err)

@@ -39,15 +39,12 @@ func (a *app) benchSuspendCmd() *cobra.Command {
 			if err := a.checkOutput(); err != nil {
 				return err
 			}
+			mbs, err := parseSizes(sizes)
+			if err != nil {
+				return err
+			}
 			var rows []suspendRow
-			for _, f := range strings.Split(sizes, ",") {
-				if strings.TrimSpace(f) == "" {
-					continue
-				}
-				mb, err := strconv.Atoi(strings.TrimSpace(f))
-				if err != nil || mb < 1 {
-					return fmt.Errorf("--sizes %q: want MB numbers like 50,500", sizes)
-				}
+			for _, mb := range mbs {
 				row, err := a.benchSuspend(cmd.Context(), mb)
 				if err != nil {
 					return fmt.Errorf("%d MB: %w", mb, err)
