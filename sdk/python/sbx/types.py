@@ -9,9 +9,11 @@ answers. Parsing is tolerant: unknown fields are ignored (and kept in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+import types
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, List, Mapping, Optional
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union,
+                    get_args, get_origin, get_type_hints)
 
 __all__ = [
     "parse_time",
@@ -97,8 +99,94 @@ def _smap(v: Any) -> Dict[str, str]:
     return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
 
 
+# The generic from_dict. A field is read from the JSON member of its name
+# (or of ``metadata["json"]``; ``None`` there means it is not in the JSON
+# and keeps its default) and converted by its annotation. Scalars that are
+# absent or wrong-typed take the field's default; ``raw`` is the whole object.
+
+_UNIONS = (Union, getattr(types, "UnionType", Union))
+
+
+def _json(name: Optional[str]) -> Dict[str, Any]:
+    """Field metadata: the field's JSON member is ``name`` (``None``: not read from the JSON)."""
+    return {"json": name}
+
+
+def _opt(kind: type) -> Callable[[Any], Any]:
+    return lambda v: v if isinstance(v, kind) and not isinstance(v, bool) else None
+
+
+def _list_of(cls: Any) -> Callable[[Any], Any]:
+    return lambda v: [cls.from_dict(x) for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def _converter(owner: type, f: "Field[Any]", tp: Any) -> Callable[[Any], Any]:
+    origin, args = get_origin(tp), get_args(tp)
+    for kind, conv, zero in ((str, _s, ""), (bool, _b, False), (int, _i, 0), (float, _f, 0.0)):
+        if tp is kind:
+            dflt = f.default if f.default is not MISSING else zero
+            return lambda v, conv=conv, dflt=dflt: conv(v, dflt)
+    if tp is Any:
+        return lambda v: v
+    if origin in _UNIONS and len(args) == 2 and type(None) in args:
+        inner = args[0] if args[1] is type(None) else args[1]
+        if inner is datetime:
+            return parse_time
+        if inner in (str, int):
+            return _opt(inner)
+        if is_dataclass(inner):
+            return inner.from_dict  # type: ignore[union-attr]
+    if is_dataclass(tp):
+        return tp.from_dict  # type: ignore[union-attr]
+    if origin is list and args == (str,):
+        return _strs
+    if origin is list and len(args) == 1 and is_dataclass(args[0]):
+        return _list_of(args[0])
+    if origin is dict and args == (str, str):
+        return _smap
+    if origin is dict and args == (str, Any):
+        return lambda v: v if isinstance(v, dict) else {}
+    raise TypeError("sbx.types: no JSON conversion for %s.%s: %r" % (owner.__name__, f.name, tp))
+
+
+_Plan = List[Tuple[str, Optional[str], Callable[[Any], Any]]]
+_PLANS: Dict[type, _Plan] = {}
+
+
+def _plan(cls: type) -> _Plan:
+    """(attribute, JSON member or None for the whole object, converter) of each field of cls."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = get_type_hints(cls)
+        plan = []
+        for f in fields(cls):
+            key = f.metadata.get("json", f.name)
+            if f.name == "raw":
+                plan.append((f.name, None, dict))
+            elif f.init and key is not None:
+                plan.append((f.name, key, _converter(cls, f, hints[f.name])))
+        _PLANS[cls] = plan
+    return plan
+
+
+_M = TypeVar("_M", bound="_Model")
+
+
+def _build(cls: Type[_M], o: Dict[str, Any]) -> _M:
+    return cls(**{a: conv(o if k is None else o.get(k)) for a, k, conv in _plan(cls)})
+
+
+class _Model:
+    """Base of the typed objects: ``from_dict`` driven by the dataclass fields."""
+
+    @classmethod
+    def from_dict(cls: Type[_M], obj: Any) -> _M:
+        """Build from a JSON object (a non-object gives the defaults)."""
+        return _build(cls, _d(obj))
+
+
 @dataclass
-class NetworkRules:
+class NetworkRules(_Model):
     """A sandbox's egress rules: ``{internet, allow, deny, connect}``.
 
     ``internet=False`` cuts all egress; a non-empty ``allow`` (domains, ``*.x.org``
@@ -106,17 +194,10 @@ class NetworkRules:
     ``allow``; ``connect`` names other sandboxes this one may reach.
     """
 
-    internet: bool = True
+    internet: bool = True  # true when absent, as in the API
     allow: List[str] = field(default_factory=list)
     deny: List[str] = field(default_factory=list)
     connect: List[str] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, obj: Any) -> "NetworkRules":
-        """Build from a JSON object; ``internet`` is true when absent, as in the API."""
-        o = _d(obj)
-        return cls(internet=_b(o.get("internet"), True), allow=_strs(o.get("allow")),
-                   deny=_strs(o.get("deny")), connect=_strs(o.get("connect")))
 
     def to_dict(self) -> Dict[str, Any]:
         """The JSON object sent to sbxd (all four fields)."""
@@ -134,17 +215,11 @@ def rules_to_dict(rules: Any) -> Dict[str, Any]:
 
 
 @dataclass
-class Volume:
+class Volume(_Model):
     """A named host directory mounted read-write at ``path``."""
 
     name: str
     path: str
-
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Volume":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(name=_s(o.get("name")), path=_s(o.get("path")))
 
     def to_dict(self) -> Dict[str, str]:
         """The JSON object sent to sbxd."""
@@ -152,22 +227,20 @@ class Volume:
 
 
 @dataclass
-class Source:
+class Source(_Model):
     """What a sandbox was forked or started from."""
 
     sandbox: str = ""
     snapshot: str = ""
 
     @classmethod
-    def from_dict(cls, obj: Any) -> Optional["Source"]:
+    def from_dict(cls, obj: Any) -> Optional["Source"]:  # type: ignore[override]
         """Build from a JSON object; ``None`` for null."""
-        if not isinstance(obj, dict):
-            return None
-        return cls(sandbox=_s(obj.get("sandbox")), snapshot=_s(obj.get("snapshot")))
+        return _build(cls, obj) if isinstance(obj, dict) else None
 
 
 @dataclass
-class SandboxInfo:
+class SandboxInfo(_Model):
     """The sandbox object of ``GET /v1/sandboxes/{name}``."""
 
     id: str = ""
@@ -189,27 +262,9 @@ class SandboxInfo:
     source: Optional[Source] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "SandboxInfo":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(
-            id=_s(o.get("id")), name=_s(o.get("name")), state=_s(o.get("state")),
-            image=_s(o.get("image")), cpus=_f(o.get("cpus")), memory_mb=_i(o.get("memory_mb")),
-            env=_smap(o.get("env")), labels=_smap(o.get("labels")),
-            network=NetworkRules.from_dict(o.get("network")),
-            volumes=[Volume.from_dict(v) for v in o.get("volumes") or [] if isinstance(v, dict)],
-            timeout_ms=_i(o.get("timeout_ms")),
-            keep_alive_while_running=_b(o.get("keep_alive_while_running")),
-            state_reason=_s(o.get("state_reason")), wake_on=_s(o.get("wake_on")),
-            suspend_time=parse_time(o.get("suspend_time")),
-            create_time=parse_time(o.get("create_time")),
-            source=Source.from_dict(o.get("source")), raw=dict(o),
-        )
-
 
 @dataclass
-class UndoInfo:
+class UndoInfo(_Model):
     """The ``undo`` object of a guarded exec's answer (docs/undo.md).
 
     ``kind`` is what was taken (``none``, ``checkpoint``, ``snapshot``),
@@ -219,7 +274,7 @@ class UndoInfo:
     """
 
     kind: str = ""
-    undo_class: str = ""
+    undo_class: str = field(default="", metadata=_json("class"))
     checkpoint: str = ""
     snapshot: str = ""
     rolled_back: bool = False
@@ -227,18 +282,13 @@ class UndoInfo:
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, obj: Any) -> Optional["UndoInfo"]:
+    def from_dict(cls, obj: Any) -> Optional["UndoInfo"]:  # type: ignore[override]
         """Build from a JSON object; ``None`` when absent."""
-        if not isinstance(obj, dict):
-            return None
-        return cls(kind=_s(obj.get("kind")), undo_class=_s(obj.get("class")),
-                   checkpoint=_s(obj.get("checkpoint")), snapshot=_s(obj.get("snapshot")),
-                   rolled_back=_b(obj.get("rolled_back")),
-                   rollback_error=_s(obj.get("rollback_error")), raw=dict(obj))
+        return _build(cls, obj) if isinstance(obj, dict) else None
 
 
 @dataclass
-class ExecResult:
+class ExecResult(_Model):
     """A finished command: output, exit code, duration, and the undo taken (if any).
 
     A non-zero exit is not an error: read ``exit_code`` (124 with
@@ -255,8 +305,8 @@ class ExecResult:
     timed_out: bool = False
     truncated: bool = False
     undo: Optional[UndoInfo] = None
-    stdout_bytes: Optional[bytes] = field(default=None, repr=False)
-    stderr_bytes: Optional[bytes] = field(default=None, repr=False)
+    stdout_bytes: Optional[bytes] = field(default=None, repr=False, metadata=_json(None))
+    stderr_bytes: Optional[bytes] = field(default=None, repr=False, metadata=_json(None))
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -267,23 +317,18 @@ class ExecResult:
     @classmethod
     def from_dict(cls, obj: Any, base64_encoded: bool = False) -> "ExecResult":
         """Build from the buffered exec answer (decoding base64 output when asked)."""
-        o = _d(obj)
-        out, err = _s(o.get("stdout")), _s(o.get("stderr"))
-        ob = eb = None
+        r = _build(cls, _d(obj))
         if base64_encoded:
             import base64
 
-            ob, eb = base64.b64decode(out), base64.b64decode(err)
-            out, err = ob.decode("utf-8", "replace"), eb.decode("utf-8", "replace")
-        return cls(stdout=out, stderr=err, exit_code=_i(o.get("exit_code")),
-                   duration_ms=_i(o.get("duration_ms")), pid=_i(o.get("pid")),
-                   timed_out=_b(o.get("timed_out")), truncated=_b(o.get("truncated")),
-                   undo=UndoInfo.from_dict(o.get("undo")), stdout_bytes=ob, stderr_bytes=eb,
-                   raw=dict(o))
+            r.stdout_bytes, r.stderr_bytes = base64.b64decode(r.stdout), base64.b64decode(r.stderr)
+            r.stdout = r.stdout_bytes.decode("utf-8", "replace")
+            r.stderr = r.stderr_bytes.decode("utf-8", "replace")
+        return r
 
 
 @dataclass
-class ExecEvent:
+class ExecEvent(_Model):
     """One line of a streamed exec: ``start`` (pid), ``stdout``/``stderr`` (data), ``exit``.
 
     ``error`` lines are raised as :class:`sbx.SbxError`, not yielded. With
@@ -299,23 +344,12 @@ class ExecEvent:
     error: str = ""
     code: str = ""
     undo: Optional[UndoInfo] = None
-    data_bytes: Optional[bytes] = field(default=None, repr=False)
+    data_bytes: Optional[bytes] = field(default=None, repr=False, metadata=_json(None))
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_dict(cls, obj: Any) -> "ExecEvent":
-        """Build from one NDJSON line."""
-        o = _d(obj)
-        ec = o.get("exit_code")
-        return cls(type=_s(o.get("type")), data=_s(o.get("data")), pid=_i(o.get("pid")),
-                   exit_code=ec if isinstance(ec, int) and not isinstance(ec, bool) else None,
-                   duration_ms=_i(o.get("duration_ms")), timed_out=_b(o.get("timed_out")),
-                   error=_s(o.get("error")), code=_s(o.get("code")),
-                   undo=UndoInfo.from_dict(o.get("undo")), raw=dict(o))
 
 
 @dataclass
-class FileInfo:
+class FileInfo(_Model):
     """One entry of a directory listing."""
 
     name: str = ""
@@ -326,17 +360,9 @@ class FileInfo:
     mod_time: Optional[datetime] = None
     link_target: str = ""
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "FileInfo":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(name=_s(o.get("name")), path=_s(o.get("path")), type=_s(o.get("type")),
-                   size=_i(o.get("size")), mode=_i(o.get("mode")),
-                   mod_time=parse_time(o.get("mod_time")), link_target=_s(o.get("link_target")))
-
 
 @dataclass
-class Checkpoint:
+class Checkpoint(_Model):
     """A disk checkpoint: ``v0`` (the fresh disk), ``v1``, ..."""
 
     id: str = ""
@@ -349,19 +375,9 @@ class Checkpoint:
     added_bytes: int = 0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Checkpoint":
-        """Build from a JSON object."""
-        o = _d(obj)
-        sid = o.get("source_id")
-        return cls(id=_s(o.get("id")), create_time=parse_time(o.get("create_time")),
-                   comment=_s(o.get("comment")), source_id=sid if isinstance(sid, str) else None,
-                   health=_s(o.get("health")), size_bytes=_i(o.get("size_bytes")),
-                   files=_i(o.get("files")), added_bytes=_i(o.get("added_bytes")), raw=dict(o))
-
 
 @dataclass
-class Change:
+class Change(_Model):
     """A path that differs between two disks."""
 
     path: str = ""
@@ -371,40 +387,21 @@ class Change:
     size: int = 0
     old_size: int = 0
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Change":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(path=_s(o.get("path")), type=_s(o.get("type")), old_type=_s(o.get("old_type")),
-                   link_target=_s(o.get("link_target")), size=_i(o.get("size")),
-                   old_size=_i(o.get("old_size")))
-
 
 @dataclass
-class Diff:
+class Diff(_Model):
     """Paths added, modified and deleted from checkpoint ``from_`` to ``to``."""
 
-    from_: str = ""
+    from_: str = field(default="", metadata=_json("from"))
     to: str = ""
     added: List[Change] = field(default_factory=list)
     modified: List[Change] = field(default_factory=list)
     deleted: List[Change] = field(default_factory=list)
     truncated: bool = False
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Diff":
-        """Build from a JSON object."""
-        o = _d(obj)
-
-        def ch(k: str) -> List[Change]:
-            return [Change.from_dict(x) for x in o.get(k) or [] if isinstance(x, dict)]
-
-        return cls(from_=_s(o.get("from")), to=_s(o.get("to")), added=ch("added"),
-                   modified=ch("modified"), deleted=ch("deleted"), truncated=_b(o.get("truncated")))
-
 
 @dataclass
-class Snapshot:
+class Snapshot(_Model):
     """A memory snapshot: disk, memory and processes of a sandbox at one instant."""
 
     id: str = ""
@@ -419,20 +416,9 @@ class Snapshot:
     billable: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Snapshot":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(id=_s(o.get("id")), name=_s(o.get("name")), sandbox=_s(o.get("sandbox")),
-                   create_time=parse_time(o.get("create_time")),
-                   expire_time=parse_time(o.get("expire_time")),
-                   memory_bytes=_i(o.get("memory_bytes")), disk_bytes=_i(o.get("disk_bytes")),
-                   stored_bytes=_i(o.get("stored_bytes")), metadata=o.get("metadata"),
-                   billable=_b(o.get("billable")), raw=dict(o))
-
 
 @dataclass
-class Process:
+class Process(_Model):
     """A process started by exec."""
 
     pid: int = 0
@@ -442,19 +428,9 @@ class Process:
     exit_code: Optional[int] = None
     output_bytes: int = 0
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Process":
-        """Build from a JSON object."""
-        o = _d(obj)
-        ec = o.get("exit_code")
-        return cls(pid=_i(o.get("pid")), cmd=_strs(o.get("cmd")),
-                   start_time=parse_time(o.get("start_time")), state=_s(o.get("state")),
-                   exit_code=ec if isinstance(ec, int) else None,
-                   output_bytes=_i(o.get("output_bytes")))
-
 
 @dataclass
-class Port:
+class Port(_Model):
     """A TCP port a program listens on inside a sandbox."""
 
     port: int = 0
@@ -462,16 +438,9 @@ class Port:
     pid: int = 0
     command: str = ""
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Port":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(port=_i(o.get("port")), address=_s(o.get("address")), pid=_i(o.get("pid")),
-                   command=_s(o.get("command")))
-
 
 @dataclass
-class NetworkCounts:
+class NetworkCounts(_Model):
     """Counts of the host's network decisions for a sandbox."""
 
     dns_answered: int = 0
@@ -480,16 +449,9 @@ class NetworkCounts:
     connections_refused: int = 0
     packets_refused: int = 0
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "NetworkCounts":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(**{k: _i(o.get(k)) for k in ("dns_answered", "dns_refused", "connections_allowed",
-                                                 "connections_refused", "packets_refused")})
-
 
 @dataclass
-class NetworkRefusal:
+class NetworkRefusal(_Model):
     """One refused destination of a network log."""
 
     time: Optional[datetime] = None
@@ -500,33 +462,17 @@ class NetworkRefusal:
     reason: str = ""
     count: int = 0
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "NetworkRefusal":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(time=parse_time(o.get("time")), kind=_s(o.get("kind")),
-                   destination=_s(o.get("destination")), address=_s(o.get("address")),
-                   port=_i(o.get("port")), reason=_s(o.get("reason")), count=_i(o.get("count")))
-
 
 @dataclass
-class NetworkLog:
+class NetworkLog(_Model):
     """What the host refused for a sandbox, and counts of its decisions."""
 
     counts: NetworkCounts = field(default_factory=NetworkCounts)
     refused: List[NetworkRefusal] = field(default_factory=list)
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "NetworkLog":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(counts=NetworkCounts.from_dict(o.get("counts")),
-                   refused=[NetworkRefusal.from_dict(x) for x in o.get("refused") or []
-                            if isinstance(x, dict)])
-
 
 @dataclass
-class Event:
+class Event(_Model):
     """An event delivered to a sandbox (``GET /v1/sandboxes/{name}/events``).
 
     ``data`` is the posted body when it was JSON, ``data_text`` when it was
@@ -542,18 +488,9 @@ class Event:
     deliver_time: Optional[datetime] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Event":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(id=_s(o.get("id")), key=_s(o.get("key")), data=o.get("data"),
-                   data_text=_s(o.get("data_text")), data_base64=_s(o.get("data_base64")),
-                   create_time=parse_time(o.get("create_time")),
-                   deliver_time=parse_time(o.get("deliver_time")), raw=dict(o))
-
 
 @dataclass
-class EventResult:
+class EventResult(_Model):
     """The answer of ``POST /v1/events/{key}``."""
 
     id: str = ""
@@ -561,16 +498,9 @@ class EventResult:
     pending: bool = False
     expire_time: Optional[datetime] = None
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "EventResult":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(id=_s(o.get("id")), woken=_strs(o.get("woken")), pending=_b(o.get("pending")),
-                   expire_time=parse_time(o.get("expire_time")))
-
 
 @dataclass
-class Image:
+class Image(_Model):
     """An image: a read-only root filesystem shared by the sandboxes made from it."""
 
     name: str = ""
@@ -580,17 +510,9 @@ class Image:
     create_time: Optional[datetime] = None
     env: List[str] = field(default_factory=list)
 
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Image":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(name=_s(o.get("name")), digest=_s(o.get("digest")), source=_s(o.get("source")),
-                   size_bytes=_i(o.get("size_bytes")), create_time=parse_time(o.get("create_time")),
-                   env=_strs(o.get("env")))
-
 
 @dataclass
-class Health:
+class Health(_Model):
     """The answer of ``GET /v1/health``."""
 
     status: str = ""
@@ -598,11 +520,3 @@ class Health:
     runtime: str = ""
     warm_sandboxes: int = 0
     pid: int = 0
-
-    @classmethod
-    def from_dict(cls, obj: Any) -> "Health":
-        """Build from a JSON object."""
-        o = _d(obj)
-        return cls(status=_s(o.get("status")), version=_s(o.get("version")),
-                   runtime=_s(o.get("runtime")), warm_sandboxes=_i(o.get("warm_sandboxes")),
-                   pid=_i(o.get("pid")))
