@@ -47,11 +47,16 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
 	code := 1
+	if cmd != nil && cmd.Name() == "exec" {
+		// sbx exec keeps 1..124 for the command: its own failures,
+		// usage errors included, exit 125 (as docker run does).
+		code = 125
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		code = ee.code

@@ -152,6 +152,9 @@ func (a *app) forkCmd() *cobra.Command {
 			if req.Network, err = nf.rules(cmd); err != nil {
 				return err
 			}
+			if req.Count < 1 {
+				return fmt.Errorf("--count %d: want 1 to %d copies", req.Count, api.MaxForkCount)
+			}
 			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
 			if err != nil {
 				return err
