@@ -194,14 +194,16 @@ func (e *Engine) lockSandbox(ctx context.Context, idOrName, op string) (*store.S
 }
 
 // checkpointLocked captures sb's disk: what is on it when asked (a running
-// sandbox is frozen for the last part of the capture, ms). A failure of the
+// sandbox is paused, runsc pause, for the last part of the capture: ~0.1 s
+// here; the host cgroup freezer, 20 times faster, left gVisor's systrap
+// sandboxes to die after a few freezes). A failure of the
 // capture or the blob store is ErrCheckpointFailed, and no checkpoint is
 // recorded. The caller holds sb's lock.
 func (e *Engine) checkpointLocked(ctx context.Context, sb *store.Sandbox, comment string, progress func(string)) (*store.Checkpoint, error) {
 	var freeze, thaw func(context.Context) error
 	if sb.State == api.StateRunning {
-		freeze = func(ctx context.Context) error { return e.rt.Freeze(ctx, sb.ID) }
-		thaw = func(ctx context.Context) error { return e.rt.Thaw(ctx, sb.ID) }
+		freeze = func(ctx context.Context) error { return e.rt.Pause(ctx, sb.ID) }
+		thaw = func(ctx context.Context) error { return e.rt.Resume(ctx, sb.ID) }
 	}
 	e.gcMu.RLock()
 	defer e.gcMu.RUnlock()

@@ -50,12 +50,6 @@ func (e *Engine) reconcile(ctx context.Context) error {
 					st = runtime.StatusRunning
 				}
 			}
-			if st == runtime.StatusRunning {
-				// A capture interrupted by a crash may have left it frozen.
-				if err := e.rt.Thaw(ctx, sb.ID); err != nil {
-					e.log.Warn("reconcile: thaw", "sandbox", sb.Name, "err", err)
-				}
-			}
 			netErr := error(nil)
 			if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) {
 				netErr = e.attachNetwork(sb)

@@ -81,15 +81,11 @@ type Runtime interface {
 	List(ctx context.Context) ([]State, error)
 	// Delete kills a container and removes it; a missing one is fine.
 	Delete(ctx context.Context, id string) error
-	// Pause freezes every process of a container; Resume thaws it.
+	// Pause stops every process of a container (runsc pause: gVisor stops
+	// its tasks; the host cgroup freezer must not be used on systrap
+	// sandboxes, which die after a few freezes); Resume lets them go on.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
-	// Freeze stops every process of a container at the host (the cgroup
-	// freezer): a crash-consistent view of its disk in a few ms, where
-	// Pause costs ~70 ms each way. Thaw undoes it; thawing a container that
-	// is not frozen does nothing.
-	Freeze(ctx context.Context, id string) error
-	Thaw(ctx context.Context, id string) error
 	// Checkpoint saves a container's memory and processes into imageDir
 	// (gVisor's checkpoint: files checkpoint.img, pages.img,
 	// pages_meta.img), leaving it as it was (running or paused).

@@ -422,3 +422,33 @@ func TestSnapshotCrashes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestForkAfterCheckpoints: disk checkpoints of a running sandbox, then a
+// fork; the original keeps running with its processes. (Checkpoints that
+// froze the sandbox with the host cgroup freezer made the fifth or so
+// capture kill it.)
+func TestForkAfterCheckpoints(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "default"})
+	startCounter(t, sb)
+	for i := 0; i < 8; i++ {
+		if _, err := sb.Checkpoint(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustSh(t, sb, "echo ok"); got != "ok\n" {
+			t.Fatalf("exec after checkpoint %d: %q", i+1, got)
+		}
+	}
+	at := hit(t, sb)
+	fr, err := sb.Fork(ctx, api.ForkRequest{})
+	if err != nil || len(fr.Copies) != 1 || fr.Copies[0] == nil {
+		t.Fatalf("fork: %v %+v", err, fr)
+	}
+	t.Cleanup(func() { _ = fr.Copies[0].Delete(ctxT(t)) })
+	if err := sb.Refresh(ctx); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("the original after the fork: %s %q, %v", sb.State, sb.StateReason, err)
+	}
+	if got := hit(t, sb); got != at+1 {
+		t.Fatalf("the original's counter answered %d, want %d", got, at+1)
+	}
+}
