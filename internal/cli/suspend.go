@@ -207,7 +207,11 @@ func (a *app) updateCmd() *cobra.Command {
 			if a.output == "json" {
 				return a.printJSON(sb.Sandbox)
 			}
-			fmt.Fprintf(a.stdout, "%s: labels %v, timeout %v, keep alive while running %v\n", clean(sb.Name), sb.Labels,
+			labels := labelString(sb.Labels)
+			if labels == "" {
+				labels = "none"
+			}
+			fmt.Fprintf(a.stdout, "%s: labels %s, timeout %v, keep alive while running %v\n", clean(sb.Name), clean(labels),
 				time.Duration(sb.TimeoutMS)*time.Millisecond, sb.KeepAliveWhileRunning)
 			return nil
 		},
