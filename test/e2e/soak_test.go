@@ -131,9 +131,9 @@ func mixedRequests(t *testing.T, sb *client.Sandbox, kinds []string, spread, dea
 	return res, copies
 }
 
-// TestConcurrentMixedOnOneSandbox sends 50 requests at once on one sandbox
-// within 4 s (exec, checkpoint, restore, fork, suspend and, in the second round,
-// delete): each answers — done, 409 conflict, or another error code —
+// TestConcurrentMixedOnOneSandbox sends 50 requests on one sandbox, all
+// started within 4 s (exec, checkpoint, restore, fork, suspend and, in the
+// second round, delete): each answers — done, 409 conflict, or another error code —
 // within its deadline, none hangs; afterwards the sandbox is whole (exec
 // works, its files are there, every checkpoint verifies, v1 restores) or,
 // after a delete, cleanly gone, and every copy a fork made is whole.
