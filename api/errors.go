@@ -47,6 +47,10 @@ const (
 	CodeTooLarge Code = "too_large"
 	// CodeQuotaExceeded: a spending or resource limit would be passed. 429.
 	CodeQuotaExceeded Code = "quota_exceeded"
+	// CodeCaptureLimit: capturing the sandbox's disk (a checkpoint, snapshot,
+	// fork or suspend) passed its limit of bytes read or of time; nothing
+	// was changed. 507. An sbx extension.
+	CodeCaptureLimit Code = "capture_limit"
 	// CodeCheckpointFailed: a disk checkpoint failed; nothing was changed. 500.
 	CodeCheckpointFailed Code = "checkpoint_failed"
 	// CodeRestoreFailed: a restore failed; the disk is as it was. 500.
@@ -95,6 +99,8 @@ func (c Code) HTTPStatus() int {
 		return http.StatusServiceUnavailable
 	case CodePortUnreachable:
 		return http.StatusBadGateway
+	case CodeCaptureLimit:
+		return http.StatusInsufficientStorage
 	default:
 		return http.StatusInternalServerError
 	}

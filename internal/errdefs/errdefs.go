@@ -29,6 +29,9 @@ var (
 	ErrQuota           = errors.New("quota exceeded")
 	ErrUnavailable     = errors.New("unavailable")
 	ErrFailed          = errors.New("operation failed")
+	// ErrCaptureLimit: a capture of a sandbox's disk passed its byte or
+	// time limit.
+	ErrCaptureLimit = errors.New("capture limit")
 	// ErrPortUnreachable: nothing answers on a sandbox's TCP port.
 	ErrPortUnreachable = errors.New("port unreachable")
 
@@ -104,6 +107,7 @@ var codes = []struct {
 	{ErrQuota, api.CodeQuotaExceeded},
 	{ErrUnavailable, api.CodeUnavailable},
 	{ErrPortUnreachable, api.CodePortUnreachable},
+	{ErrCaptureLimit, api.CodeCaptureLimit},
 	{ErrCheckpointFailed, api.CodeCheckpointFailed},
 	{ErrRestoreFailed, api.CodeRestoreFailed},
 	{ErrSnapshotFailed, api.CodeSnapshotFailed},
