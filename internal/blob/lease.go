@@ -92,8 +92,9 @@ func (le *Lease) Release() {
 	le.held = nil
 }
 
-// Store returns st seen through the lease: Put and Has pin their digest
-// first, so that a blob found present stays present.
+// Store returns st seen through the lease: Put, Has and Get pin their
+// digest first, so that a blob found present stays present, and a blob an
+// operation reads (a snapshot it restores) is not swept under it.
 func (le *Lease) Store(st Store) Store { return &leasedStore{Store: st, le: le} }
 
 type leasedStore struct {
@@ -104,6 +105,11 @@ type leasedStore struct {
 func (s *leasedStore) Put(ctx context.Context, d Digest, encoded []byte) error {
 	s.le.Pin(d)
 	return s.Store.Put(ctx, d, encoded)
+}
+
+func (s *leasedStore) Get(ctx context.Context, d Digest) ([]byte, error) {
+	s.le.Pin(d)
+	return s.Store.Get(ctx, d)
 }
 
 func (s *leasedStore) Has(ctx context.Context, d Digest) (bool, error) {
