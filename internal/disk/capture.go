@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -358,7 +359,8 @@ func walkDir(ctx context.Context, dfd int, rel string, depth int, known knownXat
 	return nil
 }
 
-// readNames lists the directory open as fd, sorted, without . and ..
+// readNames lists the directory open as fd, sorted, each name once,
+// without . and ..
 func readNames(fd int) ([]string, error) {
 	if _, err := unix.Seek(fd, 0, 0); err != nil {
 		return nil, err
@@ -378,8 +380,9 @@ func readNames(fd int) ([]string, error) {
 		}
 		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
+	// A listing taken while entries are renamed can name one twice.
 	sort.Strings(names)
-	return names, nil
+	return slices.Compact(names), nil
 }
 
 // readlinkat reads the target of the symlink name in dirfd.

@@ -81,6 +81,7 @@ func Materialize(ctx context.Context, o MaterializeOptions) (*MaterializeStats, 
 	}
 	cc := newChunkCache(o.Store, 64<<20)
 	dirMeta := map[string]*Entry{}
+	made := map[string]bool{}
 	dst := newDirStack(dfd)
 	// Directory times when the walk leaves a directory: making entries in
 	// it moved them.
@@ -103,6 +104,10 @@ func Materialize(ctx context.Context, o MaterializeOptions) (*MaterializeStats, 
 			dirMeta[""] = e
 			continue
 		}
+		if made[e.Path] {
+			continue // a manifest may name a path twice (a listing raced a rename)
+		}
+		made[e.Path] = true
 		if err := materializeOne(ctx, o, e, dst, curDirs, cur, cc, stats); err != nil {
 			return nil, fmt.Errorf("restore %s: %w", shown(e.Path), err)
 		}
