@@ -240,7 +240,6 @@ func racy(e *Entry, moment int64) bool {
 type scanned struct {
 	e     Entry
 	nlink uint64
-	gone  bool // removed while the walk ran
 }
 
 // knownXattrs returns the xattrs a cache recorded for path when the entry
