@@ -58,10 +58,12 @@ func TestHostileCaptureRace(t *testing.T) {
 	}
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
 	mustSh(t, sb, "mkdir -p /workspace/d && echo guest > /workspace/d/secret")
-	loop := fmt.Sprintf(`cd /workspace; while true; do mv d d.real; ln -s %s d; i=0; while [ $i -lt 20 ]; do i=$((i+1)); done; rm d; mv d.real d; echo guest$RANDOM > d/secret; done`, canaryDir)
+	// d is a symlink to the host dir about half the time, a directory
+	// with a freshly written file (read by the next capture) the rest.
+	loop := fmt.Sprintf(`cd /workspace; while true; do echo guest$RANDOM > d/secret; i=0; while [ $i -lt 100 ]; do i=$((i+1)); done; mv d d.real; ln -s %s d; i=0; while [ $i -lt 100 ]; do i=$((i+1)); done; rm d; mv d.real d; done`, canaryDir)
 	mustSh(t, sb, "nohup sh -c '"+loop+"' >/dev/null 2>&1 &")
 	var ids []string
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 30; i++ {
 		cp, err := sb.Checkpoint(ctx, "race")
 		if err != nil {
 			noHostPath(t, "checkpoint", err)
@@ -71,7 +73,7 @@ func TestHostileCaptureRace(t *testing.T) {
 		ids = append(ids, cp.ID)
 	}
 	if len(ids) < 10 {
-		t.Fatalf("only %d of 20 checkpoints succeeded under the race", len(ids))
+		t.Fatalf("only %d of 30 checkpoints succeeded under the race", len(ids))
 	}
 	if blobStoreHolds(t, []byte(canary)) {
 		t.Fatal("a checkpoint holds the bytes of the host's canary file")
