@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -189,6 +188,10 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
 		return err
 	}
+	// /tmp stays on the writable layer without a bind mount (see spec).
+	if err := e.layers.KeepTmp(sb.ID); err != nil {
+		return err
+	}
 	if err := e.makeVolumes(sb.Volumes); err != nil {
 		return err
 	}
@@ -220,9 +223,11 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
 	mounts := []runtime.Mount{
 		{Source: e.agentDir, Destination: "/.sbx/bin", ReadOnly: true},
 		{Source: e.runDir(sb.ID), Destination: "/.sbx/run"},
-		// /tmp on the writable layer, as on a disk: without a mount, runsc
-		// puts a tmpfs (memory) on an empty /tmp.
-		{Source: filepath.Join(rootfs, "tmp"), Destination: "/tmp"},
+		// No mount at /tmp: it is on the writable layer, as on a disk. A
+		// bind mount's source in the layer would be a path the guest can
+		// swap for a link to a host directory, which runsc follows at the
+		// next boot. runsc puts a tmpfs (memory) only on an empty /tmp,
+		// and boot keeps it non-empty (disk.Layers.KeepTmp).
 		// Names are answered by sbxd's DNS server, by the sandbox's rules.
 		{Source: e.resolvConf(), Destination: "/etc/resolv.conf", ReadOnly: true},
 	}

@@ -1,0 +1,56 @@
+package disk
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestKeepTmp(t *testing.T) {
+	l := NewLayers(t.TempDir())
+	const id = "sbx_keeptmp"
+	if err := l.Create(id); err != nil {
+		t.Fatal(err)
+	}
+	rootfs := l.Paths(id).RootFS
+	tmp := filepath.Join(rootfs, "tmp")
+
+	// Missing: made, sticky and world-writable, and not empty.
+	if err := l.KeepTmp(id); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(tmp)
+	if err != nil || !fi.IsDir() || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Fatalf("/tmp after KeepTmp: %v %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(tmp, TmpKeepName)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Not empty: left as it is.
+	_ = os.Remove(filepath.Join(tmp, TmpKeepName))
+	if err := os.WriteFile(filepath.Join(tmp, "mine"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepTmp(id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(tmp, TmpKeepName)); !os.IsNotExist(err) {
+		t.Fatalf("a non-empty /tmp got %s: %v", TmpKeepName, err)
+	}
+
+	// A link the guest planted is not followed: the host dir stays empty.
+	canary := t.TempDir()
+	if err := os.RemoveAll(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(canary, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepTmp(id); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(canary); len(ents) != 0 {
+		t.Fatalf("KeepTmp wrote through a link into the host dir: %v", ents)
+	}
+}
