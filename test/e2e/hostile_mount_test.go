@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
+)
+
+// killInit kills the sandbox's init (the agent, PID 1) from inside, as
+// root in the sandbox can, and waits until sbxd has seen it stop: the next
+// exec boots the sandbox again.
+func killInit(t *testing.T, sb *client.Sandbox) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, _ = sb.Exec(ctx, "kill -TERM 1; sleep 5")
+	cancel()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if err := sb.Refresh(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		if sb.State == api.StateStopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sandbox is %s 90 s after its init was killed", sb.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// canaryUntouched fails the test if the host canary dir holds anything but
+// its secret file with its content.
+func canaryUntouched(t *testing.T, dir, secret string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() != "secret.txt" {
+			t.Errorf("a file was created in the host canary dir: %s", e.Name())
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "secret.txt")); err != nil || string(b) != secret {
+		t.Errorf("the host canary file changed: %q %v", b, err)
+	}
+}
+
+// probeTmp reads and writes /tmp of sb (booting it), and fails the test if
+// the host canary dir was reached.
+func probeTmp(t *testing.T, sb *client.Sandbox, dir, secret string) {
+	t.Helper()
+	res, err := sb.Exec(ctxT(t), "cat /tmp/secret.txt; echo pwned > /tmp/pwned; ls -la /tmp/; mount | grep ' /tmp '")
+	if err != nil {
+		t.Fatalf("exec after the planted link: %v", err)
+	}
+	if strings.Contains(res.Stdout+res.Stderr, secret) {
+		t.Errorf("the sandbox read the host canary file through /tmp:\n%s", res.Stdout)
+	}
+	canaryUntouched(t, dir, secret)
+}
+
+// TestHostileTmpMountEscape: root in the sandbox replaces /tmp with a link
+// to a host directory and kills init; neither the next boot nor a restore
+// of a checkpoint that holds the link may mount the host directory.
+func TestHostileTmpMountEscape(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := "host-secret-" + randomHex(8)
+	if err := os.WriteFile(filepath.Join(dir, "secret.txt"), []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	mustSh(t, sb, "echo kept > /tmp/kept")
+	plant := fmt.Sprintf("umount /tmp 2>/dev/null; rm -rf /tmp && ln -s %s /tmp && ls -ld /tmp", dir)
+	mustSh(t, sb, plant)
+
+	t.Run("reboot", func(t *testing.T) {
+		killInit(t, sb)
+		probeTmp(t, sb, dir, secret)
+	})
+
+	t.Run("checkpoint", func(t *testing.T) {
+		// The planted link goes into a checkpoint; the sandbox then repairs
+		// its /tmp, and the restore brings the link back.
+		mustSh(t, sb, plant)
+		cp, err := sb.Checkpoint(ctxT(t), "planted")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustSh(t, sb, "rm -f /tmp; mkdir -m 1777 /tmp")
+		if err := sb.Restore(ctxT(t), cp.ID, nil); err != nil {
+			t.Fatal(err)
+		}
+		probeTmp(t, sb, dir, secret)
+	})
+
+	t.Run("tmp-kept", func(t *testing.T) {
+		// /tmp is still on the writable layer: a file survives a reboot.
+		mustSh(t, sb, "rm -f /tmp; mkdir -m 1777 /tmp; echo again > /tmp/again")
+		killInit(t, sb)
+		if out := mustSh(t, sb, "cat /tmp/again; mount | grep -c ' /tmp ' || true"); out != "again\n0\n" {
+			t.Fatalf("/tmp after a reboot: %q, want the file and no mount", out)
+		}
+	})
+}
+
+// TestHostileAgentSocketRedirect: sandbox A replaces its agent socket with
+// a link to B's socket, then to a host Unix socket; sbxd must dial neither.
+func TestHostileAgentSocketRedirect(t *testing.T) {
+	a := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	b := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	canaryPath := filepath.Join(t.TempDir(), "c.sock")
+	canary, err := net.Listen("unix", canaryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer canary.Close()
+	bSock := filepath.Join(h.dataDir, "sandboxes", b.ID, "run", "agent.sock")
+	if _, err := os.Stat(bSock); err != nil {
+		t.Fatalf("B's socket: %v", err)
+	}
+
+	// A few execs of A after the link is planted: the first ones may use
+	// connections dialed ahead; none may run in B or reach the canary.
+	attack := func(target string) (errs []string) {
+		mustSh(t, a, "ln -sf "+target+" /.sbx/run/agent.sock.new && mv -f /.sbx/run/agent.sock.new /.sbx/run/agent.sock")
+		for range 5 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			res, err := a.Exec(ctx, "hostname")
+			cancel()
+			if err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+			if strings.TrimSpace(res.Stdout) != a.Name {
+				t.Errorf("an exec of A ran elsewhere: hostname %q (B is %q)", res.Stdout, b.Name)
+			}
+		}
+		return errs
+	}
+
+	errs := attack(bSock)
+	if len(errs) == 0 || !strings.Contains(strings.Join(errs, "\n"), "not a socket") {
+		t.Errorf("A's execs through a link to B's socket: want a clear error, got %q", errs)
+	}
+	if out := mustSh(t, b, "hostname"); strings.TrimSpace(out) != b.Name {
+		t.Fatalf("B answers %q", out)
+	}
+
+	attack(canaryPath)
+	// The canary's first connection must be the test's own: sbxd's never came.
+	c, err := net.Dial("unix", canaryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := canary.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	_ = got.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 1)
+	if _, err := got.Read(buf); err != nil || buf[0] != 'x' {
+		t.Errorf("sbxd connected to the host canary socket (first bytes %q, %v)", buf, err)
+	}
+}
+
+// TestHostileInitLogGrowth: the guest writes 64 MiB to its init's stdout;
+// the host keeps a bounded log of it.
+func TestHostileInitLogGrowth(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	mustSh(t, sb, "dd if=/dev/zero bs=1048576 count=64 of=/proc/1/fd/1 2>/dev/null; echo tail-of-the-log > /proc/1/fd/2")
+	bundle := filepath.Join(h.dataDir, "sandboxes", sb.ID, "bundle")
+	var total int64
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		total = 0
+		var last []byte
+		ents, _ := os.ReadDir(bundle)
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && strings.HasPrefix(e.Name(), "init.log") {
+				total += fi.Size()
+			}
+		}
+		last, _ = os.ReadFile(filepath.Join(bundle, "init.log"))
+		if strings.Contains(string(last), "tail-of-the-log") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if total > 4<<20 {
+		t.Fatalf("the init's log on the host is %d bytes after 64 MiB of output, want at most 4 MiB", total)
+	}
+	if out := mustSh(t, sb, "echo alive"); out != "alive\n" {
+		t.Fatalf("exec after the flood: %q", out)
+	}
+}
