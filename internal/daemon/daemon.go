@@ -317,7 +317,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// 0700 also for a data dir made earlier: images (with their setuid
+	// files), layers and the database are root's alone.
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
 	lock, err := lockDataDir(cfg.DataDir)
