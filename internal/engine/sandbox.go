@@ -302,10 +302,15 @@ func (e *Engine) List(ctx context.Context, labels map[string]string) ([]*store.S
 
 // Delete stops sandbox idOrName and deletes everything it owns. A second
 // delete while one runs fails with ErrConflict; after it, ErrSandboxNotFound.
+// A warm sandbox of the pool can be deleted by its id (the pool boots a
+// replacement).
 func (e *Engine) Delete(ctx context.Context, idOrName string) error {
-	sb, err := e.Get(ctx, idOrName)
+	sb, err := e.st.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return err
+	}
+	if sb.Pooled {
+		e.pool.remove(sb.ID, true)
 	}
 	return e.deleteSandbox(ctx, sb)
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/sbxhq/sbx/internal/runtime"
 )
@@ -436,18 +437,32 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
 	return res, nil
 }
 
-// Delete implements runtime.Runtime: kill with SIGKILL, then delete --force.
+// Delete implements runtime.Runtime: kill with SIGKILL, then delete --force;
+// then the container's cgroups go (runsc leaves them after a failed boot).
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	r.closeLog(id)
-	if !r.exists(id) {
-		return nil // two runsc runs (~100 ms) saved on every boot and restore
+	if r.exists(id) {
+		_, _ = r.run(ctx, nil, "kill", id, "KILL")
+		_, err := r.run(ctx, nil, "delete", "--force", id)
+		if err != nil && !isNotExist(err) {
+			return err
+		}
 	}
-	_, _ = r.run(ctx, nil, "kill", id, "KILL")
-	_, err := r.run(ctx, nil, "delete", "--force", id)
-	if err != nil && !isNotExist(err) {
-		return err
-	}
+	r.removeCgroups(id)
 	return nil
+}
+
+// removeCgroups removes the (empty) cgroups of container id, under every
+// cgroup v1 controller or the v2 hierarchy; missing ones are fine.
+func (r *Runtime) removeCgroups(id string) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", r.cfg.CgroupParent, id))
+	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent, id))
+	for _, d := range dirs {
+		_ = unix.Rmdir(d)
+	}
 }
 
 // exists reports whether runsc has state for container id in its root
