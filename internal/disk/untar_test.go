@@ -114,3 +114,32 @@ func TestArchiveKind(t *testing.T) {
 		}
 	}
 }
+
+// TestUntarSkipsDevices: an image's device nodes are not made on the host.
+func TestUntarSkipsDevices(t *testing.T) {
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "dev/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "dev/mem", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 1},
+		{Name: "dev/sda", Typeflag: tar.TypeBlock, Mode: 0o666, Devmajor: 8, Devminor: 0},
+		{Name: "ok", Typeflag: tar.TypeReg, Mode: 0o644},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	if _, err := untar(&buf, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"dev/mem", "dev/sda"} {
+		if _, err := os.Lstat(filepath.Join(dir, n)); !os.IsNotExist(err) {
+			t.Errorf("%s was made on the host: %v", n, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "ok")); err != nil {
+		t.Fatal(err)
+	}
+}
