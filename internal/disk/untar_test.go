@@ -92,6 +92,19 @@ func TestPrepareRootFS(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dir, "tmp")); fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
 		t.Fatalf("/tmp mode %v", fi.Mode())
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, "etc", "hosts")); err != nil || !strings.Contains(string(b), "127.0.0.1\tlocalhost") {
+		t.Fatalf("/etc/hosts: %q %v", b, err)
+	}
+	// An image's own /etc/hosts is kept.
+	own := t.TempDir()
+	os.MkdirAll(filepath.Join(own, "etc"), 0o755)
+	os.WriteFile(filepath.Join(own, "etc", "hosts"), []byte("10.0.0.1 db\n"), 0o644)
+	if err := prepareRootFS(own); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(own, "etc", "hosts")); string(b) != "10.0.0.1 db\n" {
+		t.Fatalf("the image's /etc/hosts was replaced: %q", b)
+	}
 	bad := t.TempDir()
 	os.WriteFile(filepath.Join(bad, "workspace"), nil, 0o644)
 	if err := prepareRootFS(bad); err == nil || !strings.Contains(err.Error(), "/workspace") {
