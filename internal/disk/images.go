@@ -336,11 +336,18 @@ var mountpoints = []struct {
 // localhost resolves (the sandbox's own name is answered by sbxd's DNS).
 const DefaultHosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 
-// prepareRootFS adds the mount points sbx needs to an unpacked image, and
-// an /etc/hosts (DefaultHosts) when it has none.
+// prepareRootFS adds the mount points sbx needs to an unpacked image, an
+// empty TmpKeepName in /tmp (see Layers.KeepTmp: the image keeps /tmp
+// non-empty, so a sandbox's layer need not), and an /etc/hosts
+// (DefaultHosts) when it has none.
 func prepareRootFS(root string) error {
 	if err := mountpointDirs(root); err != nil {
 		return err
+	}
+	if ents, err := os.ReadDir(filepath.Join(root, "tmp")); err == nil && len(ents) == 0 {
+		if err := os.WriteFile(filepath.Join(root, "tmp", TmpKeepName), nil, 0o644); err != nil {
+			return err
+		}
 	}
 	f, err := os.OpenFile(filepath.Join(root, "etc", "hosts"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
 	if errors.Is(err, fs.ErrExist) {
