@@ -18,34 +18,42 @@ const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_N
 // empty directory, so that runsc keeps it on the writable layer (runsc
 // mounts a tmpfs, memory that checkpoints do not capture, on an empty /tmp)
 // without a bind mount: a bind mount's source inside the layer is a path
-// the guest can replace with a link to any host directory.
+// the guest can replace with a link to any host directory. Call it while
+// the sandbox does not run.
 //
-// /tmp is opened beneath the root filesystem without following links; a
-// missing /tmp is made (mode 1777); an empty one gets TmpKeepName. A /tmp
-// that is not a directory (a link or a file the guest made) is left alone:
-// inside the sandbox it resolves in the sandbox's own root. Errors are
-// those of opening the root filesystem or writing to it.
+// /tmp is resolved as the sandbox would, with openat2(RESOLVE_IN_ROOT) on
+// the root filesystem's fd: a link the guest made is followed inside the
+// sandbox's root only. An empty directory gets TmpKeepName. A /tmp that
+// leads nowhere (missing, or a dangling or looping link, on which runsc
+// could not boot) is replaced by an empty directory (mode 1777) with
+// TmpKeepName; one that leads to a file is left (runsc boots with it).
+// Errors are those of opening the root filesystem or writing to it.
 func (l *Layers) KeepTmp(id string) error {
 	root, err := unix.Open(l.Paths(id).RootFS, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open the root filesystem of %s: %w", id, err)
 	}
 	defer unix.Close(root)
-	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: beneath}
-	tmp, err := unix.Openat2(root, "tmp", how)
-	if errors.Is(err, unix.ENOENT) {
-		if err := unix.Mkdirat(root, "tmp", 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+	inRoot := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
+	tmp, err := unix.Openat2(root, "tmp", inRoot)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP):
+		if err := unix.Unlinkat(root, "tmp", 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove /tmp: %w", err)
+		}
+		if err := unix.Mkdirat(root, "tmp", 0o755); err != nil {
 			return fmt.Errorf("make /tmp: %w", err)
 		}
-		if tmp, err = unix.Openat2(root, "tmp", how); err == nil {
-			if err := unix.Fchmod(tmp, 0o1777); err != nil {
-				unix.Close(tmp)
-				return fmt.Errorf("chmod /tmp: %w", err)
-			}
+		how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: beneath}
+		if tmp, err = unix.Openat2(root, "tmp", how); err != nil {
+			return fmt.Errorf("open /tmp: %w", err)
 		}
-	}
-	switch {
-	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EXDEV):
+		if err := unix.Fchmod(tmp, 0o1777); err != nil {
+			unix.Close(tmp)
+			return fmt.Errorf("chmod /tmp: %w", err)
+		}
+	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EXDEV):
 		return nil
 	case err != nil:
 		return fmt.Errorf("open /tmp: %w", err)

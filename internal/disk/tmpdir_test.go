@@ -39,7 +39,9 @@ func TestKeepTmp(t *testing.T) {
 		t.Fatalf("a non-empty /tmp got %s: %v", TmpKeepName, err)
 	}
 
-	// A link the guest planted is not followed: the host dir stays empty.
+	// A link the guest planted to a host dir is not followed on the host:
+	// the host dir stays empty; the link, which leads nowhere inside the
+	// sandbox, becomes a plain /tmp.
 	canary := t.TempDir()
 	if err := os.RemoveAll(tmp); err != nil {
 		t.Fatal(err)
@@ -52,5 +54,24 @@ func TestKeepTmp(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(canary); len(ents) != 0 {
 		t.Fatalf("KeepTmp wrote through a link into the host dir: %v", ents)
+	}
+	if fi, err := os.Lstat(tmp); err != nil || !fi.IsDir() {
+		t.Fatalf("/tmp after a dangling link: %v %v", fi, err)
+	}
+
+	// A link inside the sandbox (/tmp -> /var/tmp) is kept and its
+	// target kept non-empty.
+	if err := os.MkdirAll(filepath.Join(rootfs, "var", "tmp"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.RemoveAll(tmp)
+	if err := os.Symlink("/var/tmp", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepTmp(id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(rootfs, "var", "tmp", TmpKeepName)); err != nil {
+		t.Fatalf("/var/tmp behind the /tmp link: %v", err)
 	}
 }
