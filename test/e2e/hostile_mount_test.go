@@ -211,3 +211,16 @@ func TestHostileInitLogGrowth(t *testing.T) {
 		t.Fatalf("exec after the flood: %q", out)
 	}
 }
+
+// TestHostileLowItems: a volume over /etc is a 400 (it was a failed boot,
+// a 500); localhost resolves in the default image.
+func TestHostileLowItems(t *testing.T) {
+	_, err := h.c.Sandboxes.Create(ctxT(t), api.CreateSandboxRequest{Image: "busybox", Name: "t-" + randomHex(4),
+		Volumes: []api.Volume{{Name: "v-" + randomHex(4), Path: "/etc"}}})
+	wantCode(t, err, api.CodeInvalidArgument)
+
+	sb := newSandbox(t, api.CreateSandboxRequest{})
+	if out := mustSh(t, sb, "getent hosts localhost"); !strings.Contains(out, "localhost") {
+		t.Fatalf("getent hosts localhost: %q", out)
+	}
+}
