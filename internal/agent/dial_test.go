@@ -69,3 +69,41 @@ func TestDialRefusesLink(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkDial compares a dial by path (following links, as before) with
+// dial (O_PATH|O_NOFOLLOW, fstat, connect through /proc/self/fd), and an
+// exec-less round trip (ping) on a fresh connection.
+func BenchmarkDial(b *testing.B) {
+	sock := filepath.Join(b.TempDir(), "a.sock")
+	srv, err := NewServer(sock, "@sbx-bench-"+filepath.Base(filepath.Dir(sock)), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	cl := NewClient(sock, 0)
+	b.Run("by-path", func(b *testing.B) {
+		for range b.N {
+			c, err := net.Dial("unix", sock)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+	b.Run("nofollow", func(b *testing.B) {
+		for range b.N {
+			c, err := cl.dial(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+	b.Run("ping", func(b *testing.B) {
+		for range b.N {
+			if err := cl.Ping(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
