@@ -73,7 +73,14 @@ func probeTmp(t *testing.T, sb *client.Sandbox, dir, secret string) {
 // to a host directory and kills init; neither the next boot nor a restore
 // of a checkpoint that holds the link may mount the host directory.
 func TestHostileTmpMountEscape(t *testing.T) {
-	dir := t.TempDir()
+	// The canary is not under the host's /tmp: the link's target must also
+	// exist inside the sandbox (runsc mounts at the link's target there),
+	// and the guest cannot make a dir below its own /tmp, the link itself.
+	dir, err := os.MkdirTemp("/var/tmp", "sbx-canary-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +90,7 @@ func TestHostileTmpMountEscape(t *testing.T) {
 	}
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
 	mustSh(t, sb, "echo kept > /tmp/kept")
-	plant := fmt.Sprintf("umount /tmp 2>/dev/null; rm -rf /tmp && ln -s %s /tmp && ls -ld /tmp", dir)
+	plant := fmt.Sprintf("umount /tmp 2>/dev/null; rm -rf /tmp && mkdir -p %[1]s && ln -s %[1]s /tmp && ls -ld /tmp", dir)
 	mustSh(t, sb, plant)
 
 	t.Run("reboot", func(t *testing.T) {
