@@ -437,6 +437,11 @@ func (e *Engine) Stop(ctx context.Context, idOrName string) (*store.Sandbox, err
 // errAgent maps an agent failure to an error class; field names the
 // request field it concerns.
 func errAgent(err error, field string) error {
+	if errors.Is(err, agent.ErrNotSocket) {
+		// Code in the sandbox replaced the agent's socket: sbxd does not
+		// follow it, so the sandbox is unreachable until it boots again.
+		return errdefs.New(errdefs.ErrUnavailable, "the sandbox's agent socket was replaced from inside the sandbox; stop the sandbox (the next exec boots it) or restore a checkpoint")
+	}
 	var ae *agent.Error
 	if !errors.As(err, &ae) {
 		return err
