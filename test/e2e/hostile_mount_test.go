@@ -239,3 +239,62 @@ func TestHostileLowItems(t *testing.T) {
 		t.Fatalf("getent hosts localhost: %q", out)
 	}
 }
+
+// warmIDs lists the warm sandboxes: running containers that are not listed
+// sandboxes.
+func warmIDs(t *testing.T) []string {
+	t.Helper()
+	sbs, err := h.c.Sandboxes.List(ctxT(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, sb := range sbs {
+		listed[sb.ID] = true
+	}
+	var ids []string
+	for id := range runscIDs(t) {
+		if !listed[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// waitWarmCount waits until sbxd has n warm sandboxes.
+func waitWarmCount(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		ids := warmIDs(t)
+		if len(ids) == n {
+			return ids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d warm sandboxes after 120 s, want %d", len(ids), n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestWarmPoolLowered: warm sandboxes beyond a lowered --pool go, and a
+// warm sandbox can be deleted by its id.
+func TestWarmPoolLowered(t *testing.T) {
+	defer func(n int) {
+		h.pool = n
+		h.restart(t, false)
+	}(h.pool)
+	h.pool = 2
+	h.restart(t, false)
+	ids := waitWarmCount(t, 2)
+	if err := h.c.Sandboxes.Delete(ctxT(t), ids[0]); err != nil {
+		t.Fatalf("delete warm sandbox %s: %v", ids[0], err)
+	}
+	if runscIDs(t)[ids[0]] {
+		t.Fatalf("the deleted warm sandbox %s still runs", ids[0])
+	}
+	waitWarmCount(t, 2)
+	h.pool = 0
+	h.restart(t, false)
+	waitWarmCount(t, 0)
+}
