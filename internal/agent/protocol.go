@@ -27,22 +27,22 @@ import (
 
 // Frame types.
 const (
-	FrameRequest  byte = 'Q' // host → agent: JSON Request
-	FrameStdin    byte = 'I' // host → agent: stdin bytes; empty payload = EOF
-	FrameData     byte = 'D' // either way: file or tar bytes; empty payload = EOF
-	FrameStdout   byte = 'O' // agent → host
-	FrameStderr   byte = 'E' // agent → host
-	FrameStarted  byte = 'S' // agent → host: JSON Started, the process runs
-	FrameExit     byte = 'X' // agent → host: JSON Exit, last frame of an exec
-	FrameResult   byte = 'R' // agent → host: JSON result of a non-exec op
-	FrameFail     byte = 'F' // agent → host: JSON Failure, ends any op
-	FrameSignal   byte = 'K' // host → agent: JSON {"signal":N} to the process group
-	FrameGap      byte = 'G' // agent → host: JSON Gap, output the agent no longer has
+	FrameRequest byte = 'Q' // host → agent: JSON Request
+	FrameStdin   byte = 'I' // host → agent: stdin bytes; empty payload = EOF
+	FrameData    byte = 'D' // either way: file or tar bytes; empty payload = EOF
+	FrameStdout  byte = 'O' // agent → host
+	FrameStderr  byte = 'E' // agent → host
+	FrameStarted byte = 'S' // agent → host: JSON Started, the process runs
+	FrameExit    byte = 'X' // agent → host: JSON Exit, last frame of an exec
+	FrameResult  byte = 'R' // agent → host: JSON result of a non-exec op
+	FrameFail    byte = 'F' // agent → host: JSON Failure, ends any op
+	FrameSignal  byte = 'K' // host → agent: JSON {"signal":N} to the process group
+	FrameGap     byte = 'G' // agent → host: JSON Gap, output the agent no longer has
 	// FrameBusy (agent → host, empty payload) says the agent still works on
 	// the operation (scanning a sparse file, sizing an archive) though it
 	// has nothing to send yet; the host skips it and restarts its stall
 	// deadline.
-	FrameBusy byte = 'B'
+	FrameBusy     byte = 'B'
 	MaxFrame           = 1 << 20
 	frameHeaderSz      = 5
 )
@@ -159,8 +159,8 @@ const (
 	// FailSymlink: a tar entry would be written through a symlink (one the
 	// archive made, or one in the sandbox); symlinks are never followed
 	// beneath an archive's target.
-	FailSymlink = "symlink"
-	FailInternal    = "internal"
+	FailSymlink  = "symlink"
+	FailInternal = "internal"
 )
 
 // Failure is an operation's error as the agent reports it.

@@ -421,4 +421,3 @@ func (w dataWriter) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
-
