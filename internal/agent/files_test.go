@@ -304,9 +304,9 @@ func TestSparseArchive(t *testing.T) {
 	f.WriteAt(make([]byte, 1<<20), 100<<20)
 	f.Close()
 	os.WriteFile(filepath.Join(src, "small"), []byte("dense"), 0o644)
-	if allocated(t, filepath.Join(src, "big")) > 8<<20 {
-		t.Skip("the test filesystem does not keep holes")
-	}
+	// gVisor makes st_blocks up from the size: there, what a file takes
+	// on disk cannot be checked, but the archive's size still can.
+	holesSeen := allocated(t, filepath.Join(src, "big")) <= 8<<20
 
 	res, rc, err := cl.TarOut(ctx, src, 4<<20)
 	if err != nil {
@@ -361,7 +361,7 @@ func TestSparseArchive(t *testing.T) {
 	if err != nil || fi.Size() != size {
 		t.Fatalf("%v %v", fi, err)
 	}
-	if a := allocated(t, filepath.Join(dst, "big")); a > 1<<20 {
+	if a := allocated(t, filepath.Join(dst, "big")); holesSeen && a > 1<<20 {
 		t.Fatalf("the extracted sparse file takes %d bytes", a)
 	}
 	g, _ := os.Open(filepath.Join(dst, "big"))
@@ -392,7 +392,7 @@ func TestSparseArchive(t *testing.T) {
 		if err != nil || strings.TrimSpace(string(b)) != "hello" {
 			t.Fatalf("python tarfile: %v %s", err, b)
 		}
-		if a := allocated(t, filepath.Join(out, "big")); a > 1<<20 {
+		if a := allocated(t, filepath.Join(out, "big")); holesSeen && a > 1<<20 {
 			t.Fatalf("python extracted a file of %d allocated bytes", a)
 		}
 	}
