@@ -29,6 +29,7 @@ type shape struct {
 	imageID  string
 	cpus     float64
 	memoryMB int
+	diskMB   int
 }
 
 // Create validates req, then creates and boots a sandbox, taking a warm one
@@ -128,8 +129,8 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		Network: rules,
 		Volumes: req.Volumes, TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 	}
-	if len(req.Volumes) == 0 && req.DiskMB == e.poolDiskMB() {
-		if warm, err := e.pool.claim(ctx, shape{img.ID, req.CPUs, req.MemoryMB}, sb); err != nil || warm != nil {
+	if len(req.Volumes) == 0 {
+		if warm, err := e.pool.claim(ctx, shape{img.ID, req.CPUs, req.MemoryMB, req.DiskMB}, sb); err != nil || warm != nil {
 			return warm, err
 		}
 	}
