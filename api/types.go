@@ -38,6 +38,10 @@ type Sandbox struct {
 	CPUs float64 `json:"cpus"`
 	// MemoryMB is the memory limit in MiB (a cgroup memory limit).
 	MemoryMB int `json:"memory_mb"`
+	// DiskMB is the disk quota in MiB of what the sandbox writes (its
+	// writable layer); 0 when this sbxd has no disk quotas (GET /v1/health
+	// disk_quota).
+	DiskMB int `json:"disk_mb"`
 	// Env is merged into the environment of every exec.
 	Env    map[string]string `json:"env"`
 	Labels map[string]string `json:"labels"`

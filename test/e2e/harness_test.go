@@ -477,7 +477,8 @@ func hostLeftovers(t *testing.T, id string) []string {
 		left = append(left, "runsc container")
 	}
 	for _, p := range []string{
-		filepath.Join(h.dataDir, "layers", id), filepath.Join(h.dataDir, "sandboxes", id),
+		filepath.Join(h.dataDir, "layers", id), filepath.Join(h.dataDir, "volume", "layers", id),
+		filepath.Join(h.dataDir, "sandboxes", id),
 		filepath.Join(h.netnsDir, "sbx-"+id),
 	} {
 		if _, err := os.Lstat(p); err == nil {

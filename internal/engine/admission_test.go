@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/runtime"
+)
+
+func testAdmissionConfig() Config {
+	return Config{MaxSandboxes: 3, MemoryOvercommit: 10, CPUOvercommit: 100,
+		ReserveCPUs: 0.25, ReserveMemoryMB: 512, ReserveMemoryPercent: 5}
+}
+
+// This VM: 2 CPUs, ~23.5 GiB.
+var testHost = runtime.Host{CPUs: 2, MemoryBytes: 24105 << 20}
+
+func TestHostCapacityKeepsAReserve(t *testing.T) {
+	c := hostCapacity(testHost, testAdmissionConfig())
+	if c.cpus != 1.75 {
+		t.Errorf("allocatable CPUs = %g, want 1.75 (2 less 0.25)", c.cpus)
+	}
+	// 5% of 24105 MiB is 1205 MiB, more than the 512 MiB floor.
+	if c.memMB != 24105-1205 {
+		t.Errorf("allocatable memory = %d MiB, want %d", c.memMB, 24105-1205)
+	}
+	small := hostCapacity(runtime.Host{CPUs: 1, MemoryBytes: 2 << 30}, testAdmissionConfig())
+	if small.memMB != 2048-512 {
+		t.Errorf("on a 2 GiB host: %d MiB, want the 512 MiB floor kept (%d)", small.memMB, 2048-512)
+	}
+}
+
+func TestAdmitRule(t *testing.T) {
+	cfg := testAdmissionConfig()
+	c := hostCapacity(testHost, cfg)
+	one := demand{what: "create", count: 1, n: 1, cpus: 1, memMB: 1024}
+	cases := []struct {
+		name         string
+		d            demand
+		count        int
+		cpus         float64
+		memMB        int
+		wantCapacity bool
+	}{
+		{"empty host", one, 0, 0, 0, false},
+		{"last sandbox allowed", one, 2, 2, 2048, false},
+		{"past max_sandboxes", one, 3, 3, 3072, true},
+		{"warm sandbox not counted", demand{what: "warm pool", n: 1, cpus: 1, memMB: 1024}, 3, 3, 3072, false},
+		{"resume not counted", demand{what: "resume", n: 1, cpus: 1, memMB: 1024}, 3, 3, 3072, false},
+		{"memory overcommit passed", one, 0, 0, c.memMB*10 - 1000, true},
+		{"memory overcommit met exactly", demand{count: 1, n: 1, cpus: 1, memMB: 1000}, 0, 0, c.memMB*10 - 1000, false},
+		{"cpu overcommit passed", one, 0, 174.5, 0, true},
+		{"fork of four past max", demand{what: "fork", count: 4, n: 4, cpus: 1, memMB: 64}, 0, 0, 0, true},
+	}
+	for _, tc := range cases {
+		err := admitRule(cfg, c, tc.d, tc.count, tc.cpus, tc.memMB)
+		if got := errors.Is(err, errdefs.ErrCapacity); got != tc.wantCapacity {
+			t.Errorf("%s: err = %v, want capacity error %v", tc.name, err, tc.wantCapacity)
+		}
+	}
+}
+
+func TestCheckShapeRefusesMoreThanTheHost(t *testing.T) {
+	cfg := testAdmissionConfig()
+	e := &Engine{cfg: cfg, host: testHost, capacity: hostCapacity(testHost, cfg)}
+	for _, s := range []struct {
+		cpus  float64
+		memMB int
+		ok    bool
+	}{{1, 1024, true}, {1.75, 22900, true}, {64, 1024, false}, {1, 64 << 10, false}, {2, 1024, false}} {
+		err := e.checkShape(s.cpus, s.memMB)
+		if (err == nil) != s.ok || (err != nil && !errdefs.IsInvalidArgument(err)) {
+			t.Errorf("checkShape(%g, %d) = %v, want ok %v (else invalid_argument)", s.cpus, s.memMB, err, s.ok)
+		}
+	}
+}
