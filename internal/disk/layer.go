@@ -30,6 +30,10 @@ type Layers struct {
 	legacy    map[string]bool
 	// fallback is why auto mode did not use btrfs.
 	fallback string
+	// growMu serialises growths of the loop image; growErr is the last
+	// growth's failure.
+	growMu  sync.Mutex
+	growErr error
 
 	mu      sync.Mutex
 	caches  map[string]cacheFile // id → the capture cache, as last saved
@@ -72,6 +76,11 @@ func (l *Layers) Paths(id string) LayerPaths {
 // its own, without a limit until SetQuota). A layer that exists is kept.
 func (l *Layers) Create(id string) error {
 	if l.btrfs {
+		if err := l.ensureRoom(); err != nil {
+			l.growMu.Lock()
+			l.growErr = err
+			l.growMu.Unlock()
+		}
 		d := l.base(id)
 		if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
 			if err := createSubvolume(d); err != nil {

@@ -279,3 +279,87 @@ func (l *Layers) IDs() ([]string, error) {
 	}
 	return out, nil
 }
+
+// Growth of the loop image: when a layer is made and the volume has less
+// than growFreeBytes (or a tenth of its size) free, the image grows by
+// growStepBytes (or half its size), while the data dir's filesystem keeps
+// a tenth of its free space.
+const (
+	growFreeBytes = 2 << 30
+	growStepBytes = 8 << 30
+)
+
+// ensureRoom grows the loop image when the volume runs low (see
+// growFreeBytes). It does nothing on a btrfs data dir (the layers share
+// its space) and is best-effort: a volume that cannot grow still works,
+// and a guest past its free space gets ENOSPC inside its sandbox.
+func (l *Layers) ensureRoom() error {
+	if l.image == "" {
+		return nil
+	}
+	l.growMu.Lock()
+	defer l.growMu.Unlock()
+	var vst unix.Statfs_t
+	if err := unix.Statfs(l.mnt, &vst); err != nil {
+		return err
+	}
+	fi, err := os.Stat(l.image)
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	free := int64(vst.Bavail) * vst.Bsize
+	if free >= growFreeBytes && free >= size/10 {
+		return nil
+	}
+	var hst unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(l.image), &hst); err != nil {
+		return err
+	}
+	step := max(int64(growStepBytes), size/2)
+	if room := int64(hst.Bavail) * hst.Bsize / 10 * 9; step > room {
+		step = room
+	}
+	if step < 256<<20 {
+		return fmt.Errorf("layers volume: %d bytes free and the data dir has no room to grow it", free)
+	}
+	return growImage(l.image, l.mnt, size+step)
+}
+
+// growImage makes the image file size bytes long (sparse), tells its loop
+// device and lets btrfs use the new space.
+func growImage(img, mnt string, size int64) error {
+	if err := os.Truncate(img, size); err != nil {
+		return err
+	}
+	dev, err := loopDevice(img)
+	if err != nil {
+		return err
+	}
+	if out, err := exec.Command("losetup", "-c", dev).CombinedOutput(); err != nil {
+		return fmt.Errorf("losetup -c %s: %v: %s", dev, err, strings.TrimSpace(string(out)))
+	}
+	if out, err := exec.Command("btrfs", "filesystem", "resize", "max", mnt).CombinedOutput(); err != nil {
+		return fmt.Errorf("btrfs filesystem resize max %s: %v: %s", mnt, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// loopDevice is the loop device backed by img.
+func loopDevice(img string) (string, error) {
+	paths, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.TrimSpace(string(b)) == img {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(p))), nil
+		}
+	}
+	return "", fmt.Errorf("no loop device backs %s", img)
+}
+
+// GrowError is the last failure to grow the loop image, nil if none.
+func (l *Layers) GrowError() error {
+	l.growMu.Lock()
+	defer l.growMu.Unlock()
+	return l.growErr
+}

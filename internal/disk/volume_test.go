@@ -200,3 +200,33 @@ func TestLayersDirHasNoQuota(t *testing.T) {
 		t.Fatal("an unknown mode was accepted")
 	}
 }
+
+// A volume that runs low grows its image (sparse) when a layer is made.
+func TestLayersVolumeGrows(t *testing.T) {
+	l, dataDir := openTestVolume(t)
+	img := filepath.Join(dataDir, "layers.img")
+	fi, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A 1 GiB volume has less than growFreeBytes free: the next layer grows it.
+	if err := l.Create("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.GrowError(); err != nil {
+		t.Fatal(err)
+	}
+	fi2, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi2.Size() <= fi.Size() {
+		t.Fatalf("image is %d bytes after a create on a low volume, was %d", fi2.Size(), fi.Size())
+	}
+	if c := l.Capacity(); c < fi2.Size()*9/10 {
+		t.Fatalf("btrfs sees %d bytes of a %d-byte image", c, fi2.Size())
+	}
+	if err := l.SetQuota("a", 64); err != nil {
+		t.Fatal(err)
+	}
+}
