@@ -157,7 +157,10 @@ func (l *Layers) Remove(id string) error {
 	delete(l.legacy, id)
 	l.mu.Unlock()
 	if l.btrfs && isSubvolume(d) {
-		return deleteSubvolume(d)
+		if err := deleteSubvolume(d); err == nil {
+			return nil
+		}
+		// rmdir of an emptied subvolume works too.
 	}
 	return os.RemoveAll(d)
 }
