@@ -1,8 +1,16 @@
 package engine
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
 	"testing"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/store"
+	"github.com/sbxhq/sbx/internal/store/sqlite"
 
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/runtime"
@@ -73,5 +81,59 @@ func TestCheckShapeRefusesMoreThanTheHost(t *testing.T) {
 		if (err == nil) != s.ok || (err != nil && !errdefs.IsInvalidArgument(err)) {
 			t.Errorf("checkShape(%g, %d) = %v, want ok %v (else invalid_argument)", s.cpus, s.memMB, err, s.ok)
 		}
+	}
+}
+
+// A burst of concurrent admissions passes max_sandboxes by none: each one
+// counts the records and the demands admitted before it.
+func TestAdmitBurst(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "sbx.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := testAdmissionConfig()
+	cfg.MaxSandboxes = 5
+	e := &Engine{cfg: cfg, st: st, host: testHost, capacity: hostCapacity(testHost, cfg)}
+	// One sandbox exists, one is suspended (counted, but not its memory).
+	for i, state := range []api.State{api.StateRunning, api.StateSuspended} {
+		if err := st.CreateSandbox(ctx, &store.Sandbox{ID: fmt.Sprintf("sbx_%016d", i), Name: fmt.Sprintf("s%d", i), State: state, CPUs: 1, MemoryMB: 1024}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted, refused := 0, 0
+	var releases []func()
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rel, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, cpus: 1, memMB: 1024})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				admitted++
+				releases = append(releases, rel)
+			case errors.Is(err, errdefs.ErrCapacity):
+				refused++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != 3 || refused != 17 {
+		t.Fatalf("20 concurrent creates with 2 of 5 sandboxes existing: %d admitted, %d refused; want 3 and 17", admitted, refused)
+	}
+	// Released demands (failed creates) free their room.
+	for _, rel := range releases {
+		rel()
+		rel() // twice is harmless
+	}
+	if _, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, cpus: 1, memMB: 1024}); err != nil {
+		t.Fatalf("after the releases: %v", err)
 	}
 }
