@@ -59,6 +59,9 @@ type demand struct {
 	what  string // "create", "fork", "resume", for messages
 	count int    // new sandboxes, counted against MaxSandboxes (not warm ones, nor a resume's)
 	n     int    // sandboxes whose CPUs and memory start counting
+	// names are the sandboxes' names: once a record of that name exists
+	// (not suspended), the record counts instead of the demand.
+	names []string
 	cpus  float64
 	memMB int // each
 }
@@ -101,6 +104,7 @@ func (e *Engine) admit(ctx context.Context, d demand) (release func(), err error
 		return nil, err
 	}
 	count, cpus, memMB := 0, 0.0, 0
+	recorded := map[string]bool{}
 	for _, sb := range sbs {
 		if !sb.Pooled {
 			count++
@@ -108,12 +112,24 @@ func (e *Engine) admit(ctx context.Context, d demand) (release func(), err error
 		if sb.State != api.StateSuspended {
 			cpus += sb.CPUs
 			memMB += sb.MemoryMB
+			recorded[sb.Name] = true
 		}
 	}
 	for p := range e.adm.pending {
-		count += p.count
-		cpus += p.cpus * float64(p.n)
-		memMB += p.memMB * p.n
+		left := p.n
+		if len(p.names) > 0 {
+			left = 0
+			for _, name := range p.names {
+				if !recorded[name] {
+					left++
+				}
+			}
+		}
+		if p.count > 0 {
+			count += left
+		}
+		cpus += p.cpus * float64(left)
+		memMB += p.memMB * left
 	}
 	if err := admitRule(e.cfg, e.capacity, d, count, cpus, memMB); err != nil {
 		return nil, err

@@ -108,9 +108,17 @@ func TestAdmitBurst(t *testing.T) {
 	var releases []func()
 	for i := 0; i < 20; i++ {
 		wg.Add(1)
-		go func() {
+		go func(i int) {
 			defer wg.Done()
-			rel, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, cpus: 1, memMB: 1024})
+			name := fmt.Sprintf("burst-%d", i)
+			rel, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{name}, cpus: 1, memMB: 1024})
+			if err == nil {
+				// The create records its sandbox while still holding its
+				// admission: the two must not count twice.
+				if err := st.CreateSandbox(ctx, &store.Sandbox{ID: fmt.Sprintf("sbx_%016d", 100+i), Name: name, State: api.StateCreating, CPUs: 1, MemoryMB: 1024}); err != nil {
+					t.Error(err)
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -122,18 +130,30 @@ func TestAdmitBurst(t *testing.T) {
 			default:
 				t.Error(err)
 			}
-		}()
+		}(i)
 	}
 	wg.Wait()
 	if admitted != 3 || refused != 17 {
 		t.Fatalf("20 concurrent creates with 2 of 5 sandboxes existing: %d admitted, %d refused; want 3 and 17", admitted, refused)
 	}
-	// Released demands (failed creates) free their room.
 	for _, rel := range releases {
 		rel()
 		rel() // twice is harmless
 	}
-	if _, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, cpus: 1, memMB: 1024}); err != nil {
-		t.Fatalf("after the releases: %v", err)
+	// The records stay: still full.
+	if _, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{"late"}, cpus: 1, memMB: 1024}); !errors.Is(err, errdefs.ErrCapacity) {
+		t.Fatalf("with 5 of 5 recorded: %v, want capacity", err)
+	}
+	// A demand released without a record (a failed create) frees its room.
+	if err := st.DeleteSandbox(ctx, "sbx_0000000000000000"); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{"x"}, cpus: 1, memMB: 1024})
+	if err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+	rel()
+	if _, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{"y"}, cpus: 1, memMB: 1024}); err != nil {
+		t.Fatalf("after a released demand: %v", err)
 	}
 }

@@ -121,7 +121,7 @@ func (p *pool) fill(ctx context.Context) {
 			Network: api.NetworkRules{Allow: []string{}, Deny: []string{}, Connect: []string{}},
 		}
 		sb.Name = sb.ID
-		release, err := p.e.admit(ctx, demand{what: "warm pool", n: 1, cpus: want.cpus, memMB: want.memoryMB})
+		release, err := p.e.admit(ctx, demand{what: "warm pool", n: 1, names: []string{sb.Name}, cpus: want.cpus, memMB: want.memoryMB})
 		if err != nil {
 			p.e.log.Debug("warm pool: not refilled", "err", err)
 			return

@@ -110,7 +110,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if _, err := e.st.GetSandbox(ctx, req.Name); err == nil {
 		return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", req.Name)
 	}
-	release, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, cpus: req.CPUs, memMB: req.MemoryMB})
+	release, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{req.Name}, cpus: req.CPUs, memMB: req.MemoryMB})
 	if err != nil {
 		return nil, err
 	}

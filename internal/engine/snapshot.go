@@ -472,7 +472,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	if !e.layers.Quota() {
 		sb.DiskMB = 0
 	}
-	admitted, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, cpus: sb.CPUs, memMB: sb.MemoryMB})
+	admitted, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{sb.Name}, cpus: sb.CPUs, memMB: sb.MemoryMB})
 	if err != nil {
 		return nil, err
 	}
@@ -559,7 +559,7 @@ func (e *Engine) BeginFork(ctx context.Context, idOrName string, req api.ForkReq
 		unlock()
 		return nil, err
 	}
-	admitted, err := e.admit(ctx, demand{what: "fork", count: len(names), n: len(names), cpus: sb.CPUs, memMB: sb.MemoryMB})
+	admitted, err := e.admit(ctx, demand{what: "fork", count: len(names), n: len(names), names: names, cpus: sb.CPUs, memMB: sb.MemoryMB})
 	if err != nil {
 		unlock()
 		return nil, err

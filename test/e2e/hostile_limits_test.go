@@ -305,6 +305,7 @@ func TestHostileAdmission(t *testing.T) {
 	wg.Wait()
 	var ok []*client.Sandbox
 	refused := 0
+	var why []string
 	for i, err := range errs {
 		if err == nil {
 			ok = append(ok, made[i])
@@ -314,6 +315,7 @@ func TestHostileAdmission(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Code != api.CodeCapacity {
 			t.Fatalf("burst create %d: %v, want 429 capacity", i, err)
 		}
+		why = append(why, ae.Message)
 		refused++
 	}
 	t.Cleanup(func() {
@@ -322,7 +324,7 @@ func TestHostileAdmission(t *testing.T) {
 		}
 	})
 	if len(ok) != 2 || refused != burst-2 {
-		t.Fatalf("burst of %d creates with room for 2: %d made, %d refused", burst, len(ok), refused)
+		t.Fatalf("burst of %d creates with room for 2 (%d sandboxes before): %d made, %d refused: %q", burst, len(existing), len(ok), refused, why)
 	}
 	// Nothing of the refused ones is left: records, containers, dirs.
 	all, err := h.c.Sandboxes.List(ctx, nil)
