@@ -59,16 +59,23 @@ func OpenLayers(cfg LayersConfig) (*Layers, error) {
 	if err := os.MkdirAll(legacy, 0o700); err != nil {
 		return nil, err
 	}
+	// Sandboxes whose layers are on the loop volume need it: a data dir
+	// with an image never falls back to plain directories.
+	_, err := os.Stat(filepath.Join(cfg.DataDir, "layers.img"))
+	hasImage := err == nil
 	switch cfg.Mode {
 	case "", LayersAuto, LayersBtrfs:
 	case LayersDir:
+		if hasImage {
+			return nil, fmt.Errorf("layers dir: %s holds sandboxes' layers on a btrfs volume (layers.img); use --layers auto or btrfs", cfg.DataDir)
+		}
 		return NewLayers(legacy), nil
 	default:
 		return nil, fmt.Errorf("layers %q: want auto, btrfs or dir", cfg.Mode)
 	}
 	l, err := openBtrfs(cfg, legacy)
 	if err != nil {
-		if cfg.Mode == LayersBtrfs {
+		if cfg.Mode == LayersBtrfs || hasImage {
 			return nil, err
 		}
 		dl := NewLayers(legacy)

@@ -143,6 +143,10 @@ func TestLayersBtrfsReopen(t *testing.T) {
 	if err := l3.SetQuota("keep", 64); err != nil {
 		t.Fatal(err)
 	}
+	// Its layers live on the volume: plain directories cannot be asked for.
+	if _, err := OpenLayers(LayersConfig{DataDir: dataDir, Mode: LayersDir}); err == nil {
+		t.Fatal("--layers dir on a data dir with a layers volume was accepted")
+	}
 }
 
 // A data dir with layers made before btrfs keeps them where they are,
