@@ -160,6 +160,7 @@ const (
 	// archive made, or one in the sandbox); symlinks are never followed
 	// beneath an archive's target.
 	FailSymlink  = "symlink"
+	FailNoSpace  = "no_space" // the sandbox's disk is full (its quota, or the volume)
 	FailInternal = "internal"
 )
 

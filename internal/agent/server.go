@@ -359,6 +359,8 @@ func failureOf(err error) Failure {
 		kind = FailNotDir
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		kind = FailPermission
+	case errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.ENOSPC):
+		kind = FailNoSpace
 	}
 	return Failure{Kind: kind, Message: err.Error()}
 }

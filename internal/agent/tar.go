@@ -526,6 +526,7 @@ func (x *extractor) extract(hdr *tar.Header, name string, r io.Reader) (int64, e
 			_ = unix.UtimesNanoAt(dirfd, base, ts, unix.AT_SYMLINK_NOFOLLOW)
 		}
 		if err != nil {
+			_ = unix.Unlinkat(dirfd, base, 0) // no partial file
 			return 0, err
 		}
 	case tar.TypeSymlink:
