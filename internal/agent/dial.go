@@ -19,7 +19,7 @@ var ErrNotSocket = errors.New("the agent's socket was replaced by something that
 // dial connects to the agent's socket without following a link: the path
 // is opened O_PATH|O_NOFOLLOW, checked to be a socket with fstat, and
 // connected to through the fd's /proc/self/fd magic link, which names that
-// very inode. Errors: the open's (ENOENT when missing), ErrNotSocket, or
+// very inode, within DialTimeout. Errors: the open's (ENOENT when missing), ErrNotSocket, or
 // the connect's (ECONNREFUSED when no one listens).
 func (cl *Client) dial(ctx context.Context) (net.Conn, error) {
 	fd, err := unix.Open(cl.sock, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -34,6 +34,6 @@ func (cl *Client) dial(ctx context.Context) (net.Conn, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return nil, ErrNotSocket
 	}
-	var d net.Dialer
+	d := net.Dialer{Timeout: DialTimeout}
 	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 }
