@@ -164,7 +164,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
 		}
 		if len(c.APIKeys) == 0 {
-			errs = append(errs, errors.New("listen needs at least one API key (--api-key or SBX_API_KEYS): TCP always requires a key"))
+			errs = append(errs, errors.New("listen needs at least one API key ($SBX_API_KEYS, \"api_keys\" in the config file, or --api-key): TCP always requires a key"))
 		}
 	}
 	for i, k := range c.APIKeys {

@@ -164,8 +164,20 @@ func (s *Server) Handler(auth bool) http.Handler {
 }
 
 func (s *Server) authorized(r *http.Request) bool {
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	key, ok := bearerKey(r.Header.Get("Authorization"))
 	return ok && s.validKey(key)
+}
+
+// bearerKey returns the token of an Authorization header of the Bearer
+// scheme. The scheme is matched without regard to case and may be followed
+// by more than one space (RFC 7235 section 2.1, RFC 6750 section 2.1).
+func bearerKey(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	return token, token != ""
 }
 
 type ridKey struct{}

@@ -61,7 +61,12 @@ func TestErrorBodies(t *testing.T) {
 func TestAuth(t *testing.T) {
 	s := &Server{cfg: Config{APIKeys: []string{"0123456789abcdef"}}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /v1/ok", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
-	for key, want := range map[string]int{"": 401, "Bearer nope": 401, "0123456789abcdef": 401, "Bearer 0123456789abcdef": 204} {
+	for key, want := range map[string]int{"": 401, "Bearer nope": 401, "0123456789abcdef": 401, "Bearer 0123456789abcdef": 204,
+		// RFC 7235 §2.1: the scheme is case-insensitive; one or more spaces
+		// follow it.
+		"bearer 0123456789abcdef": 204, "BEARER 0123456789abcdef": 204, "bEaReR  0123456789abcdef": 204,
+		"Basic 0123456789abcdef": 401, "Bearer0123456789abcdef": 401, "Bearer 0123456789abcdef x": 401,
+	} {
 		rec := httptest.NewRecorder()
 		r := httptest.NewRequest("GET", "/v1/ok", nil)
 		if key != "" {
