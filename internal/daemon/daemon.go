@@ -348,6 +348,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	cidr, _ := netip.ParsePrefix(cfg.NetworkCIDR)
 	netm, err := network.NewManager(network.Config{
 		NetnsDir: cfg.NetnsDir, CIDR: cidr, Tag: cfg.NetworkTag, Upstream: cfg.DNSUpstream, Log: log,
+		Holder: "data dir " + cfg.DataDir + ", socket " + cfg.Socket,
 	})
 	if err != nil {
 		return err

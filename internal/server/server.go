@@ -241,6 +241,22 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 		s.log.Error("internal error", "request_id", rid, "err", err)
 		body.Message = "internal error; see sbxd's log for request " + rid
 		body.RequestID = rid
+	} else if !errdefs.Public(err) {
+		// An operation failed underneath: its text can hold host paths,
+		// runsc's spec and output, and lines the guest wrote. The caller
+		// gets the code, what it means, the details meant for callers
+		// and the request id; the log gets the rest.
+		rid := requestID(ctx)
+		s.log.Warn("operation failed", "request_id", rid, "code", code, "err", err)
+		body.Message = failedMessages[code]
+		if body.Message == "" {
+			body.Message = "the operation failed"
+		}
+		if d := errdefs.Detail(err); d != "" {
+			body.Message += ": " + d
+		}
+		body.Message += "; sbxd logged the cause under request " + rid
+		body.RequestID = rid
 	} else if code.HTTPStatus() >= 500 {
 		body.RequestID = requestID(ctx)
 		level := slog.LevelWarn
@@ -253,6 +269,17 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 		s.log.Log(ctx, level, "operation failed", "request_id", body.RequestID, "code", code, "err", err)
 	}
 	return body
+}
+
+// failedMessages say what an operation-failed code means, for error
+// bodies whose cause is not shown (errdefs.Public).
+var failedMessages = map[api.Code]string{
+	api.CodeCheckpointFailed: "the checkpoint failed; nothing was changed",
+	api.CodeRestoreFailed:    "the restore failed; the disk is as it was",
+	api.CodeSnapshotFailed:   "the memory snapshot failed; nothing was changed",
+	api.CodeForkFailed:       "the fork failed; nothing was changed",
+	api.CodeSuspendFailed:    "the suspend failed; the sandbox runs as before",
+	api.CodeResumeFailed:     "the resume failed; the sandbox is still suspended",
 }
 
 // writeError is the one place that maps errors to HTTP answers.

@@ -1,8 +1,16 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 )
@@ -95,4 +103,138 @@ func TestHostileDNSExfiltration(t *testing.T) {
 	if !seenByUpstream("open-" + marker) {
 		t.Fatal("the open sandbox's query did not reach the upstream (is the resolver logging?)")
 	}
+}
+
+// startRefused starts another sbxd with a data dir, socket and netns dir
+// of its own but the given network tag and CIDR, and returns its output
+// once it exits; the test fails if it still runs after 30 s (it started).
+func startRefused(t *testing.T, tag, cidr string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	netnsDir := filepath.Join("/run", "sbx-e2e-clash-"+randomHex(4))
+	t.Cleanup(func() {
+		ents, _ := os.ReadDir(netnsDir)
+		for _, e := range ents {
+			_ = syscall.Unmount(filepath.Join(netnsDir, e.Name()), syscall.MNT_DETACH)
+		}
+		_ = syscall.Unmount(netnsDir, syscall.MNT_DETACH)
+		_ = os.RemoveAll(netnsDir)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(h.binDir, "sbxd"), "--data-dir", filepath.Join(tmp, "data"),
+		"--socket", filepath.Join(tmp, "sbx.sock"), "--cache-dir", h.cacheDir, "--netns-dir", netnsDir, "--pool", "0",
+		"--network-tag", tag, "--network-cidr", cidr, "--dns-upstream", h.dnsUpstream)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Errorf("a second sbxd with tag %s and CIDR %s started (it ran until killed after 30 s):\n%s", tag, cidr, tailStr(string(out), 2000))
+	} else if err == nil {
+		t.Errorf("a second sbxd with tag %s and CIDR %s exited 0:\n%s", tag, cidr, out)
+	} else {
+		t.Logf("refused in %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	}
+	return string(out)
+}
+
+// TestHostileNetworkIdentityClash: a second sbxd given the network tag of
+// a running one, or a CIDR overlapping its CIDR, refuses to start with an
+// error naming the first (its pid), and the first's sandbox keeps its
+// network. Before the host-wide locks, the second deleted the first's
+// interfaces and firewall rules, silently.
+func TestHostileNetworkIdentityClash(t *testing.T) {
+	startOutside(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "default", Network: &api.NetworkRules{
+		Internet: true, Allow: []string{"outside.test"},
+	}})
+	reach := func(when string) {
+		t.Helper()
+		if res := sh(t, sb, "curl -sS -m 5 http://outside.test/"); res.ExitCode != 0 || res.Stdout != "hello from outside.test" {
+			t.Fatalf("%s: the first sbxd's sandbox lost its network: %+v", when, res)
+		}
+	}
+	reach("before")
+	pid := fmt.Sprintf("pid %d", h.cmd.Process.Pid)
+	first := netip.MustParsePrefix(h.netCIDR)
+
+	// The same tag, a CIDR apart.
+	other := first
+	for other.Overlaps(first) {
+		_, c := netIdentity('g')
+		other = netip.MustParsePrefix(c)
+	}
+	msg := startRefused(t, h.netTag, other.String())
+	if !strings.Contains(msg, fmt.Sprintf("network tag %q is held by another sbxd: %s", h.netTag, pid)) || !strings.Contains(msg, h.dataDir) {
+		t.Errorf("the error does not name the tag and its holder (%s, %s): %s", pid, h.dataDir, msg)
+	}
+	reach("after a second sbxd with the same tag")
+
+	// Another tag, a CIDR inside the first's.
+	tag, _ := netIdentity('g')
+	t.Cleanup(func() { removeNetwork(tag) })
+	inner := netip.PrefixFrom(first.Addr(), 24)
+	msg = startRefused(t, tag, inner.String())
+	if !strings.Contains(msg, "overlaps "+first.String()) || !strings.Contains(msg, pid) {
+		t.Errorf("the error does not name the overlapping CIDR and its holder (%s): %s", pid, msg)
+	}
+	reach("after a second sbxd with an overlapping CIDR")
+
+	// The first sbxd still manages its sandboxes' networks.
+	if _, err := sb.Network().Set(ctxT(t), api.NetworkRules{Internet: false}); err != nil {
+		t.Fatal(err)
+	}
+	if res := sh(t, sb, "curl -sS -m 3 http://outside.test/"); res.ExitCode == 0 {
+		t.Fatalf("internet off, yet: %q", res.Stdout)
+	}
+}
+
+// TestHostileErrorBodies: operations that fail underneath (a restore
+// whose chunks are gone, a checkpoint into a full blob store) answer their
+// code, a message without host paths and the request id; sbxd's log holds
+// the cause under that id.
+func TestHostileErrorBodies(t *testing.T) {
+	ctx := ctxT(t)
+	check := func(t *testing.T, err error, code api.Code, d *harness, hostPaths ...string) {
+		t.Helper()
+		ae := wantCode(t, err, code)
+		for _, p := range hostPaths {
+			if strings.Contains(ae.Message, p) {
+				t.Errorf("the %s body shows the host path %s: %q", code, p, ae.Message)
+			}
+		}
+		if ae.RequestID == "" || !strings.Contains(ae.Message, ae.RequestID) {
+			t.Errorf("no request id in the %s body: %+v", code, ae)
+		}
+		if ae.RequestID != "" && !strings.Contains(tail(d.logPath, 1<<20), ae.RequestID) {
+			t.Errorf("sbxd's log has nothing under %s", ae.RequestID)
+		}
+	}
+	t.Run("restore_failed", func(t *testing.T) {
+		sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+		mustSh(t, sb, "head -c 3000000 /dev/urandom > /workspace/data")
+		cp, err := sb.Checkpoint(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if removeNewestBlobs(t, filepath.Join(h.dataDir, "blobs"), 3) == 0 {
+			t.Fatal("no blob to remove")
+		}
+		mustSh(t, sb, "echo changed > /workspace/data")
+		check(t, sb.Restore(ctx, cp.ID, nil), api.CodeRestoreFailed, h, h.dataDir, "/blobs/")
+	})
+	t.Run("checkpoint_failed", func(t *testing.T) {
+		tiny := t.TempDir()
+		if err := syscall.Mount("tmpfs", tiny, "tmpfs", 0, "size=8m"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Unmount(tiny, syscall.MNT_DETACH) })
+		d := second(t, "--pool", "0", "--blob-store", tiny)
+		sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustSh(t, sb, "head -c 20000000 /dev/urandom > /workspace/big")
+		_, err = sb.Checkpoint(ctx, "too big")
+		check(t, err, api.CodeCheckpointFailed, d, d.dataDir, tiny)
+	})
 }
