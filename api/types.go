@@ -422,7 +422,10 @@ type StreamLine struct {
 	Data  json.RawMessage `json:"data,omitempty"`
 	Error string          `json:"error,omitempty"`
 	Code  Code            `json:"code,omitempty"`
-	Time  time.Time       `json:"time"`
+	// RequestID, on an error line, is the id sbxd logged the cause under
+	// (as X-Request-Id).
+	RequestID string    `json:"request_id,omitempty"`
+	Time      time.Time `json:"time"`
 }
 
 // Health is the answer of GET /v1/health.

@@ -305,7 +305,7 @@ func readStream(resp *http.Response, progress Progress, out any) error {
 			}
 			return nil
 		case api.LineError:
-			return &Error{Code: l.Code, Message: l.Error}
+			return &Error{Code: l.Code, Message: l.Error, RequestID: l.RequestID}
 		}
 	}
 	if err := sc.Err(); err != nil {
