@@ -207,6 +207,19 @@ type Event struct {
 	// sandbox (later if it waited for the sandbox to suspend on its key).
 	CreateTime  time.Time `json:"create_time"`
 	DeliverTime time.Time `json:"deliver_time"`
+	// ExpireTime, on a pending event (GET /v1/events), is when it is
+	// dropped if no sandbox suspends on its key before.
+	ExpireTime *time.Time `json:"expire_time,omitempty"`
+}
+
+// HeaderNextCursor names the response header of a paged list (events)
+// that holds the cursor of the next page; it is absent on the last page.
+const HeaderNextCursor = "X-Next-Cursor"
+
+// CancelEventsResult answers DELETE /v1/events?key=K.
+type CancelEventsResult struct {
+	// Cancelled is how many pending events of the key were deleted.
+	Cancelled int `json:"cancelled"`
 }
 
 // EventResult answers POST /v1/events/{key}.

@@ -167,6 +167,7 @@ var (
 	ErrImageNotFound      = &Error{Code: api.CodeImageNotFound}
 	ErrFileNotFound       = &Error{Code: api.CodeFileNotFound}
 	ErrProcessNotFound    = &Error{Code: api.CodeProcessNotFound}
+	ErrEventNotFound      = &Error{Code: api.CodeEventNotFound}
 	ErrMethodNotAllowed   = &Error{Code: api.CodeMethodNotAllowed}
 	ErrNameTaken          = &Error{Code: api.CodeNameTaken}
 	ErrConflict           = &Error{Code: api.CodeConflict}

@@ -73,6 +73,9 @@ type Config struct {
 	// kept for one that suspends on its key later (a Go duration, default
 	// "24h").
 	EventRetention string `json:"event_retention"`
+	// EventLimits bound stored events per key, per sandbox and in all
+	// (count and bytes); zero fields take engine.DefaultEventLimits.
+	EventLimits engine.EventLimits `json:"event_limits"`
 	// BackgroundRestore lets a resume answer while the sandbox's memory
 	// still loads (runsc restore --background); default true.
 	BackgroundRestore *bool `json:"background_restore"`
@@ -366,7 +369,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	eng, err := engine.New(engine.Config{
 		DataDir: cfg.DataDir, AgentBin: agentBin, PoolSize: cfg.PoolSize,
 		DefaultCPUs: cfg.DefaultCPUs, DefaultMemoryMB: cfg.DefaultMemoryMB, Faults: faults,
-		EventRetention: retention, BackgroundRestore: cfg.BackgroundRestore == nil || *cfg.BackgroundRestore,
+		EventRetention: retention, EventLimits: cfg.EventLimits, BackgroundRestore: cfg.BackgroundRestore == nil || *cfg.BackgroundRestore,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err

@@ -51,6 +51,9 @@ type Config struct {
 	// EventRetention is how long an event no sandbox waits for is kept
 	// (default DefaultEventRetention).
 	EventRetention time.Duration
+	// EventLimits bound the events sbxd stores; zero fields take
+	// DefaultEventLimits.
+	EventLimits EventLimits
 	// Faults pause named points of operations (SBX_FAULTS, for crash
 	// tests); empty in production.
 	Faults map[string]time.Duration
@@ -91,7 +94,9 @@ type Engine struct {
 	gcMu   sync.RWMutex
 	gcKick chan struct{}
 
-	qmu      sync.Mutex
+	qmu sync.Mutex
+	// eventsMu makes an event's cap checks and its insert one step.
+	eventsMu sync.Mutex
 	quiesces map[string]*quiesce
 
 	act activity

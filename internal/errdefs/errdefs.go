@@ -39,6 +39,7 @@ var (
 	ErrSnapshotNotFound   = fmt.Errorf("snapshot %w", ErrNotFound)
 	ErrFileNotFound       = fmt.Errorf("file %w", ErrNotFound)
 	ErrProcessNotFound    = fmt.Errorf("process %w", ErrNotFound)
+	ErrEventNotFound      = fmt.Errorf("event %w", ErrNotFound)
 
 	ErrCheckpointFailed = fmt.Errorf("checkpoint %w", ErrFailed)
 	ErrRestoreFailed    = fmt.Errorf("restore %w", ErrFailed)
@@ -95,6 +96,7 @@ var codes = []struct {
 	{ErrSnapshotNotFound, api.CodeSnapshotNotFound},
 	{ErrFileNotFound, api.CodeFileNotFound},
 	{ErrProcessNotFound, api.CodeProcessNotFound},
+	{ErrEventNotFound, api.CodeEventNotFound},
 	{ErrNotFound, api.CodeNotFound},
 	{ErrInvalidArgument, api.CodeInvalidArgument},
 	{ErrUnauthorized, api.CodeUnauthorized},

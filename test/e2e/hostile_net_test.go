@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
 )
 
 // Hostile-guest and hostile-client tests of the network, the daemon's
@@ -237,4 +239,116 @@ func TestHostileErrorBodies(t *testing.T) {
 		_, err = sb.Checkpoint(ctx, "too big")
 		check(t, err, api.CodeCheckpointFailed, d, d.dataDir, tiny)
 	})
+}
+
+// rssKiB is the resident memory of process pid, in KiB.
+func rssKiB(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			var n int
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &n)
+			return n
+		}
+	}
+	return 0
+}
+
+// TestHostileEventFlood: a client posting 1 MiB events as fast as it can
+// is stopped by the per-key cap (429 quota_exceeded naming the key) and
+// by the total cap (another key); the pending events can be listed in
+// pages of bounded size and cancelled, after which posts pass again.
+func TestHostileEventFlood(t *testing.T) {
+	ctx := ctxT(t)
+	key := "flood-" + randomHex(4)
+	body := make([]byte, 1<<20)
+	for i := range body {
+		body[i] = 'a' + byte(i%26)
+	}
+	t.Cleanup(func() { _, _ = h.c.Events.CancelKey(context.Background(), key) })
+	accepted := 0
+	var refused error
+	for range 40 {
+		if _, err := h.c.Events.Post(ctx, key, body, "text/plain"); err != nil {
+			refused = err
+			break
+		}
+		accepted++
+	}
+	if refused == nil {
+		t.Fatalf("40 events of 1 MiB to one key were all stored")
+	}
+	ae := wantCode(t, refused, api.CodeQuotaExceeded)
+	if accepted != 16 || !strings.Contains(ae.Message, key) {
+		t.Errorf("accepted %d events (want 16: 16 MiB per key); message %q", accepted, ae.Message)
+	}
+
+	// Pages: at most 4 MiB of bodies each, whatever the limit asked.
+	before := rssKiB(h.cmd.Process.Pid)
+	var ids []string
+	cursor := ""
+	pages := 0
+	for {
+		page, next, err := h.c.Events.Pending(ctx, key, client.PageOptions{Cursor: cursor, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if len(page) > 4 {
+			t.Errorf("a page of %d events of 1 MiB", len(page))
+		}
+		for _, ev := range page {
+			if ev.Key != key || len(ev.DataText) != 1<<20 || ev.ExpireTime == nil {
+				t.Fatalf("pending event %s: key %q, %d bytes, expire %v", ev.ID, ev.Key, len(ev.DataText), ev.ExpireTime)
+			}
+			ids = append(ids, ev.ID)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+		if pages > 40 {
+			t.Fatal("pages do not end")
+		}
+	}
+	t.Logf("%d pending events in %d pages; sbxd RSS %d → %d MiB", len(ids), pages, before>>10, rssKiB(h.cmd.Process.Pid)>>10)
+	if len(ids) != accepted {
+		t.Fatalf("listed %d pending events, %d were accepted", len(ids), accepted)
+	}
+	if _, _, err := h.c.Events.Pending(ctx, key, client.PageOptions{Limit: 1001}); err == nil {
+		t.Error("a page of 1001 events was accepted")
+	}
+
+	// Cancel one, then the rest; the key takes events again.
+	if err := h.c.Events.Cancel(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Events.Cancel(ctx, ids[0]); !errors.Is(err, client.ErrEventNotFound) {
+		t.Fatalf("cancel twice: %v", err)
+	}
+	if n, err := h.c.Events.CancelKey(ctx, key); err != nil || n != accepted-1 {
+		t.Fatalf("cancel the key: %d, %v", n, err)
+	}
+	if _, err := h.c.Events.Post(ctx, key, body, "text/plain"); err != nil {
+		t.Fatalf("a post after cancelling: %v", err)
+	}
+
+	// The total cap, on an sbxd configured low: keys apart, it still
+	// stops.
+	cfg := filepath.Join(t.TempDir(), "sbxd.json")
+	if err := os.WriteFile(cfg, []byte(`{"event_limits": {"total_bytes": 4194304}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := second(t, "--pool", "0", "--config", cfg)
+	n := 0
+	var err error
+	for ; n < 10; n++ {
+		if _, err = d.c.Events.Post(ctx, fmt.Sprintf("k%d", n), body, "text/plain"); err != nil {
+			break
+		}
+	}
+	if n != 4 || err == nil {
+		t.Fatalf("with 4 MiB in all: %d events of 1 MiB stored, then %v", n, err)
+	}
+	wantCode(t, err, api.CodeQuotaExceeded)
 }
