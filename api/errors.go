@@ -50,6 +50,12 @@ const (
 	CodeTooLarge Code = "too_large"
 	// CodeQuotaExceeded: a spending or resource limit would be passed. 429.
 	CodeQuotaExceeded Code = "quota_exceeded"
+	// CodeCapacity: the host has no room for the request: the number of
+	// sandboxes or snapshots is at its limit, or the sandboxes' CPUs or
+	// memory together would pass what the host admits (docs/security.md,
+	// Limits). Retry after deleting or suspending sandboxes. 429. An sbx
+	// extension.
+	CodeCapacity Code = "capacity"
 	// CodeCheckpointFailed: a disk checkpoint failed; nothing was changed. 500.
 	CodeCheckpointFailed Code = "checkpoint_failed"
 	// CodeRestoreFailed: a restore failed; the disk is as it was. 500.
@@ -92,7 +98,7 @@ func (c Code) HTTPStatus() int {
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case CodeQuotaExceeded:
+	case CodeQuotaExceeded, CodeCapacity:
 		return http.StatusTooManyRequests
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable

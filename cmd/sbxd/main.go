@@ -2,6 +2,7 @@
 // serves the REST API v1 on a Unix socket (and on TCP with an API key).
 //
 //	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--preview-domain DOMAIN]
+//	     [--layers auto|btrfs|dir] [--default-disk-mb N] [--max-upload-mb N] [--max-sandboxes N] [--max-snapshots N]
 //
 // API keys for --listen come from $SBX_API_KEYS (comma-separated) or
 // "api_keys" in the config file; --api-key works too, but a key on the
@@ -41,6 +42,11 @@ func main() {
 	eventRetention := fs.String("event-retention", "", "how long an event no sandbox waits on is kept (default "+cfg.EventRetention+")")
 	pool := fs.String("pool", "", fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	layers := fs.String("layers", "", "where writable layers live: auto (btrfs if possible), btrfs (subvolumes with disk quotas) or dir (no quota) (default auto)")
+	defaultDisk := fs.Int("default-disk-mb", 0, "disk quota of a sandbox created without disk_mb, MiB (default 10240)")
+	maxUpload := fs.Int("max-upload-mb", 0, "largest PUT files/archive body, MiB (default 1024)")
+	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes that may exist (default 500)")
+	maxSnapshots := fs.Int("max-snapshots", 0, "most memory snapshots that may exist (default 1000)")
 	previewDomain := fs.String("preview-domain", "", "domain of host-based previews: http://PORT-NAME.DOMAIN[:port]/ reaches a sandbox's port (default "+cfg.PreviewDomain+")")
 	_ = fs.Parse(os.Args[1:])
 
@@ -72,6 +78,15 @@ func main() {
 	set(&cfg.EventRetention, *eventRetention)
 	set(&cfg.LogLevel, *logLevel)
 	set(&cfg.PreviewDomain, *previewDomain)
+	set(&cfg.Layers, *layers)
+	for _, v := range []struct {
+		dst *int
+		v   int
+	}{{&cfg.DefaultDiskMB, *defaultDisk}, {&cfg.MaxUploadMB, *maxUpload}, {&cfg.MaxSandboxes, *maxSandboxes}, {&cfg.MaxSnapshots, *maxSnapshots}} {
+		if v.v != 0 {
+			*v.dst = v.v
+		}
+	}
 	if *apiKey != "" {
 		cfg.APIKeys = strings.Split(*apiKey, ",")
 	}

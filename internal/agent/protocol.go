@@ -128,6 +128,7 @@ const (
 	FailPermission  = "permission"
 	FailRefused     = "refused"     // a dial found nothing listening on the port
 	FailUnreachable = "unreachable" // a dial's connect failed otherwise (timeout)
+	FailNoSpace     = "no_space"    // the sandbox's disk is full (its quota, or the volume)
 	FailInternal    = "internal"
 )
 

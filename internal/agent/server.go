@@ -362,6 +362,8 @@ func failureOf(err error) Failure {
 		kind = FailNotDir
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		kind = FailPermission
+	case errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.ENOSPC):
+		kind = FailNoSpace
 	}
 	return Failure{Kind: kind, Message: err.Error()}
 }
@@ -674,6 +676,7 @@ func tarIn(c *conn, root string) error {
 			n, err := io.Copy(f, tr)
 			f.Close()
 			if err != nil {
+				os.Remove(target) // no partial file
 				return fail(err)
 			}
 			res.Bytes += n

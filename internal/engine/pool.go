@@ -38,10 +38,10 @@ func (p *pool) defaultShape(ctx context.Context) (shape, bool) {
 	if err != nil {
 		return shape{}, false
 	}
-	return shape{img.ID, p.e.cfg.DefaultCPUs, p.e.cfg.DefaultMemoryMB}, true
+	return shape{img.ID, p.e.cfg.DefaultCPUs, p.e.cfg.DefaultMemoryMB, p.e.poolDiskMB()}, true
 }
 
-func shapeOf(sb *store.Sandbox) shape { return shape{sb.ImageID, sb.CPUs, sb.MemoryMB} }
+func shapeOf(sb *store.Sandbox) shape { return shape{sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB} }
 
 // ready counts the warm sandboxes waiting.
 func (p *pool) count() int {
@@ -116,12 +116,19 @@ func (p *pool) fill(ctx context.Context) {
 	for ; n < p.size && ctx.Err() == nil; n++ {
 		sb := &store.Sandbox{
 			ID: newID(), State: api.StateCreating, Image: disk.DefaultImage, ImageID: want.imageID,
-			CPUs: want.cpus, MemoryMB: want.memoryMB, Pooled: true,
+			CPUs: want.cpus, MemoryMB: want.memoryMB, DiskMB: want.diskMB, Pooled: true,
 			// Offline until claimed: the claim gives it the caller's rules.
 			Network: api.NetworkRules{Allow: []string{}, Deny: []string{}, Connect: []string{}},
 		}
 		sb.Name = sb.ID
-		if err := p.e.createCold(ctx, sb); err != nil {
+		release, err := p.e.admit(ctx, demand{what: "warm pool", n: 1, names: []string{sb.Name}, cpus: want.cpus, memMB: want.memoryMB})
+		if err != nil {
+			p.e.log.Debug("warm pool: not refilled", "err", err)
+			return
+		}
+		err = p.e.createCold(ctx, sb)
+		release()
+		if err != nil {
 			if ctx.Err() == nil {
 				p.e.log.Error("warm pool: boot failed", "err", err)
 			}

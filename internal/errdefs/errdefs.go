@@ -28,8 +28,11 @@ var (
 	ErrHasVolume       = errors.New("sandbox has a volume")
 	ErrTooLarge        = errors.New("too large")
 	ErrQuota           = errors.New("quota exceeded")
-	ErrUnavailable     = errors.New("unavailable")
-	ErrFailed          = errors.New("operation failed")
+	// ErrCapacity: the host admits no more (sandbox or snapshot count,
+	// CPUs or memory of all sandboxes together).
+	ErrCapacity    = errors.New("no capacity")
+	ErrUnavailable = errors.New("unavailable")
+	ErrFailed      = errors.New("operation failed")
 	// ErrPortUnreachable: nothing answers on a sandbox's TCP port.
 	ErrPortUnreachable = errors.New("port unreachable")
 
@@ -105,6 +108,7 @@ var codes = []struct {
 	{ErrConflict, api.CodeConflict},
 	{ErrTooLarge, api.CodeTooLarge},
 	{ErrQuota, api.CodeQuotaExceeded},
+	{ErrCapacity, api.CodeCapacity},
 	{ErrUnavailable, api.CodeUnavailable},
 	{ErrPortUnreachable, api.CodePortUnreachable},
 	{ErrCheckpointFailed, api.CodeCheckpointFailed},

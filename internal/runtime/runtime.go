@@ -103,4 +103,8 @@ type Runtime interface {
 	OOMKilled(id string) bool
 	// Stats returns a container's resource counters.
 	Stats(ctx context.Context, id string) (Stats, error)
+	// LimitAll caps what all containers together may use: cpus cores
+	// (CPU quota) and memoryBytes of memory, on the cgroup that holds
+	// them. A single container's limit may not exceed cpus.
+	LimitAll(cpus float64, memoryBytes int64) error
 }

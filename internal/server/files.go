@@ -79,7 +79,12 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	path := r.URL.Query().Get("path")
-	n, err := s.eng.WriteFile(r.Context(), r.PathValue("name"), path, uint32(mode), r.Body)
+	body, err := s.uploadBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	n, err := s.eng.WriteFile(r.Context(), r.PathValue("name"), path, uint32(mode), body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -119,10 +124,33 @@ type ArchiveWritten struct {
 }
 
 func (s *Server) putArchive(w http.ResponseWriter, r *http.Request) {
-	files, n, err := s.eng.TarIn(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"), r.Body)
+	body, err := s.uploadBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	files, n, err := s.eng.TarIn(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"), body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, ArchiveWritten{Files: files, Bytes: n})
+}
+
+// uploadBody bounds the body of a file or archive upload: at most
+// MaxUploadBytes, and at most the sandbox's disk quota. A body whose
+// Content-Length says it is larger is refused before anything is written
+// (413 too_large); one that grows past the bound while it streams fails
+// there (the agent removes the file it was writing).
+func (s *Server) uploadBody(w http.ResponseWriter, r *http.Request) (io.Reader, error) {
+	limit := s.cfg.MaxUploadBytes
+	if q, err := s.eng.DiskQuotaBytes(r.Context(), r.PathValue("name")); err != nil {
+		return nil, err
+	} else if q > 0 && q < limit {
+		limit = q
+	}
+	if r.ContentLength > limit {
+		return nil, errdefs.New(errdefs.ErrTooLarge, "body: %d bytes, more than this upload may have (%d bytes: the smaller of sbxd's upload limit and the sandbox's disk quota)", r.ContentLength, limit)
+	}
+	return http.MaxBytesReader(w, r.Body, limit), nil
 }

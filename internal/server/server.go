@@ -46,7 +46,14 @@ type Config struct {
 	// Host is <port>-<name>.<PreviewDomain> goes whole to that sandbox's
 	// port. "" turns host-based routing off (path-based previews remain).
 	PreviewDomain string
+	// MaxUploadBytes bounds the body of PUT .../files and PUT .../archive
+	// (default DefaultMaxUploadBytes).
+	MaxUploadBytes int64
 }
+
+// DefaultMaxUploadBytes is the default bound of a file or archive upload:
+// 1 GiB.
+const DefaultMaxUploadBytes = 1 << 30
 
 // Server serves the API.
 type Server struct {
@@ -61,6 +68,9 @@ type Server struct {
 
 // New returns the API server.
 func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
 	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux()}
 	s.dial = func(ctx context.Context, name string, port int) (net.Conn, error) {
 		return s.eng.DialPort(ctx, name, port)
@@ -418,6 +428,9 @@ func wantsNDJSON(r *http.Request) bool {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	kind, quota, diskMB, note := s.eng.DiskLayers()
+	capacity := s.eng.Capacity()
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: Version, Runtime: s.eng.Runtime(),
-		WarmSandboxes: s.eng.WarmSandboxes(), PID: os.Getpid()})
+		WarmSandboxes: s.eng.WarmSandboxes(), PID: os.Getpid(),
+		Layers: kind, DiskQuota: quota, DefaultDiskMB: diskMB, LayersNote: note, Capacity: &capacity})
 }

@@ -485,7 +485,7 @@ func hostLeftovers(t *testing.T, id string) []string {
 		left = append(left, "runsc container")
 	}
 	for _, p := range []string{
-		filepath.Join(h.dataDir, "layers", id), filepath.Join(h.dataDir, "sandboxes", id),
+		layerDir(h, id), filepath.Join(h.dataDir, "sandboxes", id),
 		filepath.Join(h.netnsDir, "sbx-"+id),
 	} {
 		if _, err := os.Lstat(p); err == nil {
@@ -503,6 +503,15 @@ func hostLeftovers(t *testing.T, id string) []string {
 		left = append(left, "nftables chain sb-"+vethOf(h, id))
 	}
 	return left
+}
+
+// layerDir is the host dir of sandbox id's writable layer: on the btrfs
+// volume when sbxd has one, else under the data dir.
+func layerDir(d *harness, id string) string {
+	if _, err := os.Stat(filepath.Join(d.dataDir, "volume", "layers")); err == nil {
+		return filepath.Join(d.dataDir, "volume", "layers", id)
+	}
+	return filepath.Join(d.dataDir, "layers", id)
 }
 
 // time_ is time.Time, for progress callbacks.

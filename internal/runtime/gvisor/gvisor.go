@@ -426,6 +426,46 @@ func (r *Runtime) cgroupFile(controller, id, file string) string {
 	return filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent, id, file)
 }
 
+// LimitAll implements runtime.Runtime on the parent cgroup (CgroupParent):
+// cpu.cfs_quota_us and memory.limit_in_bytes under cgroup v1, cpu.max and
+// memory.max under v2. The parent is made if missing. A limit below what
+// the containers use now is refused by the kernel: the error says so.
+func (r *Runtime) LimitAll(cpus float64, memoryBytes int64) error {
+	const period = 100000
+	quota := int64(cpus * period)
+	v1 := filepath.Join("/sys/fs/cgroup", "memory")
+	if _, err := os.Stat(v1); err == nil {
+		for _, c := range []string{"cpu", "memory"} {
+			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", c, r.cfg.CgroupParent), 0o755); err != nil {
+				return err
+			}
+		}
+		if err := writeCgroup(filepath.Join("/sys/fs/cgroup", "cpu", r.cfg.CgroupParent, "cpu.cfs_period_us"), strconv.Itoa(period)); err != nil {
+			return err
+		}
+		if err := writeCgroup(filepath.Join("/sys/fs/cgroup", "cpu", r.cfg.CgroupParent, "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10)); err != nil {
+			return err
+		}
+		return writeCgroup(filepath.Join("/sys/fs/cgroup", "memory", r.cfg.CgroupParent, "memory.limit_in_bytes"), strconv.FormatInt(memoryBytes, 10))
+	}
+	dir := filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_ = writeCgroup("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory")
+	if err := writeCgroup(filepath.Join(dir, "cpu.max"), fmt.Sprintf("%d %d", quota, period)); err != nil {
+		return err
+	}
+	return writeCgroup(filepath.Join(dir, "memory.max"), strconv.FormatInt(memoryBytes, 10))
+}
+
+func writeCgroup(p, v string) error {
+	if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+		return fmt.Errorf("cgroup %s = %s: %w", p, v, err)
+	}
+	return nil
+}
+
 // OOMKilled implements runtime.Runtime from the memory cgroup's oom_kill
 // counter (memory.oom_control in v1, memory.events in v2).
 func (r *Runtime) OOMKilled(id string) bool {
