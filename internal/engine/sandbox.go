@@ -441,6 +441,9 @@ func (e *Engine) Stop(ctx context.Context, idOrName string) (*store.Sandbox, err
 // request field it concerns.
 func errAgent(err error, field string) error {
 	var ae *agent.Error
+	if errors.Is(err, agent.ErrStalled) {
+		return errdefs.New(errdefs.ErrUnavailable, "%v (it may be stopped, or the sandbox frozen or overloaded)", err)
+	}
 	if !errors.As(err, &ae) {
 		return err
 	}
@@ -448,6 +451,8 @@ func errAgent(err error, field string) error {
 		field = ae.Field
 	}
 	switch ae.Kind {
+	case agent.FailTooLarge:
+		return errdefs.New(errdefs.ErrTooLarge, "%s", ae.Message)
 	case agent.FailNotFound:
 		if field == "path" {
 			return errdefs.New(errdefs.ErrFileNotFound, "%s", ae.Message)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
@@ -20,6 +21,20 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 		return false, errdefs.Invalid(name, "%q is not a boolean", v)
 	}
 	return b, nil
+}
+
+// maxBytesQuery reads max_bytes: a positive number of bytes, or absent
+// for engine.DefaultMaxBytes.
+func maxBytesQuery(r *http.Request) (int64, error) {
+	v := r.URL.Query().Get("max_bytes")
+	if v == "" {
+		return engine.DefaultMaxBytes, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		return 0, errdefs.Invalid("max_bytes", "%q is not a positive number of bytes", v)
+	}
+	return n, nil
 }
 
 // getFile answers a file's bytes, or with list=1 a directory's entries.
@@ -39,7 +54,12 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, ents)
 		return
 	}
-	size, mode, rc, err := s.eng.OpenFile(r.Context(), name, path)
+	maxBytes, err := maxBytesQuery(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	size, mode, rc, err := s.eng.OpenFile(r.Context(), name, path, maxBytes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -106,13 +126,19 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getArchive(w http.ResponseWriter, r *http.Request) {
-	rc, err := s.eng.TarOut(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"))
+	maxBytes, err := maxBytesQuery(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	typ, rc, err := s.eng.TarOut(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"), maxBytes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("X-Sbx-Type", typ)
 	w.WriteHeader(http.StatusOK)
 	copyOrAbort(w, rc)
 }

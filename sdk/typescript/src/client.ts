@@ -321,14 +321,19 @@ export class Sandbox {
     await this.t.json({ method: 'POST', path: this.p('processes', String(pid), 'signal'), json: { signal }, signal: o.signal });
   }
 
-  /** Reads a file's bytes. Throws {@link FileNotFoundError}. */
-  async readFile(path: string, o: CallOptions = {}): Promise<Buffer> {
-    const res = await this.t.request({ method: 'GET', path: this.p('files'), query: { path }, signal: o.signal });
+  /**
+   * Reads a regular file's bytes. Throws {@link FileNotFoundError}, {@link TooLargeError} when
+   * the file is over `maxBytes` (the server's default is 1 GiB), {@link InvalidArgumentError}
+   * for a directory, a FIFO or a device.
+   */
+  async readFile(path: string, o: CallOptions & { maxBytes?: number } = {}): Promise<Buffer> {
+    const query: Query = { path, max_bytes: o.maxBytes !== undefined ? String(o.maxBytes) : undefined };
+    const res = await this.t.request({ method: 'GET', path: this.p('files'), query, signal: o.signal });
     return readAll(res);
   }
 
   /** Reads a file as UTF-8 text. */
-  async readText(path: string, o: CallOptions = {}): Promise<string> {
+  async readText(path: string, o: CallOptions & { maxBytes?: number } = {}): Promise<string> {
     return (await this.readFile(path, o)).toString('utf8');
   }
 
