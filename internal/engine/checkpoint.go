@@ -412,6 +412,13 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "restore", Data: data}); err != nil {
 		return failed(err)
 	}
+	// The restore builds the new layer beside the old one, in the same
+	// subvolume: it may need up to twice the quota until the old layer
+	// goes. The guest is stopped; the next boot sets the quota again.
+	if err := e.layers.SetQuota(sb.ID, 0); err != nil {
+		e.abandonRestore(ctx, sb.ID, opID)
+		return failed(err)
+	}
 	dst, err := e.layers.NewRestoreDir(sb.ID, opID)
 	if err != nil {
 		e.abandonRestore(ctx, sb.ID, opID)

@@ -38,6 +38,7 @@ const (
 type sandboxShape struct {
 	CPUs     float64           `json:"cpus"`
 	MemoryMB int               `json:"memory_mb"`
+	DiskMB   int               `json:"disk_mb,omitempty"`
 	Env      map[string]string `json:"env"`
 	Network  api.NetworkRules  `json:"network"`
 }
@@ -206,6 +207,9 @@ func (e *Engine) BeginSnapshot(ctx context.Context, idOrName string, req api.Sna
 	if err != nil {
 		return nil, err
 	}
+	if err := e.admitSnapshot(ctx); err != nil {
+		return nil, err
+	}
 	sb, unlock, err := e.lockSandbox(ctx, idOrName, "snapshot")
 	if err != nil {
 		return nil, err
@@ -269,7 +273,7 @@ func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api
 		os.RemoveAll(dir)
 		return nil, nil, snapshotFailed(sb, fork, err)
 	}
-	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Network: sb.Network})
+	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Network: sb.Network})
 	_, diskBytes := c.disk.Stats()
 	sn := &store.Snapshot{
 		ID: id, Name: req.Name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
@@ -387,6 +391,9 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	}); err != nil {
 		return err
 	}
+	if err := e.applyQuota(sb); err != nil {
+		return err
+	}
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
 		return err
 	}
@@ -459,10 +466,18 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	}
 	sb := &store.Sandbox{
 		ID: newID(), Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
-		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
+		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, DiskMB: sh.DiskMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
 		CreateTime: time.Now().UTC(),
 	}
+	if !e.layers.Quota() {
+		sb.DiskMB = 0
+	}
+	admitted, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{sb.Name}, cpus: sb.CPUs, memMB: sb.MemoryMB})
+	if err != nil {
+		return nil, err
+	}
+	defer admitted()
 	ctx, release := e.withLease(ctx)
 	defer release()
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+sb.ID)
@@ -545,7 +560,12 @@ func (e *Engine) BeginFork(ctx context.Context, idOrName string, req api.ForkReq
 		unlock()
 		return nil, err
 	}
-	return &Op{unlock: func() {}, run: func(ctx context.Context, progress func(string)) (any, error) {
+	admitted, err := e.admit(ctx, demand{what: "fork", count: len(names), n: len(names), names: names, cpus: sb.CPUs, memMB: sb.MemoryMB})
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return &Op{unlock: admitted, run: func(ctx context.Context, progress func(string)) (any, error) {
 		return e.fork(ctx, sb, unlock, req, names, progress)
 	}}, nil
 }
@@ -635,7 +655,7 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 			defer func() { <-sem }()
 			cp := &store.Sandbox{
 				ID: newID(), Name: name, State: api.StateCreating, Image: sb.Image, ImageID: sb.ImageID,
-				CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Labels: req.Labels, Network: normalizeNetwork(network),
+				CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Labels: req.Labels, Network: normalizeNetwork(network),
 				SourceSandbox: sb.Name, SourceSnapshot: sn.ID, DiskSource: sb.Name + "/" + sn.ID, CreateTime: time.Now().UTC(),
 			}
 			if err := e.startCopy(ctx, cp, sn, c.disk, c.dir); err != nil {

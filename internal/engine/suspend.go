@@ -248,6 +248,11 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	failed := func(err error) error {
 		return fmt.Errorf("resume %s: %v: %w", sb.Name, err, errdefs.ErrResumeFailed)
 	}
+	admitted, err := e.admit(ctx, demand{what: "resume", n: 1, names: []string{sb.Name}, cpus: sb.CPUs, memMB: sb.MemoryMB})
+	if err != nil {
+		return err
+	}
+	defer admitted()
 	sn, err := e.st.GetSnapshot(ctx, sb.SuspendSnapshot)
 	if err != nil {
 		return failed(fmt.Errorf("its snapshot %s: %w", sb.SuspendSnapshot, err))
@@ -357,6 +362,9 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 	}
 	if cache, err := disk.Rescan(upper, diskM); err == nil {
 		_ = e.layers.SaveCache(sb.ID, cache)
+	}
+	if err := e.applyQuota(sb); err != nil {
+		return err
 	}
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
 		return err
