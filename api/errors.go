@@ -30,6 +30,9 @@ const (
 	// CodeProcessNotFound: no process started by exec has that pid (the
 	// agent keeps the latest 256 finished ones). 404. An sbx extension.
 	CodeProcessNotFound Code = "process_not_found"
+	// CodeEventNotFound: no pending event has that id (it was delivered,
+	// cancelled or expired). 404. An sbx extension.
+	CodeEventNotFound Code = "event_not_found"
 	// CodeNotFound: the route does not exist. 404.
 	CodeNotFound Code = "not_found"
 	// CodeMethodNotAllowed: the route exists for other methods (see the
@@ -87,7 +90,7 @@ func (c Code) HTTPStatus() int {
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
 	case CodeSandboxNotFound, CodeCheckpointNotFound, CodeSnapshotNotFound,
-		CodeImageNotFound, CodeFileNotFound, CodeProcessNotFound, CodeNotFound:
+		CodeImageNotFound, CodeFileNotFound, CodeProcessNotFound, CodeEventNotFound, CodeNotFound:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed

@@ -211,6 +211,19 @@ type Event struct {
 	// sandbox (later if it waited for the sandbox to suspend on its key).
 	CreateTime  time.Time `json:"create_time"`
 	DeliverTime time.Time `json:"deliver_time"`
+	// ExpireTime, on a pending event (GET /v1/events), is when it is
+	// dropped if no sandbox suspends on its key before.
+	ExpireTime *time.Time `json:"expire_time,omitempty"`
+}
+
+// HeaderNextCursor names the response header of a paged list (events)
+// that holds the cursor of the next page; it is absent on the last page.
+const HeaderNextCursor = "X-Next-Cursor"
+
+// CancelEventsResult answers DELETE /v1/events?key=K.
+type CancelEventsResult struct {
+	// Cancelled is how many pending events of the key were deleted.
+	Cancelled int `json:"cancelled"`
 }
 
 // EventResult answers POST /v1/events/{key}.
@@ -426,7 +439,10 @@ type StreamLine struct {
 	Data  json.RawMessage `json:"data,omitempty"`
 	Error string          `json:"error,omitempty"`
 	Code  Code            `json:"code,omitempty"`
-	Time  time.Time       `json:"time"`
+	// RequestID, on an error line, is the id sbxd logged the cause under
+	// (as X-Request-Id).
+	RequestID string    `json:"request_id,omitempty"`
+	Time      time.Time `json:"time"`
 }
 
 // Health is the answer of GET /v1/health.

@@ -73,6 +73,9 @@ type Config struct {
 	// kept for one that suspends on its key later (a Go duration, default
 	// "24h").
 	EventRetention string `json:"event_retention"`
+	// EventLimits bound stored events per key, per sandbox and in all
+	// (count and bytes); zero fields take engine.DefaultEventLimits.
+	EventLimits engine.EventLimits `json:"event_limits"`
 	// BackgroundRestore lets a resume answer while the sandbox's memory
 	// still loads (runsc restore --background); default true.
 	BackgroundRestore *bool `json:"background_restore"`
@@ -189,7 +192,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
 		}
 		if len(c.APIKeys) == 0 {
-			errs = append(errs, errors.New("listen needs at least one API key (--api-key or SBX_API_KEYS): TCP always requires a key"))
+			errs = append(errs, errors.New("listen needs at least one API key ($SBX_API_KEYS, \"api_keys\" in the config file, or --api-key): TCP always requires a key"))
 		}
 	}
 	for i, k := range c.APIKeys {
@@ -362,7 +365,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// 0700 also for a data dir made earlier: images (with their setuid
+	// files), layers and the database are root's alone.
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
 	lock, err := lockDataDir(cfg.DataDir)
@@ -393,6 +401,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	cidr, _ := netip.ParsePrefix(cfg.NetworkCIDR)
 	netm, err := network.NewManager(network.Config{
 		NetnsDir: cfg.NetnsDir, CIDR: cidr, Tag: cfg.NetworkTag, Upstream: cfg.DNSUpstream, Log: log,
+		Holder: "data dir " + cfg.DataDir + ", socket " + cfg.Socket,
 	})
 	if err != nil {
 		return err
@@ -410,7 +419,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	eng, err := engine.New(engine.Config{
 		DataDir: cfg.DataDir, AgentBin: agentBin, PoolSize: cfg.PoolSize,
 		DefaultCPUs: cfg.DefaultCPUs, DefaultMemoryMB: cfg.DefaultMemoryMB, Faults: faults,
-		EventRetention: retention, BackgroundRestore: cfg.BackgroundRestore == nil || *cfg.BackgroundRestore,
+		EventRetention: retention, EventLimits: cfg.EventLimits, BackgroundRestore: cfg.BackgroundRestore == nil || *cfg.BackgroundRestore,
 		Layers: cfg.Layers, DefaultDiskMB: cfg.DefaultDiskMB, MaxSandboxes: cfg.MaxSandboxes, MaxSnapshots: cfg.MaxSnapshots,
 		MemoryOvercommit: cfg.MemoryOvercommit, CPUOvercommit: cfg.CPUOvercommit,
 		ReserveCPUs: cfg.ReserveCPUs, ReserveMemoryMB: cfg.ReserveMemoryMB,

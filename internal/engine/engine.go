@@ -51,6 +51,9 @@ type Config struct {
 	// EventRetention is how long an event no sandbox waits for is kept
 	// (default DefaultEventRetention).
 	EventRetention time.Duration
+	// EventLimits bound the events sbxd stores; zero fields take
+	// DefaultEventLimits.
+	EventLimits EventLimits
 	// Layers is where writable layers live: disk.LayersAuto (default),
 	// disk.LayersBtrfs or disk.LayersDir.
 	Layers string
@@ -110,7 +113,9 @@ type Engine struct {
 	gcMu   sync.RWMutex
 	gcKick chan struct{}
 
-	qmu      sync.Mutex
+	qmu sync.Mutex
+	// eventsMu makes an event's cap checks and its insert one step.
+	eventsMu sync.Mutex
 	quiesces map[string]*quiesce
 
 	act activity

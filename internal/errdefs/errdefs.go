@@ -11,6 +11,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sbxhq/sbx/api"
 )
@@ -41,6 +42,7 @@ var (
 	ErrSnapshotNotFound   = fmt.Errorf("snapshot %w", ErrNotFound)
 	ErrFileNotFound       = fmt.Errorf("file %w", ErrNotFound)
 	ErrProcessNotFound    = fmt.Errorf("process %w", ErrNotFound)
+	ErrEventNotFound      = fmt.Errorf("event %w", ErrNotFound)
 
 	ErrCheckpointFailed = fmt.Errorf("checkpoint %w", ErrFailed)
 	ErrRestoreFailed    = fmt.Errorf("restore %w", ErrFailed)
@@ -97,6 +99,7 @@ var codes = []struct {
 	{ErrSnapshotNotFound, api.CodeSnapshotNotFound},
 	{ErrFileNotFound, api.CodeFileNotFound},
 	{ErrProcessNotFound, api.CodeProcessNotFound},
+	{ErrEventNotFound, api.CodeEventNotFound},
 	{ErrNotFound, api.CodeNotFound},
 	{ErrInvalidArgument, api.CodeInvalidArgument},
 	{ErrUnauthorized, api.CodeUnauthorized},
@@ -127,7 +130,44 @@ func Code(err error) api.Code {
 	return api.CodeInternal
 }
 
-// Public reports whether err's message may be shown to API callers: every
-// classified error's may; an unclassified (internal) error's may not, since
-// it can carry host paths.
-func Public(err error) bool { return Code(err) != api.CodeInternal }
+// Public reports whether err's message may be shown to API callers whole:
+// a classified error's may, except the operation-failed classes
+// (ErrFailed: checkpoint_failed, restore_failed, ...), whose text carries
+// what failed underneath (host paths, runsc's specs and output, lines the
+// guest wrote to its log); an unclassified (internal) error's may not.
+// Callers of a non-public error see its code, a generic message, the
+// details added with WithDetail, and the request id.
+func Public(err error) bool {
+	return Code(err) != api.CodeInternal && !errors.Is(err, ErrFailed)
+}
+
+// detailError carries a message written for API callers along an error
+// whose own text is not public.
+type detailError struct {
+	err    error
+	detail string
+}
+
+func (e *detailError) Error() string { return e.err.Error() }
+func (e *detailError) Unwrap() error { return e.err }
+
+// WithDetail adds to err a message that API callers may see even when
+// err's own text is not public (Public): say what went wrong in the
+// user's terms, with no host path and nothing the guest wrote, e.g.
+// WithDetail(err, "the blob store is full").
+func WithDetail(err error, format string, args ...any) error {
+	return &detailError{err: err, detail: fmt.Sprintf(format, args...)}
+}
+
+// Detail returns the messages added to err with WithDetail, outermost
+// first, joined by "; " ("" when none).
+func Detail(err error) string {
+	var out []string
+	for err != nil {
+		if d, ok := err.(*detailError); ok {
+			out = append(out, d.detail)
+		}
+		err = errors.Unwrap(err)
+	}
+	return strings.Join(out, "; ")
+}

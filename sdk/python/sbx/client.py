@@ -787,8 +787,32 @@ class Sandbox:
         return self
 
     def events(self) -> List[Event]:
-        """Events delivered to the sandbox (why it woke), oldest first."""
-        return [Event.from_dict(o) for o in self.client.transport.json("GET", self._p("events")) or []]
+        """Events delivered to the sandbox (why it woke), oldest first: every page.
+
+        sbxd answers at most 100 events or 4 MiB a page, with the next
+        page's cursor in ``X-Next-Cursor``.
+        """
+        out: List[Event] = []
+        cursor = ""
+        while True:
+            resp = self.client.transport.request("GET", self._p("events"),
+                                                 [("cursor", cursor)] if cursor else None,
+                                                 accept="application/json")
+            try:
+                data = resp.read()
+                nxt = resp.getheader("X-Next-Cursor") or ""
+            except (OSError, http.client.HTTPException) as e:
+                raise ConnectionFailed("connection_failed", 0, f"reading events: {e}") from e
+            finally:
+                resp.close()
+            try:
+                page = json.loads(data) if data.strip() else []
+            except ValueError as e:
+                raise ProtocolError("protocol", resp.status, f"GET events: bad JSON answer: {e}") from e
+            out.extend(Event.from_dict(o) for o in page or [])
+            if not nxt:
+                return out
+            cursor = nxt
 
     # --- ports ------------------------------------------------------------
 
