@@ -142,7 +142,7 @@ func TestFiles(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v", fi.Mode())
 	}
-	st, rc, err := cl.Open(ctx, p)
+	st, rc, err := cl.Open(ctx, p, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,10 +151,10 @@ func TestFiles(t *testing.T) {
 	if err != nil || string(b) != "hello" || st.Size != 5 {
 		t.Fatalf("%q %v", b, err)
 	}
-	if _, _, err := cl.Open(ctx, filepath.Join(dir, "nope")); !isKind(err, FailNotFound) {
+	if _, _, err := cl.Open(ctx, filepath.Join(dir, "nope"), 0); !isKind(err, FailNotFound) {
 		t.Fatalf("open missing: %v", err)
 	}
-	if _, _, err := cl.Open(ctx, dir); !isKind(err, FailIsDir) {
+	if _, _, err := cl.Open(ctx, dir, 0); !isKind(err, FailIsDir) {
 		t.Fatalf("open dir: %v", err)
 	}
 	if _, err := cl.WriteFile(ctx, dir, 0, strings.NewReader("x")); !isKind(err, FailIsDir) {
@@ -182,7 +182,7 @@ func TestTarRoundTrip(t *testing.T) {
 	os.MkdirAll(filepath.Join(src, "d"), 0o755)
 	os.WriteFile(filepath.Join(src, "d", "x"), []byte("xx"), 0o644)
 	os.Symlink("d/x", filepath.Join(src, "l"))
-	rc, err := cl.TarOut(ctx, src)
+	_, rc, err := cl.TarOut(ctx, src, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
