@@ -96,7 +96,7 @@ func (cl *Client) refill() {
 	cl.mu.Unlock()
 	go func() {
 		for {
-			c, err := net.DialTimeout("unix", cl.sock, DialTimeout)
+			c, err := cl.dial(context.Background())
 			cl.mu.Lock()
 			if err != nil || cl.closed {
 				cl.dialing = false
@@ -160,11 +160,10 @@ func (cl *Client) conn(ctx context.Context) (net.Conn, error) {
 	}
 	// The agent re-creates its socket within a second if something in the
 	// sandbox removed it: retry a missing or refusing socket briefly.
-	d := net.Dialer{Timeout: DialTimeout}
 	var c net.Conn
 	var err error
 	for deadline := time.Now().Add(2 * time.Second); ; {
-		c, err = d.DialContext(ctx, "unix", cl.sock)
+		c, err = cl.dial(ctx)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
 			!(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
 			break
@@ -325,8 +324,7 @@ func (cl *Client) Quiesce(ctx context.Context) error {
 	for _, c := range idle {
 		c.Close()
 	}
-	d := net.Dialer{Timeout: DialTimeout}
-	c, err := d.DialContext(ctx, "unix", cl.sock)
+	c, err := cl.dial(ctx)
 	if err != nil {
 		return fmt.Errorf("dial agent: %w", err)
 	}

@@ -443,3 +443,23 @@ func TestMaxBytes(t *testing.T) {
 		t.Errorf("limitWriter: %v", err)
 	}
 }
+
+// TestSortedNamesTwice: a tar_out walks its top directory twice (sizing,
+// then writing); the second read of the same fd must see every entry (an
+// archive of / once came out empty).
+func TestSortedNamesTwice(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "b"), nil, 0o644)
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for i := 0; i < 2; i++ {
+		names, err := sortedNames(int(d.Fd()), dir)
+		if err != nil || len(names) != 2 {
+			t.Fatalf("walk %d: %v %v", i+1, names, err)
+		}
+	}
+}

@@ -173,7 +173,7 @@ func (a *soakAgent) do(ctx context.Context, kind, what string, f func(ctx contex
 	case !isAPI && ctx.Err() != nil:
 		return outInterrupted, err
 	case isAPI && ae.Code == api.CodeConflict:
-		a.s.count(kind, "conflict", "")
+		a.s.count(kind, "conflict", trunc(ae.Message, 200))
 		return outConflict, err
 	}
 	msg := err.Error()

@@ -73,6 +73,13 @@ type Config struct {
 	// kept for one that suspends on its key later (a Go duration, default
 	// "24h").
 	EventRetention string `json:"event_retention"`
+	// CaptureTimeout bounds one capture of a sandbox's disk (checkpoint,
+	// snapshot, fork, suspend): a Go duration, default "30m".
+	CaptureTimeout string `json:"capture_timeout"`
+	// CaptureMaxBytes bounds the file data one capture reads (holes are
+	// not read), default 64 GiB, or twice the sandbox's disk quota when
+	// less.
+	CaptureMaxBytes int64 `json:"capture_max_bytes"`
 	// EventLimits bound stored events per key, per sandbox and in all
 	// (count and bytes); zero fields take engine.DefaultEventLimits.
 	EventLimits engine.EventLimits `json:"event_limits"`
@@ -129,6 +136,8 @@ func Defaults() Config {
 		DefaultMemoryMB: 1024,
 		LogLevel:        "info",
 		EventRetention:  "24h",
+		CaptureTimeout:  "30m",
+		CaptureMaxBytes: engine.DefaultCaptureMaxBytes,
 		PreviewDomain:   "localhost",
 	}
 }
@@ -158,7 +167,8 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore,
 		"SBX_NETWORK_CIDR": &c.NetworkCIDR, "SBX_NETWORK_TAG": &c.NetworkTag, "SBX_DNS_UPSTREAM": &c.DNSUpstream,
 		"SBX_PREVIEW_DOMAIN": &c.PreviewDomain, "SBX_EVENT_RETENTION": &c.EventRetention,
-		"SBX_LAYERS": &c.Layers,
+		"SBX_CAPTURE_TIMEOUT": &c.CaptureTimeout,
+		"SBX_LAYERS":          &c.Layers,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -205,6 +215,12 @@ func (c *Config) Validate() error {
 	}
 	if d, err := time.ParseDuration(c.EventRetention); err != nil || d <= 0 {
 		errs = append(errs, fmt.Errorf("event retention %q: want a positive duration such as 24h", c.EventRetention))
+	}
+	if d, err := time.ParseDuration(c.CaptureTimeout); err != nil || d <= 0 {
+		errs = append(errs, fmt.Errorf("capture timeout %q: want a positive duration such as 30m", c.CaptureTimeout))
+	}
+	if c.CaptureMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("capture max bytes %d: want a positive number of bytes", c.CaptureMaxBytes))
 	}
 	if c.PoolSize < 0 || c.PoolSize > 64 {
 		errs = append(errs, fmt.Errorf("pool size %d is out of range [0, 64]", c.PoolSize))
@@ -365,7 +381,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// 0700 also for a data dir made earlier: images (with their setuid
+	// files), layers and the database are root's alone.
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
 	lock, err := lockDataDir(cfg.DataDir)
@@ -407,6 +428,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	retention, _ := time.ParseDuration(cfg.EventRetention)
+	captureTimeout, _ := time.ParseDuration(cfg.CaptureTimeout)
 	faults, err := ParseFaults(os.Getenv("SBX_FAULTS"))
 	if err != nil {
 		return err
@@ -418,6 +440,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Layers: cfg.Layers, DefaultDiskMB: cfg.DefaultDiskMB, MaxSandboxes: cfg.MaxSandboxes, MaxSnapshots: cfg.MaxSnapshots,
 		MemoryOvercommit: cfg.MemoryOvercommit, CPUOvercommit: cfg.CPUOvercommit,
 		ReserveCPUs: cfg.ReserveCPUs, ReserveMemoryMB: cfg.ReserveMemoryMB,
+		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err

@@ -118,7 +118,9 @@ func (l *Layers) Mount(id, lower string) error {
 	// index=off: the writable layer is swapped whole by restores, so
 	// overlayfs must not keep inode index entries tied to one upperdir.
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off", lower, p.Upper, p.Work)
-	if err := unix.Mount("overlay", p.RootFS, "overlay", 0, opts); err != nil {
+	// nosuid, nodev: a setuid file or a device node in the layer means
+	// nothing on the host (runsc alone gives them meaning in the sandbox).
+	if err := unix.Mount("overlay", p.RootFS, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay for %s: %w", id, err)
 	}
 	return nil

@@ -59,6 +59,14 @@ func (p *pool) adopt(sb *store.Sandbox) {
 
 func (p *pool) start() {
 	if p.size <= 0 {
+		// Warm sandboxes of an earlier sbxd with a larger pool go.
+		if p.count() > 0 {
+			p.e.bg.Add(1)
+			go func() {
+				defer p.e.bg.Done()
+				p.trim(p.e.ctx)
+			}()
+		}
 		return
 	}
 	p.e.bg.Add(1)
@@ -113,6 +121,7 @@ func (p *pool) fill(ctx context.Context) {
 	for _, sb := range stale {
 		p.discard(ctx, sb)
 	}
+	n -= p.trim(ctx)
 	for ; n < p.size && ctx.Err() == nil; n++ {
 		sb := &store.Sandbox{
 			ID: newID(), State: api.StateCreating, Image: disk.DefaultImage, ImageID: want.imageID,
@@ -138,6 +147,22 @@ func (p *pool) fill(ctx context.Context) {
 		p.ready = append(p.ready, sb)
 		p.mu.Unlock()
 	}
+}
+
+// trim discards the warm sandboxes beyond the pool's size (adopted from
+// an earlier sbxd run with a larger --pool) and returns how many.
+func (p *pool) trim(ctx context.Context) int {
+	p.mu.Lock()
+	var extra []*store.Sandbox
+	if len(p.ready) > max(p.size, 0) {
+		extra = append(extra, p.ready[max(p.size, 0):]...)
+		p.ready = p.ready[:max(p.size, 0)]
+	}
+	p.mu.Unlock()
+	for _, sb := range extra {
+		p.discard(ctx, sb)
+	}
+	return len(extra)
 }
 
 // remove forgets warm sandbox id; refill boots a replacement.

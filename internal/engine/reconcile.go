@@ -64,6 +64,9 @@ func (e *Engine) reconcile(ctx context.Context) error {
 						return err
 					}
 				}
+				if err := e.rt.Attach(sb.ID, e.bundleDir(sb.ID)); err != nil {
+					e.log.Warn("reconcile: init output", "sandbox", sb.Name, "err", err)
+				}
 				e.watch(sb.ID)
 				// An agent left quiesced by a capture a crash cut short
 				// listens again on SIGUSR1.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -202,6 +201,10 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
 		return err
 	}
+	// /tmp stays on the writable layer without a bind mount (see spec).
+	if err := e.layers.KeepTmp(sb.ID); err != nil {
+		return err
+	}
 	if err := e.makeVolumes(sb.Volumes); err != nil {
 		return err
 	}
@@ -233,9 +236,11 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
 	mounts := []runtime.Mount{
 		{Source: e.agentDir, Destination: "/.sbx/bin", ReadOnly: true},
 		{Source: e.runDir(sb.ID), Destination: "/.sbx/run"},
-		// /tmp on the writable layer, as on a disk: without a mount, runsc
-		// puts a tmpfs (memory) on an empty /tmp.
-		{Source: filepath.Join(rootfs, "tmp"), Destination: "/tmp"},
+		// No mount at /tmp: it is on the writable layer, as on a disk. A
+		// bind mount's source in the layer would be a path the guest can
+		// swap for a link to a host directory, which runsc follows at the
+		// next boot. runsc puts a tmpfs (memory) only on an empty /tmp,
+		// and boot keeps it non-empty (disk.Layers.KeepTmp).
 		// Names are answered by sbxd's DNS server, by the sandbox's rules.
 		{Source: e.resolvConf(), Destination: "/etc/resolv.conf", ReadOnly: true},
 	}
@@ -310,17 +315,36 @@ func (e *Engine) List(ctx context.Context, labels map[string]string) ([]*store.S
 
 // Delete stops sandbox idOrName and deletes everything it owns. A second
 // delete while one runs fails with ErrConflict; after it, ErrSandboxNotFound.
+// A warm sandbox of the pool can be deleted by its id (the pool boots a
+// replacement).
 func (e *Engine) Delete(ctx context.Context, idOrName string) error {
-	sb, err := e.Get(ctx, idOrName)
+	sb, err := e.st.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return err
+	}
+	if sb.Pooled {
+		e.pool.remove(sb.ID, true)
 	}
 	return e.deleteSandbox(ctx, sb)
 }
 
 // deleteSandbox deletes sb (a warm one too).
+//
+// A capture of its disk in progress (a checkpoint, snapshot, fork or
+// suspend) is cancelled, and the delete waits for that operation to give
+// up its lock (up to a minute); any other operation in progress is
+// ErrConflict.
 func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox) error {
 	unlock, err := e.tryLock(sb.ID, sb.Name, "delete")
+	if err != nil && errdefs.IsConflict(err) && e.cancelCapture(sb.ID) {
+		e.log.Info("delete: cancelling the capture in progress", "sandbox", sb.Name)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		unlock, err = e.waitLock(wctx, sb.ID, "delete")
+		cancel()
+		if err != nil {
+			return errdefs.Conflictf("sandbox %q: its capture is being cancelled; try again", sb.Name)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -440,6 +464,11 @@ func (e *Engine) Stop(ctx context.Context, idOrName string) (*store.Sandbox, err
 // errAgent maps an agent failure to an error class; field names the
 // request field it concerns.
 func errAgent(err error, field string) error {
+	if errors.Is(err, agent.ErrNotSocket) {
+		// Code in the sandbox replaced the agent's socket: sbxd does not
+		// follow it, so the sandbox is unreachable until it boots again.
+		return errdefs.New(errdefs.ErrUnavailable, "the sandbox's agent socket was replaced from inside the sandbox; stop the sandbox (the next exec boots it) or restore a checkpoint")
+	}
 	var ae *agent.Error
 	if errors.Is(err, agent.ErrStalled) {
 		return errdefs.New(errdefs.ErrUnavailable, "%v (it may be stopped, or the sandbox frozen or overloaded)", err)

@@ -75,6 +75,10 @@ type Runtime interface {
 	// Start boots a container from spec and returns once its init runs.
 	// Bundle is a directory the runtime may use for the container's files.
 	Start(ctx context.Context, spec *Spec, bundle string) error
+	// Attach takes over the host side of a running container that an
+	// earlier process started in bundle (Start's or Restore's): for runsc,
+	// draining its init's output. Attaching twice is fine.
+	Attach(id, bundle string) error
 	// State reports a container's status (StatusMissing if unknown).
 	State(ctx context.Context, id string) (State, error)
 	// List returns every container the runtime knows.

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/pressly/goose/v3"
+	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/sbxhq/sbx/api"
@@ -35,6 +37,21 @@ var _ store.Store = (*Store)(nil)
 // Open opens (creating if needed) the database at path and migrates its
 // schema to the newest version.
 func Open(ctx context.Context, path string) (*Store, error) {
+	// The database holds API keys' hashes, sandboxes' env and events: only
+	// root reads it. SQLite makes its -wal and -shm files with the
+	// database's mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = f.Chmod(0o600)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	for _, p := range []string{path + "-wal", path + "-shm"} {
+		_ = os.Chmod(p, 0o600)
+	}
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
