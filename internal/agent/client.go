@@ -263,7 +263,15 @@ func (cl *Client) Quiesce(ctx context.Context) error {
 	if err := WriteFrame(c, FrameRequest, b); err != nil {
 		return err
 	}
-	return ctxErr(ctx, o.result(nil))
+	if err := o.result(nil); err != nil {
+		return ctxErr(ctx, err)
+	}
+	// The agent closes this connection once its other host sockets are
+	// closed; its EOF is the signal that a checkpoint may start.
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		return ctxErr(ctx, fmt.Errorf("quiesce: waiting for the agent to close its sockets: %w", err))
+	}
+	return ctx.Err()
 }
 
 // SetHostname sets the sandbox's hostname (its UTS namespace).
