@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -138,11 +139,22 @@ func (cl *Client) conn(ctx context.Context) (net.Conn, error) {
 	return c, nil
 }
 
+// ReplyTimeout bounds the wait for the agent's first answer to a request
+// (a result, a failure, or an exec's started frame). An agent that does not
+// answer in time is stuck, or its sandbox is stopped (SIGSTOP) or frozen:
+// the call fails with ErrNoReply instead of waiting forever. Later frames
+// of a stream (an exec's output) have no deadline.
+const ReplyTimeout = 15 * time.Second
+
+// ErrNoReply: the agent did not answer within ReplyTimeout.
+var ErrNoReply = errors.New("the sandbox's agent did not answer (is the sandbox stopped or frozen?)")
+
 // op is one connection carrying one operation. Cancelling ctx closes it.
 type op struct {
-	c    net.Conn
-	stop func() bool
-	buf  []byte
+	c       net.Conn
+	stop    func() bool
+	buf     []byte
+	replied bool // the first frame came; the reply deadline is off
 }
 
 func (cl *Client) start(ctx context.Context, req *Request) (*op, error) {
@@ -151,6 +163,7 @@ func (cl *Client) start(ctx context.Context, req *Request) (*op, error) {
 		return nil, err
 	}
 	o := &op{c: c, stop: context.AfterFunc(ctx, func() { c.Close() })}
+	_ = c.SetDeadline(time.Now().Add(ReplyTimeout))
 	b, err := json.Marshal(req)
 	if err == nil {
 		err = WriteFrame(c, FrameRequest, b)
@@ -181,7 +194,14 @@ func (o *op) next() (byte, []byte, error) {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
+		if !o.replied && errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, nil, fmt.Errorf("%w: no answer in %s", ErrNoReply, ReplyTimeout)
+		}
 		return 0, nil, fmt.Errorf("agent connection: %w", err)
+	}
+	if !o.replied {
+		o.replied = true
+		_ = o.c.SetDeadline(time.Time{})
 	}
 	o.buf = p[:0]
 	if typ == FrameFail {
@@ -487,6 +507,10 @@ func (cl *Client) upload(ctx context.Context, req *Request, r io.Reader, v any) 
 		return err
 	}
 	defer o.close()
+	// The agent answers after the whole body, which may take longer than
+	// ReplyTimeout to send.
+	o.replied = true
+	_ = o.c.SetDeadline(time.Time{})
 	sendErr := make(chan error, 1)
 	go func() {
 		err := sendData(o.c, r)

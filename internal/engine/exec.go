@@ -305,6 +305,9 @@ func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) e
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if errors.Is(err, agent.ErrNoReply) {
+		return errdefs.New(errdefs.ErrUnavailable, "sandbox %q does not answer: its agent gave no reply in %s (the sandbox is stopped, frozen or overloaded; other sandboxes are not affected)", sb.Name, agent.ReplyTimeout)
+	}
 	cur := e.noteExit(context.WithoutCancel(ctx), sb.ID)
 	switch {
 	case cur == nil:
