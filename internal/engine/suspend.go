@@ -347,16 +347,8 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 				"agent_ms", time.Since(tRestore).Milliseconds())
 		}
 	}()
-	_ = e.layers.Remove(sb.ID)
-	if err := e.layers.Create(sb.ID); err != nil {
+	if err := e.rebuildDisk(ctx, sb, diskM); err != nil {
 		return err
-	}
-	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobs}); err != nil {
-		return fmt.Errorf("build the disk: %w", err)
-	}
-	if cache, err := disk.Rescan(upper, diskM); err == nil {
-		_ = e.layers.SaveCache(sb.ID, cache)
 	}
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
 		return err
@@ -451,4 +443,20 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 		}
 	}
 	return done()
+}
+
+// rebuildDisk replaces sb's writable layer with one built from diskM.
+func (e *Engine) rebuildDisk(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest) error {
+	_ = e.layers.Remove(sb.ID)
+	if err := e.layers.Create(sb.ID); err != nil {
+		return err
+	}
+	upper := e.layers.Paths(sb.ID).Upper
+	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobs}); err != nil {
+		return fmt.Errorf("build the disk: %w", err)
+	}
+	if cache, err := disk.Rescan(upper, diskM); err == nil {
+		_ = e.layers.SaveCache(sb.ID, cache)
+	}
+	return nil
 }
