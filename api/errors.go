@@ -30,6 +30,9 @@ const (
 	// CodeProcessNotFound: no process started by exec has that pid (the
 	// agent keeps the latest 256 finished ones). 404. An sbx extension.
 	CodeProcessNotFound Code = "process_not_found"
+	// CodeEventNotFound: no pending event has that id (it was delivered,
+	// cancelled or expired). 404. An sbx extension.
+	CodeEventNotFound Code = "event_not_found"
 	// CodeNotFound: the route does not exist. 404.
 	CodeNotFound Code = "not_found"
 	// CodeMethodNotAllowed: the route exists for other methods (see the
@@ -47,6 +50,16 @@ const (
 	CodeTooLarge Code = "too_large"
 	// CodeQuotaExceeded: a spending or resource limit would be passed. 429.
 	CodeQuotaExceeded Code = "quota_exceeded"
+	// CodeCaptureLimit: capturing the sandbox's disk (a checkpoint, snapshot,
+	// fork or suspend) passed its limit of bytes read or of time; nothing
+	// was changed. 507. An sbx extension.
+	CodeCaptureLimit Code = "capture_limit"
+	// CodeCapacity: the host has no room for the request: the number of
+	// sandboxes or snapshots is at its limit, or the sandboxes' CPUs or
+	// memory together would pass what the host admits (docs/security.md,
+	// Limits). Retry after deleting or suspending sandboxes. 429. An sbx
+	// extension.
+	CodeCapacity Code = "capacity"
 	// CodeCheckpointFailed: a disk checkpoint failed; nothing was changed. 500.
 	CodeCheckpointFailed Code = "checkpoint_failed"
 	// CodeRestoreFailed: a restore failed; the disk is as it was. 500.
@@ -81,7 +94,7 @@ func (c Code) HTTPStatus() int {
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
 	case CodeSandboxNotFound, CodeCheckpointNotFound, CodeSnapshotNotFound,
-		CodeImageNotFound, CodeFileNotFound, CodeProcessNotFound, CodeNotFound:
+		CodeImageNotFound, CodeFileNotFound, CodeProcessNotFound, CodeEventNotFound, CodeNotFound:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
@@ -89,12 +102,14 @@ func (c Code) HTTPStatus() int {
 		return http.StatusConflict
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case CodeQuotaExceeded:
+	case CodeQuotaExceeded, CodeCapacity:
 		return http.StatusTooManyRequests
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case CodePortUnreachable:
 		return http.StatusBadGateway
+	case CodeCaptureLimit:
+		return http.StatusInsufficientStorage
 	default:
 		return http.StatusInternalServerError
 	}

@@ -38,6 +38,10 @@ type Sandbox struct {
 	CPUs float64 `json:"cpus"`
 	// MemoryMB is the memory limit in MiB (a cgroup memory limit).
 	MemoryMB int `json:"memory_mb"`
+	// DiskMB is the disk quota in MiB of what the sandbox writes (its
+	// writable layer); 0 when this sbxd has no disk quotas (GET /v1/health
+	// disk_quota).
+	DiskMB int `json:"disk_mb"`
 	// Env is merged into the environment of every exec.
 	Env    map[string]string `json:"env"`
 	Labels map[string]string `json:"labels"`
@@ -207,6 +211,19 @@ type Event struct {
 	// sandbox (later if it waited for the sandbox to suspend on its key).
 	CreateTime  time.Time `json:"create_time"`
 	DeliverTime time.Time `json:"deliver_time"`
+	// ExpireTime, on a pending event (GET /v1/events), is when it is
+	// dropped if no sandbox suspends on its key before.
+	ExpireTime *time.Time `json:"expire_time,omitempty"`
+}
+
+// HeaderNextCursor names the response header of a paged list (events)
+// that holds the cursor of the next page; it is absent on the last page.
+const HeaderNextCursor = "X-Next-Cursor"
+
+// CancelEventsResult answers DELETE /v1/events?key=K.
+type CancelEventsResult struct {
+	// Cancelled is how many pending events of the key were deleted.
+	Cancelled int `json:"cancelled"`
 }
 
 // EventResult answers POST /v1/events/{key}.
@@ -422,7 +439,10 @@ type StreamLine struct {
 	Data  json.RawMessage `json:"data,omitempty"`
 	Error string          `json:"error,omitempty"`
 	Code  Code            `json:"code,omitempty"`
-	Time  time.Time       `json:"time"`
+	// RequestID, on an error line, is the id sbxd logged the cause under
+	// (as X-Request-Id).
+	RequestID string    `json:"request_id,omitempty"`
+	Time      time.Time `json:"time"`
 }
 
 // Health is the answer of GET /v1/health.
@@ -441,6 +461,39 @@ type Health struct {
 	WarmSandboxes int `json:"warm_sandboxes"`
 	// PID is sbxd's process id on the host.
 	PID int `json:"pid"`
+	// Layers is where writable layers live: "btrfs" (a subvolume each,
+	// with a disk quota) or "dir" (plain directories, no quota).
+	Layers string `json:"layers"`
+	// DiskQuota reports whether sandboxes get a disk quota; false on
+	// "dir" layers, where disk_mb is refused.
+	DiskQuota bool `json:"disk_quota"`
+	// DefaultDiskMB is the quota of a sandbox created without disk_mb (0
+	// without quotas).
+	DefaultDiskMB int `json:"default_disk_mb"`
+	// LayersNote says why btrfs is not in use, when it was wanted.
+	LayersNote string `json:"layers_note,omitempty"`
+	// Capacity is what this host admits.
+	Capacity *Capacity `json:"capacity,omitempty"`
+}
+
+// Capacity is what a host admits (docs/security.md, "Disk quota, upload
+// size and admission").
+type Capacity struct {
+	// HostCPUs and HostMemoryMB are the host's, before the reserve.
+	HostCPUs     int `json:"host_cpus"`
+	HostMemoryMB int `json:"host_memory_mb"`
+	// MaxSandboxCPUs and MaxSandboxMemoryMB are what remains after the
+	// reserve for sbxd and the host: the most one sandbox may ask for, and
+	// the limit on the cgroup of all sandboxes together.
+	MaxSandboxCPUs     float64 `json:"max_sandbox_cpus"`
+	MaxSandboxMemoryMB int     `json:"max_sandbox_memory_mb"`
+	// CPUOvercommit and MemoryOvercommit: the sandboxes not suspended may
+	// have limits adding up to this many times the allocatable amounts.
+	CPUOvercommit    float64 `json:"cpu_overcommit"`
+	MemoryOvercommit float64 `json:"memory_overcommit"`
+	// MaxSandboxes and MaxSnapshots cap how many exist.
+	MaxSandboxes int `json:"max_sandboxes"`
+	MaxSnapshots int `json:"max_snapshots"`
 }
 
 // CheckpointRequest is the body of POST /v1/sandboxes/{name}/checkpoint.

@@ -167,6 +167,7 @@ var (
 	ErrImageNotFound      = &Error{Code: api.CodeImageNotFound}
 	ErrFileNotFound       = &Error{Code: api.CodeFileNotFound}
 	ErrProcessNotFound    = &Error{Code: api.CodeProcessNotFound}
+	ErrEventNotFound      = &Error{Code: api.CodeEventNotFound}
 	ErrMethodNotAllowed   = &Error{Code: api.CodeMethodNotAllowed}
 	ErrNameTaken          = &Error{Code: api.CodeNameTaken}
 	ErrConflict           = &Error{Code: api.CodeConflict}
@@ -305,7 +306,7 @@ func readStream(resp *http.Response, progress Progress, out any) error {
 			}
 			return nil
 		case api.LineError:
-			return &Error{Code: l.Code, Message: l.Error}
+			return &Error{Code: l.Code, Message: l.Error, RequestID: l.RequestID}
 		}
 	}
 	if err := sc.Err(); err != nil {

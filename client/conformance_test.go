@@ -109,6 +109,8 @@ func script() []confCase {
 			Response: confResponse{Status: 200, Body: j(`{"path":"/workspace/a.txt","size":6}`)}},
 		{Call: "read_file", Args: j(`{"path":"/workspace/a.txt"}`),
 			Response: confResponse{Status: 200, BodyText: text("hello\n")}},
+		{Call: "read_file", Args: j(`{"path":"/workspace/big.bin","max_bytes":1000}`), ErrorCode: "too_large",
+			Response: confResponse{Status: 413, Body: j(`{"error":{"code":"too_large","message":"/workspace/big.bin is 2147483648 bytes, over max_bytes 1000"}}`)}},
 		{Call: "list_files", Args: j(`{"path":"/workspace"}`),
 			Response: confResponse{Status: 200, Body: j(`[{"name":"a.txt","path":"/workspace/a.txt","type":"file","size":6,"mode":420,"mod_time":"2026-11-29T10:00:00Z"}]`)}},
 		{Call: "delete_file", Args: j(`{"path":"/workspace/a.txt"}`), Response: confResponse{Status: 204}},
@@ -153,7 +155,7 @@ var callNames = []string{
 	"run {request}: the current sandbox runs an exec request object, buffered",
 	"stream {request}: the current sandbox runs an exec request, streamed; read every event",
 	"write_file {path, content, mode}: write content (UTF-8 text) with permission bits mode",
-	"read_file {path}: read a file; the content must equal the canned body",
+	"read_file {path, max_bytes}: read a file (max_bytes sent when given); the content must equal the canned body",
 	"list_files {path}: list a directory",
 	"delete_file {path}: delete a file",
 	"checkpoint {comment}: take a checkpoint (NDJSON)",
@@ -172,22 +174,23 @@ var callNames = []string{
 // current sandbox.
 func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 	var a struct {
-		Request json.RawMessage   `json:"request"`
-		Name    string            `json:"name"`
-		Labels  map[string]string `json:"labels"`
-		Command string            `json:"command"`
-		Path    string            `json:"path"`
-		Content string            `json:"content"`
-		Mode    uint32            `json:"mode"`
-		Comment string            `json:"comment"`
-		ID      string            `json:"id"`
-		From    string            `json:"from"`
-		To      string            `json:"to"`
-		Sandbox string            `json:"sandbox"`
-		Rules   api.NetworkRules  `json:"rules"`
-		WakeOn  string            `json:"wake_on"`
-		Key     string            `json:"key"`
-		Data    json.RawMessage   `json:"data"`
+		Request  json.RawMessage   `json:"request"`
+		Name     string            `json:"name"`
+		Labels   map[string]string `json:"labels"`
+		Command  string            `json:"command"`
+		Path     string            `json:"path"`
+		Content  string            `json:"content"`
+		Mode     uint32            `json:"mode"`
+		MaxBytes int64             `json:"max_bytes"`
+		Comment  string            `json:"comment"`
+		ID       string            `json:"id"`
+		From     string            `json:"from"`
+		To       string            `json:"to"`
+		Sandbox  string            `json:"sandbox"`
+		Rules    api.NetworkRules  `json:"rules"`
+		WakeOn   string            `json:"wake_on"`
+		Key      string            `json:"key"`
+		Data     json.RawMessage   `json:"data"`
 	}
 	if err := json.Unmarshal(cc.Args, &a); err != nil {
 		return err
@@ -230,7 +233,11 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 	case "write_file":
 		err = sb.WriteFile(ctx, a.Path, strings.NewReader(a.Content), a.Mode)
 	case "read_file":
-		_, err = sb.ReadFile(ctx, a.Path)
+		var f *File
+		if f, err = sb.OpenFileMax(ctx, a.Path, a.MaxBytes); err == nil {
+			_, err = io.ReadAll(f)
+			f.Close()
+		}
 	case "list_files":
 		_, err = sb.ListFiles(ctx, a.Path)
 	case "delete_file":

@@ -255,9 +255,23 @@ type File struct {
 	Mode uint32
 }
 
-// OpenFile streams a file's contents; a read that ends early fails.
+// OpenFile streams a regular file's contents; a read that ends early
+// fails. A file over the server's default max_bytes (1 GiB) is
+// ErrTooLarge: see OpenFileMax.
 func (sb *Sandbox) OpenFile(ctx context.Context, path string) (*File, error) {
-	resp, err := sb.c.request(ctx, http.MethodGet, sbPath(sb.ID, "files"), url.Values{"path": {path}}, nil, "", "")
+	return sb.OpenFileMax(ctx, path, 0)
+}
+
+// OpenFileMax is OpenFile of a file of at most maxBytes (0: the server's
+// default, 1 GiB): a larger one is ErrTooLarge before any byte is sent. A
+// FIFO, socket or device is ErrInvalidArgument. The bytes of a sparse
+// file's holes are sent as zeros: Download sends them as holes.
+func (sb *Sandbox) OpenFileMax(ctx context.Context, path string, maxBytes int64) (*File, error) {
+	q := url.Values{"path": {path}}
+	if maxBytes > 0 {
+		q.Set("max_bytes", strconv.FormatInt(maxBytes, 10))
+	}
+	resp, err := sb.c.request(ctx, http.MethodGet, sbPath(sb.ID, "files"), q, nil, "", "")
 	if err != nil {
 		return nil, err
 	}
@@ -296,13 +310,40 @@ func (sb *Sandbox) RemoveFile(ctx context.Context, path string, recursive bool) 
 	return sb.c.doJSON(ctx, http.MethodDelete, sbPath(sb.ID, "files"), q, nil, nil)
 }
 
-// Download streams the directory (or file) at path as a tar archive.
+// Download streams the directory (or file) at path as a tar archive (PAX;
+// sparse files as GNU PAX 1.0 sparse entries, which ExtractArchive, GNU
+// tar, bsdtar and Python's tarfile read). An archive estimated over the
+// server's default max_bytes (1 GiB) is ErrTooLarge: see DownloadMax.
 func (sb *Sandbox) Download(ctx context.Context, path string) (io.ReadCloser, error) {
-	resp, err := sb.c.request(ctx, http.MethodGet, sbPath(sb.ID, "archive"), url.Values{"path": {path}}, nil, "", "")
+	a, err := sb.DownloadMax(ctx, path, 0)
 	if err != nil {
 		return nil, err
 	}
-	return resp.Body, nil
+	return a, nil
+}
+
+// Archive is a tar archive of a sandbox's path being read.
+type Archive struct {
+	io.ReadCloser
+	// Type is what the path is: "dir" (the archive holds its contents),
+	// "file" or "symlink" (it holds that one entry, named after it).
+	Type string
+}
+
+// DownloadMax is Download of an archive of at most maxBytes (0: the
+// server's default, 1 GiB), counting file data without holes and 1536
+// bytes an entry: a larger one is ErrTooLarge before any byte is sent; one
+// that grows past it while streaming fails with a read error.
+func (sb *Sandbox) DownloadMax(ctx context.Context, path string, maxBytes int64) (*Archive, error) {
+	q := url.Values{"path": {path}}
+	if maxBytes > 0 {
+		q.Set("max_bytes", strconv.FormatInt(maxBytes, 10))
+	}
+	resp, err := sb.c.request(ctx, http.MethodGet, sbPath(sb.ID, "archive"), q, nil, "", "")
+	if err != nil {
+		return nil, err
+	}
+	return &Archive{ReadCloser: resp.Body, Type: resp.Header.Get("X-Sbx-Type")}, nil
 }
 
 // Upload extracts the tar archive r into the directory path.

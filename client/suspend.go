@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/sbxhq/sbx/api"
@@ -47,12 +49,66 @@ func (sb *Sandbox) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Events returns the events delivered to the sandbox (why it woke),
-// oldest first.
+// Events returns every event delivered to the sandbox (why it woke),
+// oldest first, reading page after page (EventsPage).
 func (sb *Sandbox) Events(ctx context.Context) ([]api.Event, error) {
+	out := []api.Event{}
+	cursor := ""
+	for {
+		page, next, err := sb.EventsPage(ctx, PageOptions{Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if next == "" {
+			return out, nil
+		}
+		cursor = next
+	}
+}
+
+// PageOptions select a page of a paged list: after Cursor (the next
+// cursor of the previous page; "" for the first), at most Limit entries
+// (0: the server's default, 100; at most 1000). sbxd also ends a page of
+// events after 4 MiB of bodies.
+type PageOptions struct {
+	Cursor string
+	Limit  int
+}
+
+func (o PageOptions) query() url.Values {
+	q := url.Values{}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	return q
+}
+
+// getEvents reads one page of events and the next page's cursor ("" after
+// the last page).
+func (c *Client) getEvents(ctx context.Context, path string, q url.Values) ([]api.Event, string, error) {
+	resp, err := c.request(ctx, http.MethodGet, path, q, nil, "", "application/json")
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
 	var out []api.Event
-	err := sb.c.doJSON(ctx, http.MethodGet, sbPath(sb.ID, "events"), nil, nil, &out)
-	return out, err
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, "", fmt.Errorf("decode GET %s answer: %w", path, err)
+	}
+	return out, resp.Header.Get(api.HeaderNextCursor), nil
+}
+
+// EventsPage returns one page of the events delivered to the sandbox,
+// oldest first, and the cursor of the next page ("" after the last).
+//
+// Errors: *Error with code sandbox_not_found or invalid_argument (limit,
+// cursor).
+func (sb *Sandbox) EventsPage(ctx context.Context, o PageOptions) ([]api.Event, string, error) {
+	return sb.c.getEvents(ctx, sbPath(sb.ID, "events"), o.query())
 }
 
 // Update renames the sandbox, replaces its labels, changes its idle
@@ -103,4 +159,36 @@ func (e *Events) Post(ctx context.Context, key string, data []byte, contentType 
 		return nil, err
 	}
 	return &out, nil
+}
+
+// Pending returns one page of the events that wait for a sandbox to
+// suspend on their key (of key; every key when key is ""), oldest first,
+// with their expire_time, and the cursor of the next page ("" after the
+// last).
+//
+// Errors: *Error with code invalid_argument (key, limit, cursor).
+func (e *Events) Pending(ctx context.Context, key string, o PageOptions) ([]api.Event, string, error) {
+	q := o.query()
+	if key != "" {
+		q.Set("key", key)
+	}
+	return e.c.getEvents(ctx, "/v1/events", q)
+}
+
+// Cancel deletes a pending event (DELETE /v1/events/{id}).
+//
+// Errors: *Error with code event_not_found (delivered, cancelled or
+// expired): errors.Is(err, ErrEventNotFound).
+func (e *Events) Cancel(ctx context.Context, id string) error {
+	return e.c.doJSON(ctx, http.MethodDelete, "/v1/events/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// CancelKey deletes every pending event of key (DELETE /v1/events?key=)
+// and returns how many there were.
+//
+// Errors: *Error with code invalid_argument (key).
+func (e *Events) CancelKey(ctx context.Context, key string) (int, error) {
+	var out api.CancelEventsResult
+	err := e.c.doJSON(ctx, http.MethodDelete, "/v1/events", url.Values{"key": {key}}, nil, &out)
+	return out.Cancelled, err
 }

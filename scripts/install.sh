@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up sbx on a fresh Debian bookworm machine, as root:
-#   - Debian packages: mmdebstrap (image builds), busybox-static (tests), iproute2
+#   - Debian packages: mmdebstrap (image builds), busybox-static (tests), iproute2,
+#     btrfs-progs (mkfs.btrfs for the writable layers volume)
 #   - gVisor's runsc, pinned, built static from the Go module proxy
 #   - sbxd, sbx and sbx-agent from this checkout, into /usr/local/bin
 #   - a running sbxd (restarted if it runs; sandboxes survive restarts)
@@ -26,7 +27,7 @@ export PATH="$PATH:/usr/local/go/bin:$PREFIX"
 step() { printf '\n==> %s\n' "$*"; }
 
 step "Debian packages"
-pkgs=(mmdebstrap busybox-static iproute2 ca-certificates)
+pkgs=(mmdebstrap busybox-static iproute2 ca-certificates btrfs-progs)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,7 +1,12 @@
 // Command sbxd is the sbx daemon: it runs gVisor sandboxes for AI agents and
 // serves the REST API v1 on a Unix socket (and on TCP with an API key).
 //
-//	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--api-key KEY] [--preview-domain DOMAIN]
+//	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--preview-domain DOMAIN]
+//	     [--layers auto|btrfs|dir] [--default-disk-mb N] [--max-upload-mb N] [--max-sandboxes N] [--max-snapshots N]
+//
+// API keys for --listen come from $SBX_API_KEYS (comma-separated) or
+// "api_keys" in the config file; --api-key works too, but a key on the
+// command line is visible to every user of the host in ps.
 package main
 
 import (
@@ -24,8 +29,8 @@ func main() {
 	configFile := fs.String("config", "", "JSON config file (keys as in daemon.Config)")
 	dataDir := fs.String("data-dir", "", "state directory (default "+cfg.DataDir+")")
 	socket := fs.String("socket", "", "Unix socket of the API (default "+cfg.Socket+")")
-	listen := fs.String("listen", "", "also serve the API on this TCP address, e.g. 127.0.0.1:7070 (needs --api-key)")
-	apiKey := fs.String("api-key", "", "API key(s) for TCP, comma-separated")
+	listen := fs.String("listen", "", "also serve the API on this TCP address, e.g. 127.0.0.1:7070 (needs a key: $SBX_API_KEYS, \"api_keys\" in --config, or --api-key)")
+	apiKey := fs.String("api-key", "", "API key(s) for TCP, comma-separated; visible to every user in ps: prefer $SBX_API_KEYS or \"api_keys\" in --config")
 	runsc := fs.String("runsc", "", "runsc binary (default: from PATH)")
 	platform := fs.String("platform", "", "runsc platform: kvm or systrap (default: by probe, kvm where KVM works, else systrap; remembered in DATA_DIR/runsc/platform.json)")
 	agentBin := fs.String("agent", "", "static sbx-agent binary (default: next to sbxd)")
@@ -38,6 +43,11 @@ func main() {
 	eventRetention := fs.String("event-retention", "", "how long an event no sandbox waits on is kept (default "+cfg.EventRetention+")")
 	pool := fs.String("pool", "", fmt.Sprintf("warm sandboxes kept booted (default %d)", cfg.PoolSize))
 	logLevel := fs.String("log-level", "", "debug, info, warn or error")
+	layers := fs.String("layers", "", "where writable layers live: auto (btrfs if possible), btrfs (subvolumes with disk quotas) or dir (no quota) (default auto)")
+	defaultDisk := fs.Int("default-disk-mb", 0, "disk quota of a sandbox created without disk_mb, MiB (default 10240)")
+	maxUpload := fs.Int("max-upload-mb", 0, "largest PUT files/archive body, MiB (default 1024)")
+	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes that may exist (default 500)")
+	maxSnapshots := fs.Int("max-snapshots", 0, "most memory snapshots that may exist (default 1000)")
 	previewDomain := fs.String("preview-domain", "", "domain of host-based previews: http://PORT-NAME.DOMAIN[:port]/ reaches a sandbox's port (default "+cfg.PreviewDomain+")")
 	_ = fs.Parse(os.Args[1:])
 
@@ -69,6 +79,15 @@ func main() {
 	set(&cfg.EventRetention, *eventRetention)
 	set(&cfg.LogLevel, *logLevel)
 	set(&cfg.PreviewDomain, *previewDomain)
+	set(&cfg.Layers, *layers)
+	for _, v := range []struct {
+		dst *int
+		v   int
+	}{{&cfg.DefaultDiskMB, *defaultDisk}, {&cfg.MaxUploadMB, *maxUpload}, {&cfg.MaxSandboxes, *maxSandboxes}, {&cfg.MaxSnapshots, *maxSnapshots}} {
+		if v.v != 0 {
+			*v.dst = v.v
+		}
+	}
 	if *apiKey != "" {
 		cfg.APIKeys = strings.Split(*apiKey, ",")
 	}

@@ -5,20 +5,30 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
+
+var controls atomic.Int64
+
+// controlName is an abstract socket name no other test, nor another test
+// process on the machine, uses.
+func controlName() string {
+	return fmt.Sprintf("@sbx-test-%d-%d", os.Getpid(), controls.Add(1))
+}
 
 // startAgent runs a Server in-process (not as PID 1) on a socket in a
 // temp dir and returns a client of it.
 func startAgent(t *testing.T, spare int) *Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "a.sock")
-	srv, err := NewServer(sock, "@sbx-test-"+filepath.Base(filepath.Dir(sock)), t.Logf)
+	srv, err := NewServer(sock, controlName(), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +152,7 @@ func TestFiles(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v", fi.Mode())
 	}
-	st, rc, err := cl.Open(ctx, p)
+	st, rc, err := cl.Open(ctx, p, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,10 +161,10 @@ func TestFiles(t *testing.T) {
 	if err != nil || string(b) != "hello" || st.Size != 5 {
 		t.Fatalf("%q %v", b, err)
 	}
-	if _, _, err := cl.Open(ctx, filepath.Join(dir, "nope")); !isKind(err, FailNotFound) {
+	if _, _, err := cl.Open(ctx, filepath.Join(dir, "nope"), 0); !isKind(err, FailNotFound) {
 		t.Fatalf("open missing: %v", err)
 	}
-	if _, _, err := cl.Open(ctx, dir); !isKind(err, FailIsDir) {
+	if _, _, err := cl.Open(ctx, dir, 0); !isKind(err, FailIsDir) {
 		t.Fatalf("open dir: %v", err)
 	}
 	if _, err := cl.WriteFile(ctx, dir, 0, strings.NewReader("x")); !isKind(err, FailIsDir) {
@@ -182,7 +192,7 @@ func TestTarRoundTrip(t *testing.T) {
 	os.MkdirAll(filepath.Join(src, "d"), 0o755)
 	os.WriteFile(filepath.Join(src, "d", "x"), []byte("xx"), 0o644)
 	os.Symlink("d/x", filepath.Join(src, "l"))
-	rc, err := cl.TarOut(ctx, src)
+	_, rc, err := cl.TarOut(ctx, src, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,40 @@ import (
 	"time"
 )
 
+// Deadlines of agent calls: a stopped agent (SIGSTOP in the sandbox, a
+// frozen runsc-sandbox) makes a call fail with ErrStalled within them
+// instead of hanging it.
+const (
+	// DialTimeout bounds the connect to the agent's socket.
+	DialTimeout = 5 * time.Second
+	// StallTimeout bounds the wait for the agent's next frame when it has
+	// no long work to do first (a ping, a read's result, the next frame of
+	// a file or archive stream, an exec's started frame), and each frame
+	// written to it. An agent that works long without sending (sizing an
+	// archive, scanning a sparse file) sends FrameBusy meanwhile.
+	StallTimeout = 20 * time.Second
+	// WorkTimeout bounds the wait for the answer of an operation that
+	// works without sending (a list, a recursive remove, the last entries
+	// of a tar_in after its body).
+	WorkTimeout = 2 * time.Minute
+)
+
+// ErrStalled reports an agent that sent nothing (or read nothing) within a
+// deadline: it is stopped, or the sandbox is frozen or overloaded.
+var ErrStalled = errors.New("the sandbox's agent did not answer in time")
+
 // Client is the host side of the channel: it uses one connection to the
 // agent's socket (the host path of /.sbx/run/agent.sock) per operation. A
 // client made with spare > 0 keeps that many connections dialed ahead, so
 // an operation does not wait for the agent to accept (~1-2 ms in gVisor).
+//
+// The output of an exec has no deadline (a process may be silent for
+// hours); every other wait does (DialTimeout, StallTimeout, WorkTimeout).
 type Client struct {
 	sock  string
 	spare int
+	// Stall and Work replace StallTimeout and WorkTimeout when set (tests).
+	Stall, Work time.Duration
 
 	mu      sync.Mutex
 	idle    []net.Conn
@@ -31,6 +58,20 @@ type Client struct {
 // keeping spare connections dialed ahead (0: dial per operation). Close
 // releases them.
 func NewClient(sock string, spare int) *Client { return &Client{sock: sock, spare: spare} }
+
+func (cl *Client) stall() time.Duration {
+	if cl.Stall > 0 {
+		return cl.Stall
+	}
+	return StallTimeout
+}
+
+func (cl *Client) work() time.Duration {
+	if cl.Work > 0 {
+		return cl.Work
+	}
+	return WorkTimeout
+}
 
 // Close closes the connections dialed ahead; operations in flight go on.
 func (cl *Client) Close() {
@@ -55,7 +96,7 @@ func (cl *Client) refill() {
 	cl.mu.Unlock()
 	go func() {
 		for {
-			c, err := net.DialTimeout("unix", cl.sock, 5*time.Second)
+			c, err := cl.dial(context.Background())
 			cl.mu.Lock()
 			if err != nil || cl.closed {
 				cl.dialing = false
@@ -119,11 +160,10 @@ func (cl *Client) conn(ctx context.Context) (net.Conn, error) {
 	}
 	// The agent re-creates its socket within a second if something in the
 	// sandbox removed it: retry a missing or refusing socket briefly.
-	var d net.Dialer
 	var c net.Conn
 	var err error
 	for deadline := time.Now().Add(2 * time.Second); ; {
-		c, err = d.DialContext(ctx, "unix", cl.sock)
+		c, err = cl.dial(ctx)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
 			!(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
 			break
@@ -139,34 +179,26 @@ func (cl *Client) conn(ctx context.Context) (net.Conn, error) {
 	return c, nil
 }
 
-// ReplyTimeout bounds the wait for the agent's first answer to a request
-// (a result, a failure, or an exec's started frame). An agent that does not
-// answer in time is stuck, or its sandbox is stopped (SIGSTOP) or frozen:
-// the call fails with ErrNoReply instead of waiting forever. Later frames
-// of a stream (an exec's output) have no deadline.
-const ReplyTimeout = 15 * time.Second
-
-// ErrNoReply: the agent did not answer within ReplyTimeout.
-var ErrNoReply = errors.New("the sandbox's agent did not answer (is the sandbox stopped or frozen?)")
-
 // op is one connection carrying one operation. Cancelling ctx closes it.
 type op struct {
-	c       net.Conn
-	stop    func() bool
-	buf     []byte
-	replied bool // the first frame came; the reply deadline is off
+	c    net.Conn
+	stop func() bool
+	buf  []byte
+	// wait bounds each read of a frame (0: none); stall bounds each write.
+	wait, stall time.Duration
 }
 
-func (cl *Client) start(ctx context.Context, req *Request) (*op, error) {
+// start sends req on a connection whose frame reads wait at most wait
+// (0: no bound).
+func (cl *Client) start(ctx context.Context, req *Request, wait time.Duration) (*op, error) {
 	c, err := cl.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	o := &op{c: c, stop: context.AfterFunc(ctx, func() { c.Close() })}
-	_ = c.SetDeadline(time.Now().Add(ReplyTimeout))
+	o := &op{c: c, stop: context.AfterFunc(ctx, func() { c.Close() }), wait: wait, stall: cl.stall()}
 	b, err := json.Marshal(req)
 	if err == nil {
-		err = WriteFrame(c, FrameRequest, b)
+		err = o.write(FrameRequest, b)
 	}
 	if err != nil {
 		o.close()
@@ -187,21 +219,40 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// next reads a frame; an agent Failure is returned as *Error.
+// stalled turns a deadline's timeout into ErrStalled.
+func stalled(err error, d time.Duration, what string) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: it %s nothing for %s", ErrStalled, what, d)
+	}
+	return err
+}
+
+// write writes one frame within the stall deadline.
+func (o *op) write(typ byte, p []byte) error {
+	_ = o.c.SetWriteDeadline(time.Now().Add(o.stall))
+	return stalled(WriteFrame(o.c, typ, p), o.stall, "read")
+}
+
+// next reads a frame within o.wait, skipping FrameBusy; an agent Failure
+// is returned as *Error.
 func (o *op) next() (byte, []byte, error) {
-	typ, p, err := ReadFrame(o.c, o.buf)
+	var typ byte
+	var p []byte
+	var err error
+	for {
+		if o.wait > 0 {
+			_ = o.c.SetReadDeadline(time.Now().Add(o.wait))
+		}
+		typ, p, err = ReadFrame(o.c, o.buf)
+		if err != nil || typ != FrameBusy {
+			break
+		}
+	}
 	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		if !o.replied && errors.Is(err, os.ErrDeadlineExceeded) {
-			return 0, nil, fmt.Errorf("%w: no answer in %s", ErrNoReply, ReplyTimeout)
-		}
-		return 0, nil, fmt.Errorf("agent connection: %w", err)
-	}
-	if !o.replied {
-		o.replied = true
-		_ = o.c.SetDeadline(time.Time{})
+		return 0, nil, fmt.Errorf("agent connection: %w", stalled(err, o.wait, "sent"))
 	}
 	o.buf = p[:0]
 	if typ == FrameFail {
@@ -229,8 +280,9 @@ func (o *op) result(v any) error {
 	return json.Unmarshal(p, v)
 }
 
-func (cl *Client) simple(ctx context.Context, req *Request, v any) error {
-	o, err := cl.start(ctx, req)
+// simple runs an operation that answers one result, within wait.
+func (cl *Client) simple(ctx context.Context, req *Request, wait time.Duration, v any) error {
+	o, err := cl.start(ctx, req, wait)
 	if err != nil {
 		return err
 	}
@@ -240,7 +292,7 @@ func (cl *Client) simple(ctx context.Context, req *Request, v any) error {
 
 // Ping checks that the agent answers.
 func (cl *Client) Ping(ctx context.Context) error {
-	return cl.simple(ctx, &Request{Op: OpPing}, nil)
+	return cl.simple(ctx, &Request{Op: OpPing}, cl.stall(), nil)
 }
 
 // WaitReady pings until the agent answers or ctx ends, every 2 ms at first.
@@ -272,31 +324,33 @@ func (cl *Client) Quiesce(ctx context.Context) error {
 	for _, c := range idle {
 		c.Close()
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", cl.sock)
+	c, err := cl.dial(ctx)
 	if err != nil {
 		return fmt.Errorf("dial agent: %w", err)
 	}
-	o := &op{c: c, stop: context.AfterFunc(ctx, func() { c.Close() })}
+	o := &op{c: c, stop: context.AfterFunc(ctx, func() { c.Close() }), wait: cl.stall(), stall: cl.stall()}
 	defer o.close()
 	b, _ := json.Marshal(&Request{Op: OpQuiesce})
-	if err := WriteFrame(c, FrameRequest, b); err != nil {
+	if err := o.write(FrameRequest, b); err != nil {
 		return err
 	}
 	if err := o.result(nil); err != nil {
 		return ctxErr(ctx, err)
 	}
 	// The agent closes this connection once its other host sockets are
-	// closed; its EOF is the signal that a checkpoint may start.
+	// closed; its EOF is the signal that a checkpoint may start. (Going on
+	// at the answer raced the checkpoint: "Cannot save endpoint with bound
+	// host socket".)
+	_ = c.SetReadDeadline(time.Now().Add(cl.stall()))
 	if _, err := io.Copy(io.Discard, c); err != nil {
-		return ctxErr(ctx, fmt.Errorf("quiesce: waiting for the agent to close its sockets: %w", err))
+		return ctxErr(ctx, fmt.Errorf("quiesce: waiting for the agent to close its sockets: %w", stalled(err, cl.stall(), "closed")))
 	}
 	return ctx.Err()
 }
 
 // SetHostname sets the sandbox's hostname (its UTS namespace).
 func (cl *Client) SetHostname(ctx context.Context, name string) error {
-	return cl.simple(ctx, &Request{Op: OpHostname, Hostname: name}, nil)
+	return cl.simple(ctx, &Request{Op: OpHostname, Hostname: name}, cl.stall(), nil)
 }
 
 // Process is an exec whose process has started, attached to its output.
@@ -316,7 +370,7 @@ type Process struct {
 func (cl *Client) Start(ctx context.Context, req *Request, stdin io.Reader) (*Process, error) {
 	req.Op = OpExec
 	req.Stdin = stdin != nil
-	o, err := cl.start(ctx, req)
+	o, err := cl.start(ctx, req, cl.stall())
 	if err != nil {
 		return nil, err
 	}
@@ -330,6 +384,8 @@ func (cl *Client) Start(ctx context.Context, req *Request, stdin io.Reader) (*Pr
 		o.close()
 		return nil, fmt.Errorf("%w: got frame %q, want started", ErrProtocol, typ)
 	}
+	o.wait = 0 // a process may be silent for as long as it likes
+	_ = o.c.SetReadDeadline(time.Time{})
 	if req.Detach {
 		o.close()
 		return &Process{PID: st.PID, ctx: ctx}, nil
@@ -339,11 +395,11 @@ func (cl *Client) Start(ctx context.Context, req *Request, stdin io.Reader) (*Pr
 			buf := make([]byte, 64<<10)
 			for {
 				n, err := stdin.Read(buf)
-				if n > 0 && WriteFrame(o.c, FrameStdin, buf[:n]) != nil {
+				if n > 0 && writeFrameNoDeadline(o, FrameStdin, buf[:n]) != nil {
 					return
 				}
 				if err != nil {
-					_ = WriteFrame(o.c, FrameStdin, nil)
+					_ = writeFrameNoDeadline(o, FrameStdin, nil)
 					return
 				}
 			}
@@ -402,7 +458,7 @@ func (p *Process) Close() {
 // exit. Closing it only detaches. A process the agent does not know is
 // *Error of kind not_found.
 func (cl *Client) Attach(ctx context.Context, pid int, offset int64) (*Process, error) {
-	o, err := cl.start(ctx, &Request{Op: OpAttach, PID: pid, Offset: offset})
+	o, err := cl.start(ctx, &Request{Op: OpAttach, PID: pid, Offset: offset}, cl.stall())
 	if err != nil {
 		return nil, err
 	}
@@ -416,6 +472,8 @@ func (cl *Client) Attach(ctx context.Context, pid int, offset int64) (*Process, 
 		o.close()
 		return nil, fmt.Errorf("%w: got frame %q, want started", ErrProtocol, typ)
 	}
+	o.wait = 0
+	_ = o.c.SetReadDeadline(time.Time{})
 	return &Process{o: o, ctx: ctx, PID: pid, Offset: offset}, nil
 }
 
@@ -423,13 +481,13 @@ func (cl *Client) Attach(ctx context.Context, pid int, offset int64) (*Process, 
 // finished).
 func (cl *Client) Ps(ctx context.Context) ([]ProcInfo, error) {
 	var out []ProcInfo
-	err := cl.simple(ctx, &Request{Op: OpPs}, &out)
+	err := cl.simple(ctx, &Request{Op: OpPs}, cl.stall(), &out)
 	return out, err
 }
 
 // Signal sends sig to the process group of a running exec'd process.
 func (cl *Client) Signal(ctx context.Context, pid, sig int) error {
-	return cl.simple(ctx, &Request{Op: OpSignal, PID: pid, Signal: sig}, nil)
+	return cl.simple(ctx, &Request{Op: OpSignal, PID: pid, Signal: sig}, cl.stall(), nil)
 }
 
 // fileReader yields the FrameData payloads of a read or tar_out.
@@ -465,10 +523,13 @@ func (r *fileReader) Read(b []byte) (int, error) {
 
 func (r *fileReader) Close() error { r.o.close(); return nil }
 
-// Open opens the file at path for reading. The caller closes the reader; a
-// read that ends early returns an error, never a short file with io.EOF.
-func (cl *Client) Open(ctx context.Context, path string) (FileStat, io.ReadCloser, error) {
-	o, err := cl.start(ctx, &Request{Op: OpRead, Path: path})
+// Open opens the regular file at path for reading. The caller closes the
+// reader; a read that ends early returns an error, never a short file with
+// io.EOF. A file over maxBytes (0: any size) is *Error of kind too_large;
+// a FIFO, socket or device is kind not_regular; a path that resolves into
+// ReservedPaths is kind reserved.
+func (cl *Client) Open(ctx context.Context, path string, maxBytes int64) (FileStat, io.ReadCloser, error) {
+	o, err := cl.start(ctx, &Request{Op: OpRead, Path: path, MaxBytes: maxBytes}, cl.stall())
 	if err != nil {
 		return FileStat{}, nil, err
 	}
@@ -480,18 +541,26 @@ func (cl *Client) Open(ctx context.Context, path string) (FileStat, io.ReadClose
 	return st, &fileReader{o: o, ctx: ctx}, nil
 }
 
-// sendData streams r as FrameData frames ending with the empty one.
-func sendData(c net.Conn, r io.Reader) error {
+// writeFrameNoDeadline writes a frame with no write deadline: stdin of a
+// process that does not read it may wait as long as the process runs.
+func writeFrameNoDeadline(o *op, typ byte, p []byte) error {
+	_ = o.c.SetWriteDeadline(time.Time{})
+	return WriteFrame(o.c, typ, p)
+}
+
+// sendData streams r as FrameData frames ending with the empty one, each
+// frame written within the stall deadline.
+func sendData(o *op, r io.Reader) error {
 	buf := make([]byte, 256<<10)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if werr := WriteFrame(c, FrameData, buf[:n]); werr != nil {
+			if werr := o.write(FrameData, buf[:n]); werr != nil {
 				return werr
 			}
 		}
 		if err == io.EOF {
-			return WriteFrame(c, FrameData, nil)
+			return o.write(FrameData, nil)
 		}
 		if err != nil {
 			return err
@@ -500,22 +569,23 @@ func sendData(c net.Conn, r io.Reader) error {
 }
 
 // upload sends r after req and reads the result into v. The agent reads the
-// whole body even when it fails, so the result is read after sending.
+// whole body even when it fails, so the result is read after sending: the
+// wait for it has no deadline while the body goes (each frame written has
+// the stall deadline), then the work deadline.
 func (cl *Client) upload(ctx context.Context, req *Request, r io.Reader, v any) error {
-	o, err := cl.start(ctx, req)
+	o, err := cl.start(ctx, req, 0)
 	if err != nil {
 		return err
 	}
 	defer o.close()
-	// The agent answers after the whole body, which may take longer than
-	// ReplyTimeout to send.
-	o.replied = true
-	_ = o.c.SetDeadline(time.Time{})
 	sendErr := make(chan error, 1)
 	go func() {
-		err := sendData(o.c, r)
+		err := sendData(o, r)
 		if err != nil {
 			o.c.Close() // the agent would wait for the rest of the body
+		} else {
+			// The pending read of the result takes this deadline.
+			_ = o.c.SetReadDeadline(time.Now().Add(cl.work()))
 		}
 		sendErr <- err
 	}()
@@ -541,26 +611,30 @@ func (cl *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.
 // List lists the directory at path.
 func (cl *Client) List(ctx context.Context, path string) ([]Entry, error) {
 	var out []Entry
-	err := cl.simple(ctx, &Request{Op: OpList, Path: path}, &out)
+	err := cl.simple(ctx, &Request{Op: OpList, Path: path}, cl.work(), &out)
 	return out, err
 }
 
 // Remove deletes path; a non-empty directory needs recursive.
 func (cl *Client) Remove(ctx context.Context, path string, recursive bool) error {
-	return cl.simple(ctx, &Request{Op: OpRemove, Path: path, Recursive: recursive}, nil)
+	return cl.simple(ctx, &Request{Op: OpRemove, Path: path, Recursive: recursive}, cl.work(), nil)
 }
 
-// TarOut streams the directory (or file) at path as a tar archive.
-func (cl *Client) TarOut(ctx context.Context, path string) (io.ReadCloser, error) {
-	o, err := cl.start(ctx, &Request{Op: OpTarOut, Path: path})
+// TarOut streams the directory (or file) at path as a tar archive, sparse
+// files as PAX 1.0 sparse entries (see writeSparse). With maxBytes > 0 an
+// archive estimated larger is *Error of kind too_large, before any data,
+// and one that grows past it while streaming ends in an error.
+func (cl *Client) TarOut(ctx context.Context, path string, maxBytes int64) (TarOutResult, io.ReadCloser, error) {
+	o, err := cl.start(ctx, &Request{Op: OpTarOut, Path: path, MaxBytes: maxBytes}, cl.stall())
 	if err != nil {
-		return nil, err
+		return TarOutResult{}, nil, err
 	}
-	if err := o.result(nil); err != nil {
+	var res TarOutResult
+	if err := o.result(&res); err != nil {
 		o.close()
-		return nil, ctxErr(ctx, err)
+		return TarOutResult{}, nil, ctxErr(ctx, err)
 	}
-	return &fileReader{o: o, ctx: ctx}, nil
+	return res, &fileReader{o: o, ctx: ctx}, nil
 }
 
 // TarIn extracts the tar archive r into the directory path, creating it.
@@ -574,7 +648,7 @@ func (cl *Client) TarIn(ctx context.Context, path string, r io.Reader) (TarResul
 // entry a port, by port.
 func (cl *Client) Ports(ctx context.Context) ([]Port, error) {
 	var out []Port
-	err := cl.simple(ctx, &Request{Op: OpPorts}, &out)
+	err := cl.simple(ctx, &Request{Op: OpPorts}, cl.stall(), &out)
 	return out, err
 }
 
@@ -585,7 +659,7 @@ func (cl *Client) Ports(ctx context.Context) ([]Port, error) {
 // only aborts the dial, not the connection it returns. Nothing listening is
 // *Error of kind refused.
 func (cl *Client) Dial(ctx context.Context, port int) (net.Conn, DialResult, error) {
-	o, err := cl.start(ctx, &Request{Op: OpDial, Port: port})
+	o, err := cl.start(ctx, &Request{Op: OpDial, Port: port}, cl.stall())
 	if err != nil {
 		return nil, DialResult{}, err
 	}
@@ -599,5 +673,6 @@ func (cl *Client) Dial(ctx context.Context, port int) (net.Conn, DialResult, err
 		o.c.Close()
 		return nil, DialResult{}, ctx.Err()
 	}
+	_ = o.c.SetDeadline(time.Time{}) // a proxied connection may idle
 	return o.c, res, nil
 }

@@ -27,17 +27,22 @@ import (
 
 // Frame types.
 const (
-	FrameRequest  byte = 'Q' // host → agent: JSON Request
-	FrameStdin    byte = 'I' // host → agent: stdin bytes; empty payload = EOF
-	FrameData     byte = 'D' // either way: file or tar bytes; empty payload = EOF
-	FrameStdout   byte = 'O' // agent → host
-	FrameStderr   byte = 'E' // agent → host
-	FrameStarted  byte = 'S' // agent → host: JSON Started, the process runs
-	FrameExit     byte = 'X' // agent → host: JSON Exit, last frame of an exec
-	FrameResult   byte = 'R' // agent → host: JSON result of a non-exec op
-	FrameFail     byte = 'F' // agent → host: JSON Failure, ends any op
-	FrameSignal   byte = 'K' // host → agent: JSON {"signal":N} to the process group
-	FrameGap      byte = 'G' // agent → host: JSON Gap, output the agent no longer has
+	FrameRequest byte = 'Q' // host → agent: JSON Request
+	FrameStdin   byte = 'I' // host → agent: stdin bytes; empty payload = EOF
+	FrameData    byte = 'D' // either way: file or tar bytes; empty payload = EOF
+	FrameStdout  byte = 'O' // agent → host
+	FrameStderr  byte = 'E' // agent → host
+	FrameStarted byte = 'S' // agent → host: JSON Started, the process runs
+	FrameExit    byte = 'X' // agent → host: JSON Exit, last frame of an exec
+	FrameResult  byte = 'R' // agent → host: JSON result of a non-exec op
+	FrameFail    byte = 'F' // agent → host: JSON Failure, ends any op
+	FrameSignal  byte = 'K' // host → agent: JSON {"signal":N} to the process group
+	FrameGap     byte = 'G' // agent → host: JSON Gap, output the agent no longer has
+	// FrameBusy (agent → host, empty payload) says the agent still works on
+	// the operation (scanning a sparse file, sizing an archive) though it
+	// has nothing to send yet; the host skips it and restarts its stall
+	// deadline.
+	FrameBusy     byte = 'B'
 	MaxFrame           = 1 << 20
 	frameHeaderSz      = 5
 )
@@ -96,6 +101,22 @@ type Request struct {
 	Hostname string `json:"hostname,omitempty"`
 	// Port is the TCP port of a dial.
 	Port int `json:"port,omitempty"`
+	// MaxBytes bounds what a read or tar_out may send, in bytes: a read of
+	// a larger file, or an archive estimated larger (file data without
+	// holes, plus 1536 bytes an entry), fails with kind too_large before
+	// any data; an archive that grows past it while streaming is cut
+	// (no EOF frame). 0: no bound.
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// TarOutResult is the result frame of a tar_out, sent before the archive.
+type TarOutResult struct {
+	// Type of the path archived: "dir" (the archive holds its contents),
+	// "file" or "symlink" (the archive holds that one entry), "other".
+	Type string `json:"type"`
+	// Estimate is the archive's estimated size in bytes (see
+	// Request.MaxBytes); the archive is seldom larger.
+	Estimate int64 `json:"estimate"`
 }
 
 // Gap reports output an attach asked for that the agent no longer has.
@@ -128,7 +149,19 @@ const (
 	FailPermission  = "permission"
 	FailRefused     = "refused"     // a dial found nothing listening on the port
 	FailUnreachable = "unreachable" // a dial's connect failed otherwise (timeout)
-	FailInternal    = "internal"
+	FailTooLarge    = "too_large"   // a read or tar_out over Request.MaxBytes
+	// FailReserved: the path resolves (through symlinks) into a place sbx
+	// reserves (ReservedPaths).
+	FailReserved = "reserved"
+	// FailNotRegular: a read of a FIFO, socket or device (it could block or
+	// never end).
+	FailNotRegular = "not_regular"
+	// FailSymlink: a tar entry would be written through a symlink (one the
+	// archive made, or one in the sandbox); symlinks are never followed
+	// beneath an archive's target.
+	FailSymlink  = "symlink"
+	FailNoSpace  = "no_space" // the sandbox's disk is full (its quota, or the volume)
+	FailInternal = "internal"
 )
 
 // Failure is an operation's error as the agent reports it.
@@ -143,6 +176,12 @@ type Failure struct {
 type Error struct{ Failure }
 
 func (e *Error) Error() string { return e.Message }
+
+// ReservedPaths are where sbx mounts its own things in a sandbox (the
+// agent's socket, kernel filesystems). The agent refuses file operations
+// whose path resolves there, whatever symlinks lead to it; the engine
+// refuses the same paths by text.
+var ReservedPaths = []string{"/.sbx", "/proc", "/sys", "/dev"}
 
 // ErrProtocol reports a malformed or unexpected frame.
 var ErrProtocol = errors.New("agent protocol error")

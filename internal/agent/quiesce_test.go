@@ -16,7 +16,7 @@ func TestQuiesceClosesBeforeAnswer(t *testing.T) {
 	quiesceLag = 200 * time.Millisecond
 	defer func() { quiesceLag = 0 }()
 	sock := filepath.Join(t.TempDir(), "a.sock")
-	srv, err := NewServer(sock, "@sbx-test-q-"+filepath.Base(filepath.Dir(sock)), t.Logf)
+	srv, err := NewServer(sock, controlName(), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

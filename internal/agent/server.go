@@ -3,7 +3,6 @@
 package agent
 
 import (
-	"archive/tar"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,8 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -306,7 +303,7 @@ func (s *Server) handle(nc net.Conn) {
 	case OpExec:
 		err = s.exec(c, &req)
 	case OpRead:
-		err = readFile(c, req.Path)
+		err = readFile(c, req.Path, req.MaxBytes)
 	case OpWrite:
 		err = writeFile(c, req.Path, req.Mode)
 	case OpList:
@@ -314,7 +311,7 @@ func (s *Server) handle(nc net.Conn) {
 	case OpRemove:
 		err = remove(c, req.Path, req.Recursive)
 	case OpTarOut:
-		err = tarOut(c, req.Path)
+		err = tarOut(c, req.Path, req.MaxBytes)
 	case OpTarIn:
 		err = tarIn(c, req.Path)
 	case OpAttach:
@@ -381,6 +378,8 @@ func failureOf(err error) Failure {
 		kind = FailNotDir
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
 		kind = FailPermission
+	case errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.ENOSPC):
+		kind = FailNoSpace
 	}
 	return Failure{Kind: kind, Message: err.Error()}
 }
@@ -442,280 +441,4 @@ func (w dataWriter) Write(p []byte) (int, error) {
 		p = p[k:]
 	}
 	return n, nil
-}
-
-func readFile(c *conn, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return c.fail(err)
-	}
-	if fi.IsDir() {
-		return c.fail(&Error{Failure{Kind: FailIsDir, Message: path + " is a directory"}})
-	}
-	if err := c.sendJSON(FrameResult, FileStat{Size: fi.Size(), Mode: uint32(fi.Mode().Perm())}); err != nil {
-		return err
-	}
-	bw := dataWriter{c}
-	if _, err := io.CopyBuffer(bw, f, make([]byte, 256<<10)); err != nil {
-		// The result frame is sent; the host sees the stream end without
-		// its EOF frame and reports a truncated read.
-		return err
-	}
-	return c.send(FrameData, nil)
-}
-
-func writeFile(c *conn, path string, mode uint32) error {
-	if mode == 0 {
-		mode = 0o644
-	}
-	// Read the whole body before answering, so the host's writer never
-	// blocks on a full socket while we fail.
-	body := &dataReader{r: c.c}
-	fail := func(err error) error {
-		_, _ = io.Copy(io.Discard, body)
-		return c.fail(err)
-	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fail(&Error{Failure{Kind: FailIsDir, Message: path + " is a directory"}})
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	tmp, err := os.CreateTemp(dir, ".sbx-write-*")
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = &fs.PathError{Op: "write", Path: path, Err: pe.Err}
-		}
-		return fail(err)
-	}
-	n, err := io.CopyBuffer(tmp, body, make([]byte, 256<<10))
-	if err == nil {
-		err = tmp.Chmod(fs.FileMode(mode & 0o7777))
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = &fs.PathError{Op: "write", Path: path, Err: pe.Err}
-		}
-		return fail(err)
-	}
-	return c.sendJSON(FrameResult, FileStat{Size: n, Mode: mode & 0o7777})
-}
-
-// Entry is one directory entry of a list.
-type Entry struct {
-	Name       string    `json:"name"`
-	Type       string    `json:"type"`
-	Size       int64     `json:"size"`
-	Mode       uint32    `json:"mode"`
-	ModTime    time.Time `json:"mod_time"`
-	LinkTarget string    `json:"link_target,omitempty"`
-}
-
-func listDir(c *conn, path string) error {
-	des, err := os.ReadDir(path)
-	if err != nil {
-		return c.fail(err)
-	}
-	out := make([]Entry, 0, len(des))
-	for _, de := range des {
-		fi, err := de.Info()
-		if err != nil {
-			continue // removed meanwhile
-		}
-		e := Entry{Name: de.Name(), Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime().UTC()}
-		switch {
-		case fi.Mode().IsRegular():
-			e.Type = "file"
-		case fi.IsDir():
-			e.Type = "dir"
-		case fi.Mode()&fs.ModeSymlink != 0:
-			e.Type = "symlink"
-			e.LinkTarget, _ = os.Readlink(filepath.Join(path, de.Name()))
-		default:
-			e.Type = "other"
-		}
-		out = append(out, e)
-	}
-	return c.sendJSON(FrameResult, out)
-}
-
-func remove(c *conn, path string, recursive bool) error {
-	if _, err := os.Lstat(path); err != nil {
-		return c.fail(err)
-	}
-	var err error
-	if recursive {
-		err = os.RemoveAll(path)
-	} else {
-		err = os.Remove(path)
-	}
-	if err != nil {
-		return c.fail(err)
-	}
-	return c.sendJSON(FrameResult, struct{}{})
-}
-
-// tarOut streams path (a directory's contents, or one file) as a tar.
-func tarOut(c *conn, root string) error {
-	fi, err := os.Lstat(root)
-	if err != nil {
-		return c.fail(err)
-	}
-	if err := c.sendJSON(FrameResult, struct{}{}); err != nil {
-		return err
-	}
-	tw := tar.NewWriter(dataWriter{c})
-	add := func(path, name string, fi fs.FileInfo) error {
-		link := ""
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(path); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return nil // sockets and the like are skipped
-		}
-		hdr.Name = name
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uname, hdr.Gname = "", ""
-		hdr.Format = tar.FormatPAX // keeps sub-second mtimes
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.CopyN(tw, f, hdr.Size)
-		return err
-	}
-	if !fi.IsDir() {
-		err = add(root, filepath.Base(root), fi)
-	} else {
-		err = filepath.WalkDir(root, func(path string, de fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if path == root {
-				return nil
-			}
-			if skipInArchive[path] {
-				return filepath.SkipDir // kernel and sbx mounts, not the disk
-			}
-			fi, err := de.Info()
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
-			return add(path, rel, fi)
-		})
-	}
-	if err == nil {
-		err = tw.Close()
-	}
-	if err != nil {
-		return err // the host sees no EOF frame: a truncated archive
-	}
-	return c.send(FrameData, nil)
-}
-
-// skipInArchive are mount points that an archive of a directory above
-// them leaves out: kernel filesystems and sbx's own.
-var skipInArchive = map[string]bool{"/proc": true, "/sys": true, "/dev": true, "/.sbx": true}
-
-// TarResult is the result of tar_in.
-type TarResult struct {
-	Files int   `json:"files"`
-	Bytes int64 `json:"bytes"`
-}
-
-// tarIn extracts a tar stream into the directory root, creating it.
-func tarIn(c *conn, root string) error {
-	body := &dataReader{r: c.c}
-	fail := func(err error) error {
-		_, _ = io.Copy(io.Discard, body)
-		return c.fail(err)
-	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return fail(err)
-	}
-	tr := tar.NewReader(body)
-	var res TarResult
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fail(&Error{Failure{Kind: FailInvalid, Message: "bad tar stream: " + err.Error()}})
-		}
-		if slices.Contains(strings.Split(hdr.Name, "/"), "..") {
-			return fail(&Error{Failure{Kind: FailInvalid, Message: fmt.Sprintf("tar entry %q leaves the target directory", hdr.Name)}})
-		}
-		name := filepath.Clean("/" + hdr.Name)
-		target := filepath.Join(root, name)
-		mode := fs.FileMode(hdr.Mode & 0o7777)
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, mode|0o700); err != nil {
-				return fail(err)
-			}
-			_ = os.Chmod(target, mode)
-		case tar.TypeReg:
-			_ = os.MkdirAll(filepath.Dir(target), 0o755)
-			_ = os.Remove(target)
-			f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-			if err != nil {
-				return fail(err)
-			}
-			n, err := io.Copy(f, tr)
-			f.Close()
-			if err != nil {
-				return fail(err)
-			}
-			res.Bytes += n
-		case tar.TypeSymlink:
-			_ = os.MkdirAll(filepath.Dir(target), 0o755)
-			_ = os.Remove(target)
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
-				return fail(err)
-			}
-		case tar.TypeLink:
-			src := filepath.Join(root, filepath.Clean("/"+hdr.Linkname))
-			_ = os.Remove(target)
-			if err := os.Link(src, target); err != nil {
-				return fail(err)
-			}
-		default:
-			continue
-		}
-		_ = os.Lchown(target, hdr.Uid, hdr.Gid)
-		if hdr.Typeflag != tar.TypeSymlink {
-			_ = os.Chtimes(target, hdr.ModTime, hdr.ModTime)
-		}
-		res.Files++
-	}
-	return c.sendJSON(FrameResult, res)
 }

@@ -238,7 +238,7 @@ func (a *app) createCmd() *cobra.Command {
 			if err := a.checkOutput(); err != nil {
 				return err
 			}
-			for _, f := range []string{"cpus", "memory"} {
+			for _, f := range []string{"cpus", "memory", "disk"} {
 				if fl := cmd.Flags().Lookup(f); fl.Changed && (fl.Value.String() == "0") {
 					return fmt.Errorf("--%s 0: give a positive value, or leave the flag out for the default", f)
 				}
@@ -280,6 +280,7 @@ func (a *app) createCmd() *cobra.Command {
 	f.StringVar(&req.Image, "image", "", "image (default: default)")
 	f.Float64Var(&req.CPUs, "cpus", 0, "CPU limit in cores (default 1)")
 	f.IntVar(&req.MemoryMB, "memory", 0, "memory limit in MiB (default 1024)")
+	f.IntVar(&req.DiskMB, "disk", 0, "disk quota in MiB of what the sandbox writes (default: sbxd's, 10240; needs btrfs layers)")
 	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVar(&env, "env", nil, "environment KEY=VALUE for every exec (repeatable)")
 	f.StringVar(&req.Snapshot, "from-snapshot", "", "start from a memory snapshot (ID), running")

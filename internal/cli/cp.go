@@ -27,12 +27,15 @@ func splitRemote(s string) (name, path string, ok bool) {
 }
 
 func (a *app) cpCmd() *cobra.Command {
-	return &cobra.Command{
+	var maxBytes int64
+	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy files between the host and a sandbox",
 		Long: "Copy files between the host and a sandbox. One side is NAME:/abs/path.\n" +
 			"A directory is copied with its contents into DST (created if missing);\n" +
-			"a file is copied to DST, or into DST when DST is an existing directory or ends with /.",
+			"a file is copied to DST, or into DST when DST is an existing directory or ends with /.\n" +
+			"Sparse files stay sparse. A copy out of a sandbox of more than --max-bytes\n" +
+			"(file data; holes are not counted) is refused before anything is written.",
 		Example: "  sbx cp ./project dev:/workspace/project\n  sbx cp dev:/workspace/report.txt .",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -52,10 +55,12 @@ func (a *app) cpCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.download(cmd, sb, srcPath, args[1])
+				return a.download(cmd, sb, srcPath, args[1], maxBytes)
 			}
 		},
 	}
+	cmd.Flags().Int64Var(&maxBytes, "max-bytes", defaultCpMaxBytes, "refuse a copy out of a sandbox larger than this many bytes")
+	return cmd
 }
 
 func (a *app) upload(cmd *cobra.Command, sb *client.Sandbox, local, remote string) error {
@@ -128,116 +133,88 @@ func tarDir(dir string, w io.Writer) error {
 	return tw.Close()
 }
 
-func (a *app) download(cmd *cobra.Command, sb *client.Sandbox, remote, local string) error {
-	rf, err := sb.OpenFile(cmd.Context(), remote)
-	if err == nil {
-		defer rf.Close()
-		if fi, err := os.Stat(local); (err == nil && fi.IsDir()) || strings.HasSuffix(local, "/") {
-			local = filepath.Join(local, filepath.Base(remote))
-		}
-		mode := fs.FileMode(rf.Mode) & fs.ModePerm
-		if mode == 0 {
-			mode = 0o644
-		}
-		// Write a temp file beside the destination and rename it over: a
-		// symlink at the destination (say, one an earlier copy brought from
-		// the sandbox) is replaced, never written through.
-		f, err := os.CreateTemp(filepath.Dir(local), ".sbx-cp-*")
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(f, rf)
-		if err == nil {
-			err = f.Chmod(mode)
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(f.Name(), local)
-		}
-		if err != nil {
-			os.Remove(f.Name())
-			return fmt.Errorf("copy %s: %w", remote, err)
-		}
-		return nil
-	}
-	var ae *client.Error
-	if !errors.As(err, &ae) || !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(ae.Message, "is a directory") {
-		return err
-	}
-	tr, err := sb.Download(cmd.Context(), remote)
+// defaultCpMaxBytes is sbx cp's --max-bytes: what a copy out of a sandbox
+// may transfer (file data, holes of sparse files not counted).
+const defaultCpMaxBytes = 1 << 30
+
+// download copies remote (a file, or a directory's contents) to local
+// through an archive, so that sparse files stay sparse: the holes are not
+// sent, and are not written here.
+func (a *app) download(cmd *cobra.Command, sb *client.Sandbox, remote, local string, maxBytes int64) error {
+	ar, err := sb.DownloadMax(cmd.Context(), remote, maxBytes)
 	if err != nil {
+		if errors.Is(err, client.ErrTooLarge) {
+			return fmt.Errorf("%w\nsbx cp copies at most --max-bytes=%d bytes out of a sandbox; pass a larger --max-bytes to copy it", err, maxBytes)
+		}
 		return err
 	}
-	defer tr.Close()
-	return untarInto(tr, local)
+	defer ar.Close()
+	switch ar.Type {
+	case "dir":
+		return client.ExtractArchive(ar, local)
+	case "file":
+	case "symlink":
+		// Copy what the link points to, as a file read does.
+		ar.Close()
+		return a.downloadFile(cmd, sb, remote, local, maxBytes)
+	default:
+		return fmt.Errorf("%s is not a regular file or a directory", remote)
+	}
+	tr := tar.NewReader(ar)
+	hdr, err := tr.Next()
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", remote, err)
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		return fmt.Errorf("copy %s: the archive holds a %q entry, not a file", remote, hdr.Typeflag)
+	}
+	return writeLocal(remote, local, fs.FileMode(hdr.Mode)&fs.ModePerm, tr)
 }
 
-// untarInto extracts a tar into dir through an os.Root: no entry, and no
-// symlink an earlier entry made, can write outside dir.
-func untarInto(r io.Reader, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// downloadFile copies the file remote (through symlinks) with a files
+// read.
+func (a *app) downloadFile(cmd *cobra.Command, sb *client.Sandbox, remote, local string, maxBytes int64) error {
+	rf, err := sb.OpenFileMax(cmd.Context(), remote, maxBytes)
+	if err != nil {
+		if errors.Is(err, client.ErrTooLarge) {
+			return fmt.Errorf("%w\nsbx cp copies at most --max-bytes=%d bytes out of a sandbox; pass a larger --max-bytes to copy it", err, maxBytes)
+		}
 		return err
 	}
-	root, err := os.OpenRoot(dir)
+	defer rf.Close()
+	return writeLocal(remote, local, fs.FileMode(rf.Mode)&fs.ModePerm, rf)
+}
+
+// writeLocal writes r to local (or into it, when it is a directory or
+// ends with /) through a temp file renamed into place, runs of zeros left
+// as holes.
+func writeLocal(remote, local string, mode fs.FileMode, r io.Reader) error {
+	if fi, err := os.Stat(local); (err == nil && fi.IsDir()) || strings.HasSuffix(local, "/") {
+		local = filepath.Join(local, path.Base(remote))
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	// Write a temp file beside the destination and rename it over: a
+	// symlink at the destination (say, one an earlier copy brought from
+	// the sandbox) is replaced, never written through.
+	f, err := os.CreateTemp(filepath.Dir(local), ".sbx-cp-*")
 	if err != nil {
 		return err
 	}
-	defer root.Close()
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := path.Clean(strings.TrimPrefix(hdr.Name, "/"))
-		if name == "." {
-			continue
-		}
-		if name == ".." || strings.HasPrefix(name, "../") {
-			return fmt.Errorf("archive entry %q leaves %s", hdr.Name, dir)
-		}
-		mode := fs.FileMode(hdr.Mode) & fs.ModePerm
-		if parent := path.Dir(name); parent != "." {
-			if err := root.MkdirAll(parent, 0o755); err != nil {
-				return fmt.Errorf("%s: %w", hdr.Name, err)
-			}
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := root.MkdirAll(name, mode|0o700); err != nil {
-				return fmt.Errorf("%s: %w", hdr.Name, err)
-			}
-			_ = root.Chmod(name, mode)
-		case tar.TypeReg:
-			// Replace, never write through, what is there (a symlink).
-			if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("%s: %w", hdr.Name, err)
-			}
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
-			if err != nil {
-				return fmt.Errorf("%s: %w", hdr.Name, err)
-			}
-			if _, err := io.Copy(f, tr); err != nil {
-				f.Close()
-				return err
-			}
-			if err := f.Close(); err != nil {
-				return err
-			}
-			_ = root.Chmod(name, mode)
-			_ = root.Chtimes(name, hdr.ModTime, hdr.ModTime)
-		case tar.TypeSymlink:
-			if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("%s: %w", hdr.Name, err)
-			}
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return fmt.Errorf("%s: %w", hdr.Name, err)
-			}
-		}
+	_, err = client.WriteSparse(f, r, nil)
+	if err == nil {
+		err = f.Chmod(mode)
 	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), local)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("copy %s: %w", remote, err)
+	}
+	return nil
 }

@@ -83,17 +83,74 @@ func (a *app) resumeCmd() *cobra.Command {
 	return cmd
 }
 
+// pendingEvents lists the pending events of key, page after page.
+func (a *app) pendingEvents(ctx context.Context, key string) error {
+	all := []api.Event{}
+	cursor := ""
+	for {
+		page, next, err := a.c.Events.Pending(ctx, key, client.PageOptions{Cursor: cursor})
+		if err != nil {
+			return err
+		}
+		all = append(all, page...)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if a.output == "json" {
+		return a.printJSON(all)
+	}
+	var rows [][]string
+	for _, ev := range all {
+		size := len(ev.Data) + len(ev.DataText) + base64.StdEncoding.DecodedLen(len(ev.DataBase64))
+		expire := ""
+		if ev.ExpireTime != nil {
+			expire = ev.ExpireTime.Local().Format(time.DateTime)
+		}
+		rows = append(rows, []string{ev.ID, clean(ev.Key), ev.CreateTime.Local().Format(time.DateTime), expire, fmt.Sprint(size)})
+	}
+	a.table("ID\tKEY\tPOSTED\tEXPIRES\tBYTES", rows)
+	return nil
+}
+
 func (a *app) eventCmd() *cobra.Command {
-	var data string
+	var data, cancelID string
+	var list, cancel bool
 	cmd := &cobra.Command{
-		Use:   "event KEY [--data TEXT|@FILE|@-]",
+		Use:   "event KEY [--data TEXT|@FILE|@-] | KEY --list | KEY --cancel | --cancel-id ID",
 		Short: "Post an event: wake the sandboxes suspended on KEY",
 		Long: "Post an event to KEY. Every sandbox suspended with --wake-on KEY resumes and receives\n" +
-			"it (sbx events NAME); when none waits, it is kept for one that suspends on KEY later.",
-		Args: cobra.ExactArgs(1),
+			"it (sbx events NAME); when none waits, it is kept for one that suspends on KEY later.\n" +
+			"--list shows the events kept for KEY (\"\" for every key), --cancel deletes them,\n" +
+			"--cancel-id deletes one. sbxd keeps at most 100 events or 16 MiB per key.",
+		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.checkOutput(); err != nil {
 				return err
+			}
+			key := ""
+			if len(args) == 1 {
+				key = args[0]
+			}
+			switch {
+			case cancelID != "":
+				if err := a.c.Events.Cancel(cmd.Context(), cancelID); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "%s cancelled\n", clean(cancelID))
+				return nil
+			case list:
+				return a.pendingEvents(cmd.Context(), key)
+			case len(args) != 1:
+				return fmt.Errorf("give a KEY")
+			case cancel:
+				n, err := a.c.Events.CancelKey(cmd.Context(), key)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "%d pending events of %s cancelled\n", n, clean(key))
+				return nil
 			}
 			var body []byte
 			switch {
@@ -129,6 +186,9 @@ func (a *app) eventCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "the event's body: text, @FILE, or @- for stdin (at most 1 MiB)")
+	cmd.Flags().BoolVar(&list, "list", false, "list the events kept for KEY (every key without KEY) instead of posting")
+	cmd.Flags().BoolVar(&cancel, "cancel", false, "delete the events kept for KEY instead of posting")
+	cmd.Flags().StringVar(&cancelID, "cancel-id", "", "delete the kept event with this id instead of posting")
 	a.addOutput(cmd)
 	return cmd
 }

@@ -73,9 +73,43 @@ type Config struct {
 	// kept for one that suspends on its key later (a Go duration, default
 	// "24h").
 	EventRetention string `json:"event_retention"`
+	// CaptureTimeout bounds one capture of a sandbox's disk (checkpoint,
+	// snapshot, fork, suspend): a Go duration, default "30m".
+	CaptureTimeout string `json:"capture_timeout"`
+	// CaptureMaxBytes bounds the file data one capture reads (holes are
+	// not read), default 64 GiB, or twice the sandbox's disk quota when
+	// less.
+	CaptureMaxBytes int64 `json:"capture_max_bytes"`
+	// EventLimits bound stored events per key, per sandbox and in all
+	// (count and bytes); zero fields take engine.DefaultEventLimits.
+	EventLimits engine.EventLimits `json:"event_limits"`
 	// BackgroundRestore lets a resume answer while the sandbox's memory
 	// still loads (runsc restore --background); default true.
 	BackgroundRestore *bool `json:"background_restore"`
+	// Layers is where sandboxes' writable layers live: "auto" (default:
+	// btrfs when possible, else "dir"), "btrfs" (a subvolume each with a
+	// disk quota; on the data dir when it is btrfs, else on a loop-mounted
+	// image DataDir/layers.img) or "dir" (plain directories, no quota).
+	Layers string `json:"layers"`
+	// DefaultDiskMB is the disk quota of a sandbox created without disk_mb
+	// (default engine.DefaultDiskMB, 10 GiB).
+	DefaultDiskMB int `json:"default_disk_mb"`
+	// MaxUploadMB bounds a PUT .../files or .../archive body, in MiB
+	// (default 1024).
+	MaxUploadMB int `json:"max_upload_mb"`
+	// MaxSandboxes and MaxSnapshots cap how many exist (defaults 500 and
+	// 1000).
+	MaxSandboxes int `json:"max_sandboxes"`
+	MaxSnapshots int `json:"max_snapshots"`
+	// MemoryOvercommit and CPUOvercommit: the limits of the sandboxes not
+	// suspended may add up to this many times the host's memory and CPUs
+	// after the reserve (defaults 10 and 100).
+	MemoryOvercommit float64 `json:"memory_overcommit"`
+	CPUOvercommit    float64 `json:"cpu_overcommit"`
+	// ReserveCPUs and ReserveMemoryMB are kept for sbxd and the host
+	// (defaults 0.25 CPU and the larger of 512 MiB and 5% of memory).
+	ReserveCPUs     float64 `json:"reserve_cpus"`
+	ReserveMemoryMB int     `json:"reserve_memory_mb"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"log_level"`
 	// RunscDebugLogDir, when set, receives runsc's debug logs.
@@ -102,6 +136,8 @@ func Defaults() Config {
 		DefaultMemoryMB: 1024,
 		LogLevel:        "info",
 		EventRetention:  "24h",
+		CaptureTimeout:  "30m",
+		CaptureMaxBytes: engine.DefaultCaptureMaxBytes,
 		PreviewDomain:   "localhost",
 	}
 }
@@ -123,7 +159,7 @@ func (c *Config) LoadFile(path string) error {
 // LoadEnv merges SBX_* environment variables into c: SBX_DATA_DIR,
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
 // SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
-// SBX_BLOB_STORE, SBX_PREVIEW_DOMAIN.
+// SBX_BLOB_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
@@ -131,6 +167,8 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore,
 		"SBX_NETWORK_CIDR": &c.NetworkCIDR, "SBX_NETWORK_TAG": &c.NetworkTag, "SBX_DNS_UPSTREAM": &c.DNSUpstream,
 		"SBX_PREVIEW_DOMAIN": &c.PreviewDomain, "SBX_EVENT_RETENTION": &c.EventRetention,
+		"SBX_CAPTURE_TIMEOUT": &c.CaptureTimeout,
+		"SBX_LAYERS":          &c.Layers,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -164,7 +202,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
 		}
 		if len(c.APIKeys) == 0 {
-			errs = append(errs, errors.New("listen needs at least one API key (--api-key or SBX_API_KEYS): TCP always requires a key"))
+			errs = append(errs, errors.New("listen needs at least one API key ($SBX_API_KEYS, \"api_keys\" in the config file, or --api-key): TCP always requires a key"))
 		}
 	}
 	for i, k := range c.APIKeys {
@@ -178,6 +216,12 @@ func (c *Config) Validate() error {
 	if d, err := time.ParseDuration(c.EventRetention); err != nil || d <= 0 {
 		errs = append(errs, fmt.Errorf("event retention %q: want a positive duration such as 24h", c.EventRetention))
 	}
+	if d, err := time.ParseDuration(c.CaptureTimeout); err != nil || d <= 0 {
+		errs = append(errs, fmt.Errorf("capture timeout %q: want a positive duration such as 30m", c.CaptureTimeout))
+	}
+	if c.CaptureMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("capture max bytes %d: want a positive number of bytes", c.CaptureMaxBytes))
+	}
 	if c.PoolSize < 0 || c.PoolSize > 64 {
 		errs = append(errs, fmt.Errorf("pool size %d is out of range [0, 64]", c.PoolSize))
 	}
@@ -186,6 +230,26 @@ func (c *Config) Validate() error {
 	}
 	if c.DefaultMemoryMB < 64 {
 		errs = append(errs, fmt.Errorf("default memory %d MB must be at least 64", c.DefaultMemoryMB))
+	}
+	switch c.Layers {
+	case "", disk.LayersAuto, disk.LayersBtrfs, disk.LayersDir:
+	default:
+		errs = append(errs, fmt.Errorf("layers %q: want auto, btrfs or dir", c.Layers))
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"default disk MB", c.DefaultDiskMB}, {"max upload MB", c.MaxUploadMB}, {"max sandboxes", c.MaxSandboxes},
+		{"max snapshots", c.MaxSnapshots}, {"reserve memory MB", c.ReserveMemoryMB}} {
+		if v.n < 0 {
+			errs = append(errs, fmt.Errorf("%s %d must not be negative", v.name, v.n))
+		}
+	}
+	if c.DefaultDiskMB != 0 && c.DefaultDiskMB < engine.MinDiskMB {
+		errs = append(errs, fmt.Errorf("default disk MB %d must be at least %d", c.DefaultDiskMB, engine.MinDiskMB))
+	}
+	if c.MemoryOvercommit < 0 || c.CPUOvercommit < 0 || c.ReserveCPUs < 0 {
+		errs = append(errs, errors.New("overcommit and reserve values must not be negative"))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
@@ -322,7 +386,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// 0700 also for a data dir made earlier: images (with their setuid
+	// files), layers and the database are root's alone.
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
 	lock, err := lockDataDir(cfg.DataDir)
@@ -354,6 +423,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	cidr, _ := netip.ParsePrefix(cfg.NetworkCIDR)
 	netm, err := network.NewManager(network.Config{
 		NetnsDir: cfg.NetnsDir, CIDR: cidr, Tag: cfg.NetworkTag, Upstream: cfg.DNSUpstream, Log: log,
+		Holder: "data dir " + cfg.DataDir + ", socket " + cfg.Socket,
 	})
 	if err != nil {
 		return err
@@ -364,6 +434,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	retention, _ := time.ParseDuration(cfg.EventRetention)
+	captureTimeout, _ := time.ParseDuration(cfg.CaptureTimeout)
 	faults, err := ParseFaults(os.Getenv("SBX_FAULTS"))
 	if err != nil {
 		return err
@@ -371,7 +442,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	eng, err := engine.New(engine.Config{
 		DataDir: cfg.DataDir, AgentBin: agentBin, PoolSize: cfg.PoolSize,
 		DefaultCPUs: cfg.DefaultCPUs, DefaultMemoryMB: cfg.DefaultMemoryMB, Faults: faults,
-		EventRetention: retention, BackgroundRestore: cfg.BackgroundRestore == nil || *cfg.BackgroundRestore,
+		EventRetention: retention, EventLimits: cfg.EventLimits, BackgroundRestore: cfg.BackgroundRestore == nil || *cfg.BackgroundRestore,
+		Layers: cfg.Layers, DefaultDiskMB: cfg.DefaultDiskMB, MaxSandboxes: cfg.MaxSandboxes, MaxSnapshots: cfg.MaxSnapshots,
+		MemoryOvercommit: cfg.MemoryOvercommit, CPUOvercommit: cfg.CPUOvercommit,
+		ReserveCPUs: cfg.ReserveCPUs, ReserveMemoryMB: cfg.ReserveMemoryMB,
+		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err
@@ -382,7 +457,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	choice := rt.Choice()
 	srv := server.New(eng, server.Config{APIKeys: cfg.APIKeys, PreviewDomain: cfg.PreviewDomain,
-		Platform: choice.Platform, PlatformReason: choice.Reason}, log)
+		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, Platform: choice.Platform, PlatformReason: choice.Reason}, log)
 
 	var servers []*http.Server
 	errc := make(chan error, 2)
@@ -419,7 +494,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		serve(ln, true)
 		log.Info("listening", "addr", ln.Addr().String())
 	}
-	log.Info("sbxd ready", "runtime", eng.Runtime(), "data_dir", cfg.DataDir, "pool", cfg.PoolSize, "blob_store", blobs.Name())
+	kind, _, _, _ := eng.DiskLayers()
+	log.Info("sbxd ready", "runtime", eng.Runtime(), "layers", kind, "data_dir", cfg.DataDir, "pool", cfg.PoolSize, "blob_store", blobs.Name())
 	select {
 	case <-ctx.Done():
 	case err = <-errc:

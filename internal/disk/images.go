@@ -38,6 +38,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/store"
@@ -330,8 +332,38 @@ var mountpoints = []struct {
 	{"/workspace", 0o755}, {"/root", 0o700}, {"/etc", 0o755},
 }
 
-// prepareRootFS adds the mount points sbx needs to an unpacked image.
+// DefaultHosts is the /etc/hosts that an image without one gets, so that
+// localhost resolves (the sandbox's own name is answered by sbxd's DNS).
+const DefaultHosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+// prepareRootFS adds the mount points sbx needs to an unpacked image, an
+// empty TmpKeepName in /tmp (see Layers.KeepTmp: the image keeps /tmp
+// non-empty, so a sandbox's layer need not), and an /etc/hosts
+// (DefaultHosts) when it has none.
 func prepareRootFS(root string) error {
+	if err := mountpointDirs(root); err != nil {
+		return err
+	}
+	if ents, err := os.ReadDir(filepath.Join(root, "tmp")); err == nil && len(ents) == 0 {
+		if err := os.WriteFile(filepath.Join(root, "tmp", TmpKeepName), nil, 0o644); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(root, "etc", "hosts"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return nil // the image's own (or its link), kept as it is
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(DefaultHosts); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func mountpointDirs(root string) error {
 	for _, mp := range mountpoints {
 		p := filepath.Join(root, mp.path)
 		fi, err := os.Lstat(p)

@@ -20,16 +20,46 @@ import (
 type Layers struct {
 	dir string
 
+	// btrfs: each layer dir is a subvolume with a quota. image and mnt are
+	// the loop image and its mount point ("" when the data dir is btrfs).
+	btrfs      bool
+	image, mnt string
+	// legacyDir holds layers made before btrfs was turned on (plain
+	// directories on the data dir's filesystem); legacy lists their ids.
+	legacyDir string
+	legacy    map[string]bool
+	// fallback is why auto mode did not use btrfs.
+	fallback string
+	// growMu serialises growths of the loop image; growErr is the last
+	// growth's failure.
+	growMu  sync.Mutex
+	growErr error
+
 	mu      sync.Mutex
 	caches  map[string]cacheFile // id → the capture cache, as last saved
 	writeMu sync.Mutex           // one cache file write at a time
 }
 
 // NewLayers returns a layer manager rooted at dir (the sandboxes dir).
-func NewLayers(dir string) *Layers { return &Layers{dir: dir, caches: map[string]cacheFile{}} }
+// Layers made this way are plain directories without a quota
+// (OpenLayers makes btrfs ones).
+func NewLayers(dir string) *Layers {
+	return &Layers{dir: dir, caches: map[string]cacheFile{}, legacy: map[string]bool{}}
+}
 
-// Dir is the directory that holds every layer.
+// Dir is the directory that holds every new layer.
 func (l *Layers) Dir() string { return l.dir }
+
+// base is the directory of id's layer: a subvolume on btrfs.
+func (l *Layers) base(id string) string {
+	l.mu.Lock()
+	old := l.legacy[id]
+	l.mu.Unlock()
+	if old {
+		return filepath.Join(l.legacyDir, id)
+	}
+	return filepath.Join(l.dir, id)
+}
 
 // LayerPaths are the host paths of one sandbox's layer.
 type LayerPaths struct {
@@ -38,12 +68,26 @@ type LayerPaths struct {
 
 // Paths returns the paths of the layer of sandbox id.
 func (l *Layers) Paths(id string) LayerPaths {
-	d := filepath.Join(l.dir, id)
+	d := l.base(id)
 	return LayerPaths{Upper: filepath.Join(d, "upper"), Work: filepath.Join(d, "work"), RootFS: filepath.Join(d, "rootfs")}
 }
 
-// Create makes an empty writable layer for id.
+// Create makes an empty writable layer for id (on btrfs, in a subvolume of
+// its own, without a limit until SetQuota). A layer that exists is kept.
 func (l *Layers) Create(id string) error {
+	if l.btrfs {
+		if err := l.ensureRoom(); err != nil {
+			l.growMu.Lock()
+			l.growErr = err
+			l.growMu.Unlock()
+		}
+		d := l.base(id)
+		if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
+			if err := createSubvolume(d); err != nil {
+				return err
+			}
+		}
+	}
 	p := l.Paths(id)
 	for _, d := range []string{p.Upper, p.Work, p.RootFS} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -74,7 +118,9 @@ func (l *Layers) Mount(id, lower string) error {
 	// index=off: the writable layer is swapped whole by restores, so
 	// overlayfs must not keep inode index entries tied to one upperdir.
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off", lower, p.Upper, p.Work)
-	if err := unix.Mount("overlay", p.RootFS, "overlay", 0, opts); err != nil {
+	// nosuid, nodev: a setuid file or a device node in the layer means
+	// nothing on the host (runsc alone gives them meaning in the sandbox).
+	if err := unix.Mount("overlay", p.RootFS, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay for %s: %w", id, err)
 	}
 	return nil
@@ -108,7 +154,17 @@ func (l *Layers) Remove(id string) error {
 	l.mu.Unlock()
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
-	return os.RemoveAll(filepath.Join(l.dir, id))
+	d := l.base(id)
+	l.mu.Lock()
+	delete(l.legacy, id)
+	l.mu.Unlock()
+	if l.btrfs && isSubvolume(d) {
+		if err := deleteSubvolume(d); err == nil {
+			return nil
+		}
+		// rmdir of an emptied subvolume works too.
+	}
+	return os.RemoveAll(d)
 }
 
 // cacheFile is what a layer's capture cache file holds: the manifest of
@@ -119,7 +175,7 @@ type cacheFile struct {
 	Manifest *Manifest `json:"manifest"`
 }
 
-func (l *Layers) cachePath(id string) string { return filepath.Join(l.dir, id, "cache.json.zst") }
+func (l *Layers) cachePath(id string) string { return filepath.Join(l.base(id), "cache.json.zst") }
 
 // LoadCache returns the capture cache of id's layer, or nil if it has none
 // that matches its current upperdir. The cache is kept in memory; the file
@@ -216,6 +272,10 @@ func (l *Layers) DropAllCaches() {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	paths, _ := filepath.Glob(filepath.Join(l.dir, "*", "cache.json.zst"))
+	if l.legacyDir != "" {
+		old, _ := filepath.Glob(filepath.Join(l.legacyDir, "*", "cache.json.zst"))
+		paths = append(paths, old...)
+	}
 	for _, p := range paths {
 		os.Remove(p)
 	}
@@ -256,7 +316,7 @@ func (l *Layers) NewRestoreDir(id, opID string) (string, error) {
 // RestoreDir is the directory a restore with operation opID builds in
 // (and, after the swap, where the old upperdir goes).
 func (l *Layers) RestoreDir(id, opID string) string {
-	return filepath.Join(l.dir, id, "restore-"+opID)
+	return filepath.Join(l.base(id), "restore-"+opID)
 }
 
 // Swap exchanges id's upperdir with the restore dir of opID in one
@@ -277,7 +337,7 @@ func (l *Layers) Swap(id, opID string) error {
 	if err := unix.Renameat2(unix.AT_FDCWD, l.Paths(id).Upper, unix.AT_FDCWD, newDir, unix.RENAME_EXCHANGE); err != nil {
 		return fmt.Errorf("swap layer of %s: %w", id, err)
 	}
-	return fsyncDir(filepath.Join(l.dir, id))
+	return fsyncDir(l.base(id))
 }
 
 // Swapped reports whether the swap of restore opID happened: the upperdir
@@ -293,7 +353,7 @@ func (l *Layers) Swapped(id, opID string) bool {
 // work dir, which may hold state of the old layer.
 func (l *Layers) FinishSwap(id, opID string, later bool) error {
 	if later {
-		if err := os.Rename(l.RestoreDir(id, opID), filepath.Join(l.dir, id, "trash-"+opID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Rename(l.RestoreDir(id, opID), filepath.Join(l.base(id), "trash-"+opID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	} else if err := os.RemoveAll(l.RestoreDir(id, opID)); err != nil {
@@ -311,7 +371,7 @@ func (l *Layers) FinishSwap(id, opID string, later bool) error {
 
 // EmptyTrash deletes the old layers FinishSwap moved aside for id.
 func (l *Layers) EmptyTrash(id string) error {
-	ents, err := os.ReadDir(filepath.Join(l.dir, id))
+	ents, err := os.ReadDir(l.base(id))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -320,7 +380,7 @@ func (l *Layers) EmptyTrash(id string) error {
 	}
 	for _, e := range ents {
 		if len(e.Name()) > 6 && e.Name()[:6] == "trash-" {
-			if err := os.RemoveAll(filepath.Join(l.dir, id, e.Name())); err != nil {
+			if err := os.RemoveAll(filepath.Join(l.base(id), e.Name())); err != nil {
 				return err
 			}
 		}

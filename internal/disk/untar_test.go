@@ -92,6 +92,19 @@ func TestPrepareRootFS(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dir, "tmp")); fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
 		t.Fatalf("/tmp mode %v", fi.Mode())
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, "etc", "hosts")); err != nil || !strings.Contains(string(b), "127.0.0.1\tlocalhost") {
+		t.Fatalf("/etc/hosts: %q %v", b, err)
+	}
+	// An image's own /etc/hosts is kept.
+	own := t.TempDir()
+	os.MkdirAll(filepath.Join(own, "etc"), 0o755)
+	os.WriteFile(filepath.Join(own, "etc", "hosts"), []byte("10.0.0.1 db\n"), 0o644)
+	if err := prepareRootFS(own); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(own, "etc", "hosts")); string(b) != "10.0.0.1 db\n" {
+		t.Fatalf("the image's /etc/hosts was replaced: %q", b)
+	}
 	bad := t.TempDir()
 	os.WriteFile(filepath.Join(bad, "workspace"), nil, 0o644)
 	if err := prepareRootFS(bad); err == nil || !strings.Contains(err.Error(), "/workspace") {
@@ -112,5 +125,34 @@ func TestArchiveKind(t *testing.T) {
 		if got, err := archiveKind(p); err != nil || got != want {
 			t.Errorf("%s: got %s %v", want, got, err)
 		}
+	}
+}
+
+// TestUntarSkipsDevices: an image's device nodes are not made on the host.
+func TestUntarSkipsDevices(t *testing.T) {
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "dev/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "dev/mem", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 1},
+		{Name: "dev/sda", Typeflag: tar.TypeBlock, Mode: 0o666, Devmajor: 8, Devminor: 0},
+		{Name: "ok", Typeflag: tar.TypeReg, Mode: 0o644},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	if _, err := untar(&buf, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"dev/mem", "dev/sda"} {
+		if _, err := os.Lstat(filepath.Join(dir, n)); !os.IsNotExist(err) {
+			t.Errorf("%s was made on the host: %v", n, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "ok")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -51,6 +51,34 @@ type Config struct {
 	// EventRetention is how long an event no sandbox waits for is kept
 	// (default DefaultEventRetention).
 	EventRetention time.Duration
+	// CaptureTimeout bounds the time of one capture of a sandbox's disk
+	// (default DefaultCaptureTimeout); CaptureMaxBytes the file data it
+	// reads (default DefaultCaptureMaxBytes, or twice the sandbox's disk
+	// quota when less). Passing either is ErrCaptureLimit.
+	CaptureTimeout  time.Duration
+	CaptureMaxBytes int64
+	// EventLimits bound the events sbxd stores; zero fields take
+	// DefaultEventLimits.
+	EventLimits EventLimits
+	// Layers is where writable layers live: disk.LayersAuto (default),
+	// disk.LayersBtrfs or disk.LayersDir.
+	Layers string
+	// DefaultDiskMB is the disk quota of a sandbox created without
+	// disk_mb, on btrfs layers (default DefaultDiskMB).
+	DefaultDiskMB int
+	// MaxSandboxes and MaxSnapshots cap how many exist (defaults
+	// DefaultMaxSandboxes, DefaultMaxSnapshots).
+	MaxSandboxes, MaxSnapshots int
+	// MemoryOvercommit and CPUOvercommit: the sandboxes not suspended may
+	// have limits adding up to this many times what the host has after
+	// its reserve (defaults DefaultMemoryOvercommit, DefaultCPUOvercommit).
+	MemoryOvercommit, CPUOvercommit float64
+	// ReserveCPUs and ReserveMemoryMB/ReserveMemoryPercent are kept for
+	// sbxd and the host (defaults DefaultReserveCPUs, the larger of
+	// DefaultReserveMemoryMB and DefaultReserveMemoryPercent % of memory).
+	ReserveCPUs          float64
+	ReserveMemoryMB      int
+	ReserveMemoryPercent int
 	// Faults pause named points of operations (SBX_FAULTS, for crash
 	// tests); empty in production.
 	Faults map[string]time.Duration
@@ -86,15 +114,26 @@ type Engine struct {
 	// sandbox.
 	ports portConns
 
-	// gcMu keeps the blob collector (write) apart from operations that
-	// store blobs before recording them (read).
-	gcMu   sync.RWMutex
+	// leases pin the blobs of operations in progress against the
+	// collector, without either waiting for the other.
+	leases *blob.Leases
 	gcKick chan struct{}
+	// captures cancel the capture in progress of a sandbox (by id), for
+	// a delete; guarded by mu.
+	captures map[string]context.CancelCauseFunc
 
-	qmu      sync.Mutex
+	qmu sync.Mutex
+	// eventsMu makes an event's cap checks and its insert one step.
+	eventsMu sync.Mutex
 	quiesces map[string]*quiesce
 
 	act activity
+
+	// host and capacity are the host's resources and what sandboxes may
+	// have of them; adm holds admitted demands not yet recorded.
+	host     runtime.Host
+	capacity capacity
+	adm      admission
 
 	bg     sync.WaitGroup
 	ctx    context.Context
@@ -119,13 +158,58 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	if cfg.BootTimeout == 0 {
 		cfg.BootTimeout = 60 * time.Second
 	}
+	if cfg.CaptureTimeout <= 0 {
+		cfg.CaptureTimeout = DefaultCaptureTimeout
+	}
+	if cfg.CaptureMaxBytes <= 0 {
+		cfg.CaptureMaxBytes = DefaultCaptureMaxBytes
+	}
+	if cfg.DefaultDiskMB == 0 {
+		cfg.DefaultDiskMB = DefaultDiskMB
+	}
+	if cfg.MaxSandboxes == 0 {
+		cfg.MaxSandboxes = DefaultMaxSandboxes
+	}
+	if cfg.MaxSnapshots == 0 {
+		cfg.MaxSnapshots = DefaultMaxSnapshots
+	}
+	if cfg.MemoryOvercommit == 0 {
+		cfg.MemoryOvercommit = DefaultMemoryOvercommit
+	}
+	if cfg.CPUOvercommit == 0 {
+		cfg.CPUOvercommit = DefaultCPUOvercommit
+	}
+	if cfg.ReserveCPUs == 0 {
+		cfg.ReserveCPUs = DefaultReserveCPUs
+	}
+	if cfg.ReserveMemoryMB == 0 {
+		cfg.ReserveMemoryMB = DefaultReserveMemoryMB
+	}
+	if cfg.ReserveMemoryPercent == 0 {
+		cfg.ReserveMemoryPercent = DefaultReserveMemoryPercent
+	}
+	host, err := runtime.HostCapacity()
+	if err != nil {
+		return nil, err
+	}
+	layers, err := disk.OpenLayers(disk.LayersConfig{DataDir: cfg.DataDir, Mode: cfg.Layers})
+	if err != nil {
+		return nil, fmt.Errorf("layers: %w", err)
+	}
+	if fb := layers.Fallback(); fb != "" {
+		log.Warn("writable layers on plain directories, without disk quotas: btrfs is not available", "reason", fb)
+	}
 	e := &Engine{
 		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log, gcKick: make(chan struct{}, 1),
-		layers:       disk.NewLayers(filepath.Join(cfg.DataDir, "layers")),
+		layers:       layers,
+		host:         host,
+		capacity:     hostCapacity(host, cfg),
 		sandboxesDir: filepath.Join(cfg.DataDir, "sandboxes"),
 		volumesDir:   filepath.Join(cfg.DataDir, "volumes"),
 		agentDir:     filepath.Join(cfg.DataDir, "bin"),
 		locks:        map[string]*opLock{},
+		leases:       blob.NewLeases(),
+		captures:     map[string]context.CancelCauseFunc{},
 		monitors:     map[string]context.CancelFunc{},
 		agents:       map[string]*agent.Client{},
 		quiesces:     map[string]*quiesce{},
@@ -168,6 +252,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	e.limitAll()
 	e.pool.start()
 	e.bg.Add(2)
 	go e.gcLoop()

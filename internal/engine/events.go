@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -17,6 +20,78 @@ const MaxEventBytes = 1 << 20
 // DefaultEventRetention is how long an event that no sandbox waits for is
 // kept for one that suspends on its key later: 24 h.
 const DefaultEventRetention = 24 * time.Hour
+
+// EventLimits bound stored events, in count and in bytes of bodies. A
+// post that would pass one is refused with ErrQuota (429
+// quota_exceeded), naming the limit.
+// In sbxd's config file they are "event_limits": {"per_key_count": 100,
+// ...}.
+type EventLimits struct {
+	// PerKeyCount and PerKeyBytes bound the pending events of one key.
+	PerKeyCount int   `json:"per_key_count"`
+	PerKeyBytes int64 `json:"per_key_bytes"`
+	// PerSandboxCount and PerSandboxBytes bound the events delivered to
+	// one sandbox (kept until it is deleted).
+	PerSandboxCount int   `json:"per_sandbox_count"`
+	PerSandboxBytes int64 `json:"per_sandbox_bytes"`
+	// TotalCount and TotalBytes bound all events, pending and delivered.
+	TotalCount int   `json:"total_count"`
+	TotalBytes int64 `json:"total_bytes"`
+}
+
+// DefaultEventLimits: 100 pending events or 16 MiB per key, 1000 events
+// or 64 MiB per sandbox, 10000 events or 256 MiB in all.
+var DefaultEventLimits = EventLimits{
+	PerKeyCount: 100, PerKeyBytes: 16 << 20,
+	PerSandboxCount: 1000, PerSandboxBytes: 64 << 20,
+	TotalCount: 10000, TotalBytes: 256 << 20,
+}
+
+// withDefaults fills zero fields from DefaultEventLimits.
+func (l EventLimits) withDefaults() EventLimits {
+	d := DefaultEventLimits
+	if l.PerKeyCount > 0 {
+		d.PerKeyCount = l.PerKeyCount
+	}
+	if l.PerKeyBytes > 0 {
+		d.PerKeyBytes = l.PerKeyBytes
+	}
+	if l.PerSandboxCount > 0 {
+		d.PerSandboxCount = l.PerSandboxCount
+	}
+	if l.PerSandboxBytes > 0 {
+		d.PerSandboxBytes = l.PerSandboxBytes
+	}
+	if l.TotalCount > 0 {
+		d.TotalCount = l.TotalCount
+	}
+	if l.TotalBytes > 0 {
+		d.TotalBytes = l.TotalBytes
+	}
+	return d
+}
+
+// MaxEventPage bounds a page of events: at most MaxEventPage events, and
+// the page ends after the event whose body brings it to EventPageBytes.
+// DefaultEventPage is the count when the caller gives none.
+const (
+	MaxEventPage     = 1000
+	DefaultEventPage = 100
+	EventPageBytes   = 4 << 20
+)
+
+// checkEventRoom refuses an event of size bytes that would pass a limit
+// of what q selects (what names it in the message).
+func (e *Engine) checkEventRoom(ctx context.Context, q store.EventQuery, what string, maxCount int, maxBytes, size int64) error {
+	n, b, err := e.st.CountEvents(ctx, q)
+	if err != nil {
+		return err
+	}
+	if n+1 > maxCount || b+size > maxBytes {
+		return errdefs.New(errdefs.ErrQuota, "%s holds %d events of %d bytes; the limit is %d events or %d bytes: cancel pending events (DELETE /v1/events/{id}) or let them expire", what, n, b, maxCount, maxBytes)
+	}
+	return nil
+}
 
 func newEventID() string {
 	var b [8]byte
@@ -37,7 +112,9 @@ type PostedEvent struct {
 // (EventRetention) and delivered to the first sandbox that suspends on the
 // key, which then resumes at once.
 //
-// Errors: ErrInvalidArgument (key); ErrTooLarge (data over MaxEventBytes).
+// Errors: ErrInvalidArgument (key); ErrTooLarge (data over MaxEventBytes);
+// ErrQuota (EventLimits: the key's pending events, a woken sandbox's
+// events, or all events would pass their limit; nothing is stored).
 func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, contentType string) (*PostedEvent, error) {
 	if err := validateWakeKey("key", key); err != nil {
 		return nil, err
@@ -46,17 +123,38 @@ func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, content
 		return nil, errdefs.New(errdefs.ErrTooLarge, "an event's body is at most %d bytes", MaxEventBytes)
 	}
 	ctx = context.WithoutCancel(ctx)
+	e.eventsMu.Lock()
+	defer e.eventsMu.Unlock()
 	sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
 		return nil, err
 	}
+	lim := e.cfg.EventLimits.withDefaults()
+	size := int64(len(data))
+	var waiting []*store.Sandbox
+	for _, sb := range sbs {
+		if sb.State == api.StateSuspended && sb.WakeOn == key {
+			waiting = append(waiting, sb)
+		}
+	}
+	n := max(len(waiting), 1)
+	if err := e.checkEventRoom(ctx, store.EventQuery{}, "sbxd", lim.TotalCount-n+1, lim.TotalBytes-int64(n-1)*size, size); err != nil {
+		return nil, err
+	}
+	if len(waiting) == 0 {
+		if err := e.checkEventRoom(ctx, store.EventQuery{Pending: true, Key: key}, fmt.Sprintf("key %q", key), lim.PerKeyCount, lim.PerKeyBytes, size); err != nil {
+			return nil, err
+		}
+	}
+	for _, sb := range waiting {
+		if err := e.checkEventRoom(ctx, store.EventQuery{SandboxID: sb.ID}, "sandbox "+sb.Name, lim.PerSandboxCount, lim.PerSandboxBytes, size); err != nil {
+			return nil, err
+		}
+	}
 	now := time.Now().UTC()
 	out := &PostedEvent{}
 	id := newEventID()
-	for _, sb := range sbs {
-		if sb.State != api.StateSuspended || sb.WakeOn != key {
-			continue
-		}
+	for _, sb := range waiting {
 		ev := &store.Event{ID: id, Key: key, SandboxID: sb.ID, Data: data, ContentType: contentType, CreateTime: now, DeliverTime: now}
 		if len(out.Woken) > 0 {
 			ev.ID = newEventID()
@@ -120,13 +218,106 @@ func (e *Engine) resumeAsync(id, why string) {
 	}()
 }
 
-// Events returns the events delivered to a sandbox, oldest first.
+// EventPage selects a page of events: after the cursor of the previous
+// page ("" for the first), at most Limit events (0: DefaultEventPage; at
+// most MaxEventPage).
+type EventPage struct {
+	Cursor string
+	Limit  int
+}
+
+// query turns p into a store query, checking it.
+func (p EventPage) query(q store.EventQuery) (store.EventQuery, error) {
+	switch {
+	case p.Limit < 0 || p.Limit > MaxEventPage:
+		return q, errdefs.Invalid("limit", "%d is out of range [1, %d]", p.Limit, MaxEventPage)
+	case p.Limit == 0:
+		p.Limit = DefaultEventPage
+	}
+	q.Limit, q.MaxBytes = p.Limit, EventPageBytes
+	if p.Cursor != "" {
+		n, err := strconv.ParseInt(strings.TrimPrefix(p.Cursor, "e"), 10, 64)
+		if err != nil || n <= 0 || !strings.HasPrefix(p.Cursor, "e") {
+			return q, errdefs.Invalid("cursor", "%q is not a cursor this API gave", p.Cursor)
+		}
+		q.After = n
+	}
+	return q, nil
+}
+
+// nextCursor is the cursor of the page after evs, "" when evs is the
+// last page (shorter than asked and not cut by bytes).
+func nextCursor(evs []*store.Event, q store.EventQuery) string {
+	if len(evs) == 0 {
+		return ""
+	}
+	var b int64
+	for _, ev := range evs {
+		b += int64(len(ev.Data))
+	}
+	if len(evs) < q.Limit && b < q.MaxBytes {
+		return ""
+	}
+	return "e" + strconv.FormatInt(evs[len(evs)-1].Seq, 10)
+}
+
+// Events returns a page of the events delivered to a sandbox, oldest
+// first, and the cursor of the next page ("" after the last).
 //
-// Errors: ErrSandboxNotFound.
-func (e *Engine) Events(ctx context.Context, idOrName string) ([]*store.Event, error) {
+// Errors: ErrSandboxNotFound; ErrInvalidArgument (limit, cursor).
+func (e *Engine) Events(ctx context.Context, idOrName string, p EventPage) ([]*store.Event, string, error) {
 	sb, err := e.Get(ctx, idOrName)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return e.st.ListEvents(ctx, sb.ID)
+	q, err := p.query(store.EventQuery{SandboxID: sb.ID})
+	if err != nil {
+		return nil, "", err
+	}
+	evs, err := e.st.ListEvents(ctx, q)
+	if err != nil {
+		return nil, "", err
+	}
+	return evs, nextCursor(evs, q), nil
+}
+
+// PendingEvents returns a page of the events that wait for a sandbox to
+// suspend on their key (of key, or of every key when key is ""), oldest
+// first, and the cursor of the next page.
+//
+// Errors: ErrInvalidArgument (key, limit, cursor).
+func (e *Engine) PendingEvents(ctx context.Context, key string, p EventPage) ([]*store.Event, string, error) {
+	if key != "" {
+		if err := validateWakeKey("key", key); err != nil {
+			return nil, "", err
+		}
+	}
+	q, err := p.query(store.EventQuery{Pending: true, Key: key})
+	if err != nil {
+		return nil, "", err
+	}
+	evs, err := e.st.ListEvents(ctx, q)
+	if err != nil {
+		return nil, "", err
+	}
+	return evs, nextCursor(evs, q), nil
+}
+
+// CancelEvent deletes a pending event.
+//
+// Errors: ErrEventNotFound (no pending event has that id: delivered,
+// cancelled or expired).
+func (e *Engine) CancelEvent(ctx context.Context, id string) error {
+	return e.st.DeletePendingEvent(ctx, id)
+}
+
+// CancelEvents deletes the pending events of key and returns how many
+// there were.
+//
+// Errors: ErrInvalidArgument (key).
+func (e *Engine) CancelEvents(ctx context.Context, key string) (int, error) {
+	if err := validateWakeKey("key", key); err != nil {
+		return 0, err
+	}
+	return e.st.DeletePendingEvents(ctx, key)
 }

@@ -305,8 +305,8 @@ func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) e
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if errors.Is(err, agent.ErrNoReply) {
-		return errdefs.New(errdefs.ErrUnavailable, "sandbox %q does not answer: its agent gave no reply in %s (the sandbox is stopped, frozen or overloaded; other sandboxes are not affected)", sb.Name, agent.ReplyTimeout)
+	if errors.Is(err, agent.ErrStalled) {
+		return errdefs.New(errdefs.ErrUnavailable, "sandbox %q does not answer: %v (the sandbox is stopped, frozen or overloaded; other sandboxes are not affected)", sb.Name, err)
 	}
 	cur := e.noteExit(context.WithoutCancel(ctx), sb.ID)
 	switch {
@@ -347,15 +347,24 @@ func (e *Engine) fileTarget(ctx context.Context, idOrName, p string) (*store.San
 	return sb, path, nil
 }
 
-// OpenFile opens a file in the sandbox for reading and returns its size
-// and permission bits. The reader fails rather than end early if the
+// DefaultMaxBytes is the max_bytes of a file or archive download that
+// gives none: 1 GiB.
+const DefaultMaxBytes int64 = 1 << 30
+
+// OpenFile opens a regular file in the sandbox for reading and returns its
+// size and permission bits. The reader fails rather than end early if the
 // transfer breaks.
-func (e *Engine) OpenFile(ctx context.Context, idOrName, p string) (int64, uint32, io.ReadCloser, error) {
+//
+// Errors: ErrTooLarge when the file is over maxBytes; ErrInvalidArgument
+// (path) for a directory, a FIFO, socket or device, or a path that
+// resolves into a reserved place; ErrFileNotFound; ErrUnavailable when the
+// agent does not answer within its deadlines.
+func (e *Engine) OpenFile(ctx context.Context, idOrName, p string, maxBytes int64) (int64, uint32, io.ReadCloser, error) {
 	sb, path, err := e.fileTarget(ctx, idOrName, p)
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	st, rc, err := e.agentFor(sb).Open(ctx, path)
+	st, rc, err := e.agentFor(sb).Open(ctx, path, maxBytes)
 	if err != nil {
 		return 0, 0, nil, e.sandboxErr(ctx, sb, errAgent(err, "path"))
 	}
@@ -421,17 +430,23 @@ func (e *Engine) RemoveFile(ctx context.Context, idOrName, p string, recursive b
 }
 
 // TarOut streams the directory (or file) at p as a tar archive whose names
-// are relative to it.
-func (e *Engine) TarOut(ctx context.Context, idOrName, p string) (io.ReadCloser, error) {
+// are relative to it, sparse files as sparse entries, and returns the type
+// of p ("dir", "file", "symlink", "other").
+//
+// Errors: ErrTooLarge when the archive is estimated over maxBytes (one
+// that grows past it while streaming ends in a read error);
+// ErrInvalidArgument (path) for a path that resolves into a reserved
+// place; ErrFileNotFound; ErrUnavailable when the agent does not answer.
+func (e *Engine) TarOut(ctx context.Context, idOrName, p string, maxBytes int64) (string, io.ReadCloser, error) {
 	sb, path, err := e.fileTarget(ctx, idOrName, p)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	rc, err := e.agentFor(sb).TarOut(ctx, path)
+	res, rc, err := e.agentFor(sb).TarOut(ctx, path, maxBytes)
 	if err != nil {
-		return nil, e.sandboxErr(ctx, sb, errAgent(err, "path"))
+		return "", nil, e.sandboxErr(ctx, sb, errAgent(err, "path"))
 	}
-	return rc, nil
+	return res.Type, rc, nil
 }
 
 // TarIn extracts the tar archive r into the directory p, creating it.

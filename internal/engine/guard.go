@@ -179,8 +179,8 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 		return fmt.Errorf("restore %s to snapshot %s: %v: %w", sb.Name, snapID, err, errdefs.ErrRestoreFailed)
 	}
 	start := time.Now()
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, endLease := e.withLease(ctx)
+	defer endLease()
 	imageDir, diskM, release, err := e.snapshotInputs(ctx, sb, sn)
 	if err != nil {
 		return failed(err)

@@ -38,10 +38,10 @@ func (p *pool) defaultShape(ctx context.Context) (shape, bool) {
 	if err != nil {
 		return shape{}, false
 	}
-	return shape{img.ID, p.e.cfg.DefaultCPUs, p.e.cfg.DefaultMemoryMB}, true
+	return shape{img.ID, p.e.cfg.DefaultCPUs, p.e.cfg.DefaultMemoryMB, p.e.poolDiskMB()}, true
 }
 
-func shapeOf(sb *store.Sandbox) shape { return shape{sb.ImageID, sb.CPUs, sb.MemoryMB} }
+func shapeOf(sb *store.Sandbox) shape { return shape{sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB} }
 
 // ready counts the warm sandboxes waiting.
 func (p *pool) count() int {
@@ -59,6 +59,14 @@ func (p *pool) adopt(sb *store.Sandbox) {
 
 func (p *pool) start() {
 	if p.size <= 0 {
+		// Warm sandboxes of an earlier sbxd with a larger pool go.
+		if p.count() > 0 {
+			p.e.bg.Add(1)
+			go func() {
+				defer p.e.bg.Done()
+				p.trim(p.e.ctx)
+			}()
+		}
 		return
 	}
 	p.e.bg.Add(1)
@@ -113,15 +121,23 @@ func (p *pool) fill(ctx context.Context) {
 	for _, sb := range stale {
 		p.discard(ctx, sb)
 	}
+	n -= p.trim(ctx)
 	for ; n < p.size && ctx.Err() == nil; n++ {
 		sb := &store.Sandbox{
 			ID: newID(), State: api.StateCreating, Image: disk.DefaultImage, ImageID: want.imageID,
-			CPUs: want.cpus, MemoryMB: want.memoryMB, Pooled: true,
+			CPUs: want.cpus, MemoryMB: want.memoryMB, DiskMB: want.diskMB, Pooled: true,
 			// Offline until claimed: the claim gives it the caller's rules.
 			Network: api.NetworkRules{Allow: []string{}, Deny: []string{}, Connect: []string{}},
 		}
 		sb.Name = sb.ID
-		if err := p.e.createCold(ctx, sb); err != nil {
+		release, err := p.e.admit(ctx, demand{what: "warm pool", n: 1, names: []string{sb.Name}, cpus: want.cpus, memMB: want.memoryMB})
+		if err != nil {
+			p.e.log.Debug("warm pool: not refilled", "err", err)
+			return
+		}
+		err = p.e.createCold(ctx, sb)
+		release()
+		if err != nil {
 			if ctx.Err() == nil {
 				p.e.log.Error("warm pool: boot failed", "err", err)
 			}
@@ -131,6 +147,22 @@ func (p *pool) fill(ctx context.Context) {
 		p.ready = append(p.ready, sb)
 		p.mu.Unlock()
 	}
+}
+
+// trim discards the warm sandboxes beyond the pool's size (adopted from
+// an earlier sbxd run with a larger --pool) and returns how many.
+func (p *pool) trim(ctx context.Context) int {
+	p.mu.Lock()
+	var extra []*store.Sandbox
+	if len(p.ready) > max(p.size, 0) {
+		extra = append(extra, p.ready[max(p.size, 0):]...)
+		p.ready = p.ready[:max(p.size, 0)]
+	}
+	p.mu.Unlock()
+	for _, sb := range extra {
+		p.discard(ctx, sb)
+	}
+	return len(extra)
 }
 
 // remove forgets warm sandbox id; refill boots a replacement.

@@ -64,6 +64,9 @@ func (e *Engine) reconcile(ctx context.Context) error {
 						return err
 					}
 				}
+				if err := e.rt.Attach(sb.ID, e.bundleDir(sb.ID)); err != nil {
+					e.log.Warn("reconcile: init output", "sandbox", sb.Name, "err", err)
+				}
 				e.watch(sb.ID)
 				// An agent left quiesced by a capture a crash cut short
 				// listens again on SIGUSR1.
@@ -143,16 +146,22 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	for _, dir := range []string{e.sandboxesDir, e.layers.Dir()} {
-		des, err := os.ReadDir(dir)
-		if err != nil {
-			return err
-		}
-		for _, de := range des {
-			if !known[de.Name()] {
-				e.log.Info("reconcile: removing orphan directory", "dir", dir, "id", de.Name())
-				e.removeAll(ctx, de.Name())
-			}
+	des, err := os.ReadDir(e.sandboxesDir)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(des))
+	for _, de := range des {
+		ids = append(ids, de.Name())
+	}
+	layerIDs, err := e.layers.IDs()
+	if err != nil {
+		return err
+	}
+	for _, id := range append(ids, layerIDs...) {
+		if !known[id] {
+			e.log.Info("reconcile: removing orphan directory", "id", id)
+			e.removeAll(ctx, id)
 		}
 	}
 	// Memory images of captures a crash cut short.

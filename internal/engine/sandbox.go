@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -29,6 +28,7 @@ type shape struct {
 	imageID  string
 	cpus     float64
 	memoryMB int
+	diskMB   int
 }
 
 // Create validates req, then creates and boots a sandbox, taking a warm one
@@ -67,6 +67,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		}
 		return e.createFromSnapshot(ctx, req, opts.Progress)
 	}
+	var err error
 	if req.Image == "" {
 		req.Image = disk.DefaultImage
 	} else if err := disk.ValidateImageName(req.Image); err != nil {
@@ -84,8 +85,11 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if req.MemoryMB < 64 || req.MemoryMB > e.cfg.MaxMemoryMB {
 		return nil, errdefs.Invalid("memory_mb", "%d is out of range [64, %d]", req.MemoryMB, e.cfg.MaxMemoryMB)
 	}
-	if req.DiskMB != 0 {
-		return nil, errdefs.Invalid("disk_mb", "disk limits are not available in this version of sbxd")
+	if err := e.checkShape(req.CPUs, req.MemoryMB); err != nil {
+		return nil, err
+	}
+	if req.DiskMB, err = e.diskMB(req.DiskMB); err != nil {
+		return nil, err
 	}
 	if err := validateTimeout(req.TimeoutMS); err != nil {
 		return nil, err
@@ -105,6 +109,11 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if _, err := e.st.GetSandbox(ctx, req.Name); err == nil {
 		return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", req.Name)
 	}
+	release, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{req.Name}, cpus: req.CPUs, memMB: req.MemoryMB})
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	img, err := e.images.Ensure(ctx, req.Image, opts.Progress)
 	if err != nil {
 		return nil, err
@@ -115,12 +124,12 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	}
 	sb := &store.Sandbox{
 		ID: newID(), Name: req.Name, State: api.StateCreating, Image: img.Name, ImageID: img.ID,
-		CPUs: req.CPUs, MemoryMB: req.MemoryMB, Env: req.Env, Labels: req.Labels,
+		CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Env: req.Env, Labels: req.Labels,
 		Network: rules,
 		Volumes: req.Volumes, TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 	}
 	if len(req.Volumes) == 0 {
-		if warm, err := e.pool.claim(ctx, shape{img.ID, req.CPUs, req.MemoryMB}, sb); err != nil || warm != nil {
+		if warm, err := e.pool.claim(ctx, shape{img.ID, req.CPUs, req.MemoryMB, req.DiskMB}, sb); err != nil || warm != nil {
 			return warm, err
 		}
 	}
@@ -186,7 +195,14 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 	if err := e.rt.Delete(ctx, sb.ID); err != nil {
 		return err
 	}
+	if err := e.applyQuota(sb); err != nil {
+		return err
+	}
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
+		return err
+	}
+	// /tmp stays on the writable layer without a bind mount (see spec).
+	if err := e.layers.KeepTmp(sb.ID); err != nil {
 		return err
 	}
 	if err := e.makeVolumes(sb.Volumes); err != nil {
@@ -220,9 +236,11 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
 	mounts := []runtime.Mount{
 		{Source: e.agentDir, Destination: "/.sbx/bin", ReadOnly: true},
 		{Source: e.runDir(sb.ID), Destination: "/.sbx/run"},
-		// /tmp on the writable layer, as on a disk: without a mount, runsc
-		// puts a tmpfs (memory) on an empty /tmp.
-		{Source: filepath.Join(rootfs, "tmp"), Destination: "/tmp"},
+		// No mount at /tmp: it is on the writable layer, as on a disk. A
+		// bind mount's source in the layer would be a path the guest can
+		// swap for a link to a host directory, which runsc follows at the
+		// next boot. runsc puts a tmpfs (memory) only on an empty /tmp,
+		// and boot keeps it non-empty (disk.Layers.KeepTmp).
 		// Names are answered by sbxd's DNS server, by the sandbox's rules.
 		{Source: e.resolvConf(), Destination: "/etc/resolv.conf", ReadOnly: true},
 	}
@@ -297,17 +315,36 @@ func (e *Engine) List(ctx context.Context, labels map[string]string) ([]*store.S
 
 // Delete stops sandbox idOrName and deletes everything it owns. A second
 // delete while one runs fails with ErrConflict; after it, ErrSandboxNotFound.
+// A warm sandbox of the pool can be deleted by its id (the pool boots a
+// replacement).
 func (e *Engine) Delete(ctx context.Context, idOrName string) error {
-	sb, err := e.Get(ctx, idOrName)
+	sb, err := e.st.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return err
+	}
+	if sb.Pooled {
+		e.pool.remove(sb.ID, true)
 	}
 	return e.deleteSandbox(ctx, sb)
 }
 
 // deleteSandbox deletes sb (a warm one too).
+//
+// A capture of its disk in progress (a checkpoint, snapshot, fork or
+// suspend) is cancelled, and the delete waits for that operation to give
+// up its lock (up to a minute); any other operation in progress is
+// ErrConflict.
 func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox) error {
 	unlock, err := e.tryLock(sb.ID, sb.Name, "delete")
+	if err != nil && errdefs.IsConflict(err) && e.cancelCapture(sb.ID) {
+		e.log.Info("delete: cancelling the capture in progress", "sandbox", sb.Name)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		unlock, err = e.waitLock(wctx, sb.ID, "delete")
+		cancel()
+		if err != nil {
+			return errdefs.Conflictf("sandbox %q: its capture is being cancelled; try again", sb.Name)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -427,7 +464,15 @@ func (e *Engine) Stop(ctx context.Context, idOrName string) (*store.Sandbox, err
 // errAgent maps an agent failure to an error class; field names the
 // request field it concerns.
 func errAgent(err error, field string) error {
+	if errors.Is(err, agent.ErrNotSocket) {
+		// Code in the sandbox replaced the agent's socket: sbxd does not
+		// follow it, so the sandbox is unreachable until it boots again.
+		return errdefs.New(errdefs.ErrUnavailable, "the sandbox's agent socket was replaced from inside the sandbox; stop the sandbox (the next exec boots it) or restore a checkpoint")
+	}
 	var ae *agent.Error
+	if errors.Is(err, agent.ErrStalled) {
+		return errdefs.New(errdefs.ErrUnavailable, "%v (it may be stopped, or the sandbox frozen or overloaded)", err)
+	}
 	if !errors.As(err, &ae) {
 		return err
 	}
@@ -435,11 +480,15 @@ func errAgent(err error, field string) error {
 		field = ae.Field
 	}
 	switch ae.Kind {
+	case agent.FailTooLarge:
+		return errdefs.New(errdefs.ErrTooLarge, "%s", ae.Message)
 	case agent.FailNotFound:
 		if field == "path" {
 			return errdefs.New(errdefs.ErrFileNotFound, "%s", ae.Message)
 		}
 		return errdefs.Invalid(field, "%s", ae.Message)
+	case agent.FailNoSpace:
+		return errdefs.New(errdefs.ErrTooLarge, "%s: the sandbox's disk is full (its quota is disk_mb)", ae.Message)
 	case agent.FailInternal:
 		return fmt.Errorf("agent: %s", ae.Message)
 	default:
@@ -524,4 +573,77 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 	}
 	e.touch(sb.ID)
 	return sb, nil
+}
+
+// DefaultDiskMB is the disk quota of a sandbox created without disk_mb, on
+// btrfs layers: 10 GiB.
+const DefaultDiskMB = 10240
+
+// MinDiskMB is the smallest disk_mb accepted.
+const MinDiskMB = 64
+
+// diskMB validates a create's disk_mb and returns the quota the sandbox
+// gets: the default for 0, and 0 (none) when layers have no quotas, where
+// any disk_mb is refused.
+func (e *Engine) diskMB(req int) (int, error) {
+	if !e.layers.Quota() {
+		if req != 0 {
+			return 0, errdefs.Invalid("disk_mb", "this sbxd keeps writable layers on plain directories (--layers dir, or btrfs is not available: GET /v1/health says why), which have no disk quota")
+		}
+		return 0, nil
+	}
+	if req == 0 {
+		return e.cfg.DefaultDiskMB, nil
+	}
+	max := int(e.layers.Capacity() >> 20)
+	if req < MinDiskMB || req > max {
+		return 0, errdefs.Invalid("disk_mb", "%d is out of range [%d, %d] (the size of the volume that holds the writable layers)", req, MinDiskMB, max)
+	}
+	return req, nil
+}
+
+// poolDiskMB is the disk quota of warm sandboxes.
+func (e *Engine) poolDiskMB() int {
+	if !e.layers.Quota() {
+		return 0
+	}
+	return e.cfg.DefaultDiskMB
+}
+
+// applyQuota sets sb's disk quota on its layer (before it boots or is
+// restored: a build of its layer meanwhile may have lifted it).
+func (e *Engine) applyQuota(sb *store.Sandbox) error {
+	if !e.layers.Quota() {
+		return nil
+	}
+	mb := sb.DiskMB
+	if mb == 0 {
+		mb = e.cfg.DefaultDiskMB
+	}
+	return e.layers.SetQuota(sb.ID, mb)
+}
+
+// DiskLayers says where writable layers live and whether they have
+// quotas, for GET /v1/health: the layers kind ("btrfs" or "dir"), the
+// default quota in MiB (0 without quotas) and why btrfs is not used ("" if
+// it is or was not asked for).
+func (e *Engine) DiskLayers() (kind string, quota bool, defaultMB int, note string) {
+	return e.layers.Kind(), e.layers.Quota(), e.poolDiskMB(), e.layers.Fallback()
+}
+
+// DiskQuotaBytes is the disk quota of sandbox idOrName in bytes, 0 when it
+// has none. Errors: ErrSandboxNotFound.
+func (e *Engine) DiskQuotaBytes(ctx context.Context, idOrName string) (int64, error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return 0, err
+	}
+	if !e.layers.Quota() {
+		return 0, nil
+	}
+	mb := sb.DiskMB
+	if mb == 0 {
+		mb = e.cfg.DefaultDiskMB
+	}
+	return int64(mb) << 20, nil
 }

@@ -38,6 +38,7 @@ const (
 type sandboxShape struct {
 	CPUs     float64           `json:"cpus"`
 	MemoryMB int               `json:"memory_mb"`
+	DiskMB   int               `json:"disk_mb,omitempty"`
 	Env      map[string]string `json:"env"`
 	Network  api.NetworkRules  `json:"network"`
 }
@@ -114,7 +115,7 @@ type captured struct {
 // checkpoint --leave-running). Then it is resumed and the agent told to
 // listen again (SIGUSR1), error or not; with hold (a suspend: nothing the
 // sandbox does afterwards could be kept) a capture that succeeded leaves
-// it paused. The caller holds sb's lock and gcMu for reading.
+// it paused. The caller holds sb's lock and a blob lease (withLease).
 func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string, progress func(string), hold bool) (*captured, error) {
 	ctx = context.WithoutCancel(ctx)
 	end := e.beginQuiesce(sb.ID)
@@ -206,6 +207,9 @@ func (e *Engine) BeginSnapshot(ctx context.Context, idOrName string, req api.Sna
 	if err != nil {
 		return nil, err
 	}
+	if err := e.admitSnapshot(ctx); err != nil {
+		return nil, err
+	}
 	sb, unlock, err := e.lockSandbox(ctx, idOrName, "snapshot")
 	if err != nil {
 		return nil, err
@@ -237,8 +241,8 @@ func (e *Engine) snapshotLocked(ctx context.Context, sb *store.Sandbox, req api.
 // snapshot; it returns the capture too, whose local image dir the caller
 // removes.
 func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	sn, c, err := e.captureSnapshot(ctx, sb, req, retention, fork, progress)
 	if err != nil {
 		return nil, c, err
@@ -255,11 +259,12 @@ func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
 	if fork {
 		class = errdefs.ErrForkFailed
 	}
+	class = failClass(err, class)
 	return fmt.Errorf("snapshot of %s: %v: %w", sb.Name, err, class)
 }
 
 // captureSnapshot captures sb (captureLive) and returns the snapshot
-// record to be, not yet stored. The caller holds gcMu for reading.
+// record to be, not yet stored. The caller holds a blob lease (withLease).
 func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
 	id := newSnapshotID()
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
@@ -268,7 +273,7 @@ func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api
 		os.RemoveAll(dir)
 		return nil, nil, snapshotFailed(sb, fork, err)
 	}
-	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Network: sb.Network})
+	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Network: sb.Network})
 	_, diskBytes := c.disk.Stats()
 	sn := &store.Snapshot{
 		ID: id, Name: req.Name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
@@ -282,10 +287,10 @@ func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api
 }
 
 // storeSnapshot stores the memory image of a capture and records the
-// snapshot. The caller holds gcMu for reading.
+// snapshot. The caller holds a blob lease (withLease).
 func (e *Engine) storeSnapshot(ctx context.Context, sn *store.Snapshot, c *captured) error {
 	ctx = context.WithoutCancel(ctx)
-	im, mstats, err := snapshot.Store(ctx, e.blobs, c.dir)
+	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), c.dir)
 	if err != nil {
 		return fmt.Errorf("store the memory image of %s: %v: %w", sn.SandboxName, err, errdefs.ErrSnapshotFailed)
 	}
@@ -373,7 +378,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 		return err
 	}
 	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobs}); err != nil {
+	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
 		return fmt.Errorf("build the disk: %w", err)
 	}
 	if cache, err := disk.Rescan(upper, diskM); err == nil {
@@ -384,6 +389,9 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 		SandboxID: sb.ID, Seq: 0, SourceID: sn.SandboxName + "/" + sn.ID, Health: api.HealthOK, Manifest: sn.Disk,
 		SizeBytes: size, Files: files, CreateTime: time.Now().UTC(),
 	}); err != nil {
+		return err
+	}
+	if err := e.applyQuota(sb); err != nil {
 		return err
 	}
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
@@ -424,7 +432,7 @@ func (e *Engine) snapshotDisk(ctx context.Context, sn *store.Snapshot) (*disk.Ma
 	for i, d := range sn.Disk {
 		ref[i] = blob.Digest(d)
 	}
-	return disk.GetManifest(ctx, e.blobs, ref)
+	return disk.GetManifest(ctx, e.blobsFor(ctx), ref)
 }
 
 // createFromSnapshot makes a sandbox from a snapshot, running, with the
@@ -458,12 +466,20 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	}
 	sb := &store.Sandbox{
 		ID: newID(), Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
-		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
+		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, DiskMB: sh.DiskMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
 		CreateTime: time.Now().UTC(),
 	}
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	if !e.layers.Quota() {
+		sb.DiskMB = 0
+	}
+	admitted, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{sb.Name}, cpus: sb.CPUs, memMB: sb.MemoryMB})
+	if err != nil {
+		return nil, err
+	}
+	defer admitted()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+sb.ID)
 	defer os.RemoveAll(dir)
 	progress("fetching the memory image")
@@ -471,7 +487,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	if err := json.Unmarshal(sn.Memory, &im); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
-	if err := snapshot.Fetch(ctx, e.blobs, im, dir); err != nil {
+	if err := snapshot.Fetch(ctx, e.blobsFor(ctx), im, dir); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
 	diskM, err := e.snapshotDisk(ctx, sn)
@@ -544,7 +560,12 @@ func (e *Engine) BeginFork(ctx context.Context, idOrName string, req api.ForkReq
 		unlock()
 		return nil, err
 	}
-	return &Op{unlock: func() {}, run: func(ctx context.Context, progress func(string)) (any, error) {
+	admitted, err := e.admit(ctx, demand{what: "fork", count: len(names), n: len(names), names: names, cpus: sb.CPUs, memMB: sb.MemoryMB})
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return &Op{unlock: admitted, run: func(ctx context.Context, progress func(string)) (any, error) {
 		return e.fork(ctx, sb, unlock, req, names, progress)
 	}}, nil
 }
@@ -581,8 +602,8 @@ type ForkResult struct {
 // from the local image, several at once.
 func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req api.ForkRequest, names []string, progress func(string)) (*ForkResult, error) {
 	ctx = context.WithoutCancel(ctx)
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	sn, c, err := e.captureSnapshot(ctx, sb, api.SnapshotRequest{Name: "fork of " + sb.Name}, 0, true, progress)
 	unlock()
 	if err != nil {
@@ -604,11 +625,15 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	var copies sync.WaitGroup
 	copies.Add(1)
 	e.bg.Add(1)
+	// The store goes on after this operation's lease ends: it gets a lease
+	// of its own, pinning the captured disk before that one is released.
+	sctx, sle := e.newLease(ctx)
+	sle.Pin(c.diskRef...)
+	sle.Pin(c.disk.Chunks()...)
 	go func() {
 		defer e.bg.Done()
-		e.gcMu.RLock()
-		err := e.storeSnapshot(ctx, sn, c)
-		e.gcMu.RUnlock()
+		err := e.storeSnapshot(sctx, sn, c)
+		sle.Release()
 		copies.Wait()
 		os.RemoveAll(c.dir)
 		if err != nil {
@@ -630,7 +655,7 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 			defer func() { <-sem }()
 			cp := &store.Sandbox{
 				ID: newID(), Name: name, State: api.StateCreating, Image: sb.Image, ImageID: sb.ImageID,
-				CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Labels: req.Labels, Network: normalizeNetwork(network),
+				CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Labels: req.Labels, Network: normalizeNetwork(network),
 				SourceSandbox: sb.Name, SourceSnapshot: sn.ID, DiskSource: sb.Name + "/" + sn.ID, CreateTime: time.Now().UTC(),
 			}
 			if err := e.startCopy(ctx, cp, sn, c.disk, c.dir); err != nil {

@@ -106,10 +106,10 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	}
 	start := time.Now()
 	failed := func(err error) error {
-		return fmt.Errorf("suspend %s: %v: %w", sb.Name, err, errdefs.ErrSuspendFailed)
+		return fmt.Errorf("suspend %s: %v: %w", sb.Name, err, failClass(err, errdefs.ErrSuspendFailed))
 	}
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	id := newSnapshotID()
 	opID := "suspend-" + sb.ID
 	data, _ := json.Marshal(suspendOp{Snapshot: id})
@@ -138,7 +138,7 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 		Shape: shape, Disk: refStrings(c.diskRef), DiskBytes: diskBytes, StoredBytes: c.diskAdd,
 		Suspend: true, State: "ready", CreateTime: time.Now().UTC(),
 	}
-	im, mstats, err := snapshot.Store(ctx, e.blobs, dir)
+	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), dir)
 	if err != nil {
 		undo()
 		return nil, failed(fmt.Errorf("store the memory image: %w", err))
@@ -248,6 +248,11 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	failed := func(err error) error {
 		return fmt.Errorf("resume %s: %v: %w", sb.Name, err, errdefs.ErrResumeFailed)
 	}
+	admitted, err := e.admit(ctx, demand{what: "resume", n: 1, names: []string{sb.Name}, cpus: sb.CPUs, memMB: sb.MemoryMB})
+	if err != nil {
+		return err
+	}
+	defer admitted()
 	sn, err := e.st.GetSnapshot(ctx, sb.SuspendSnapshot)
 	if err != nil {
 		return failed(fmt.Errorf("its snapshot %s: %w", sb.SuspendSnapshot, err))
@@ -327,7 +332,7 @@ func (e *Engine) suspendImage(ctx context.Context, sb *store.Sandbox, sn *store.
 		return "", false, fmt.Errorf("its memory image record: %w", err)
 	}
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+newSnapshotID())
-	if err := snapshot.Fetch(ctx, e.blobs, im, dir); err != nil {
+	if err := snapshot.Fetch(ctx, e.blobsFor(ctx), im, dir); err != nil {
 		os.RemoveAll(dir)
 		return "", false, fmt.Errorf("fetch its memory image: %w", err)
 	}
@@ -452,11 +457,11 @@ func (e *Engine) rebuildDisk(ctx context.Context, sb *store.Sandbox, diskM *disk
 		return err
 	}
 	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobs}); err != nil {
+	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
 		return fmt.Errorf("build the disk: %w", err)
 	}
 	if cache, err := disk.Rescan(upper, diskM); err == nil {
 		_ = e.layers.SaveCache(sb.ID, cache)
 	}
-	return nil
+	return e.applyQuota(sb)
 }

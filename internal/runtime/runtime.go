@@ -75,6 +75,10 @@ type Runtime interface {
 	// Start boots a container from spec and returns once its init runs.
 	// Bundle is a directory the runtime may use for the container's files.
 	Start(ctx context.Context, spec *Spec, bundle string) error
+	// Attach takes over the host side of a running container that an
+	// earlier process started in bundle (Start's or Restore's): for runsc,
+	// draining its init's output. Attaching twice is fine.
+	Attach(id, bundle string) error
 	// State reports a container's status (StatusMissing if unknown).
 	State(ctx context.Context, id string) (State, error)
 	// List returns every container the runtime knows.
@@ -103,4 +107,8 @@ type Runtime interface {
 	OOMKilled(id string) bool
 	// Stats returns a container's resource counters.
 	Stats(ctx context.Context, id string) (Stats, error)
+	// LimitAll caps what all containers together may use: cpus cores
+	// (CPU quota) and memoryBytes of memory, on the cgroup that holds
+	// them. A single container's limit may not exceed cpus.
+	LimitAll(cpus float64, memoryBytes int64) error
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
@@ -20,6 +21,20 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 		return false, errdefs.Invalid(name, "%q is not a boolean", v)
 	}
 	return b, nil
+}
+
+// maxBytesQuery reads max_bytes: a positive number of bytes, or absent
+// for engine.DefaultMaxBytes.
+func maxBytesQuery(r *http.Request) (int64, error) {
+	v := r.URL.Query().Get("max_bytes")
+	if v == "" {
+		return engine.DefaultMaxBytes, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		return 0, errdefs.Invalid("max_bytes", "%q is not a positive number of bytes", v)
+	}
+	return n, nil
 }
 
 // getFile answers a file's bytes, or with list=1 a directory's entries.
@@ -39,7 +54,12 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, ents)
 		return
 	}
-	size, mode, rc, err := s.eng.OpenFile(r.Context(), name, path)
+	maxBytes, err := maxBytesQuery(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	size, mode, rc, err := s.eng.OpenFile(r.Context(), name, path, maxBytes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -79,7 +99,12 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	path := r.URL.Query().Get("path")
-	n, err := s.eng.WriteFile(r.Context(), r.PathValue("name"), path, uint32(mode), r.Body)
+	body, err := s.uploadBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	n, err := s.eng.WriteFile(r.Context(), r.PathValue("name"), path, uint32(mode), body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -101,13 +126,19 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getArchive(w http.ResponseWriter, r *http.Request) {
-	rc, err := s.eng.TarOut(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"))
+	maxBytes, err := maxBytesQuery(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	typ, rc, err := s.eng.TarOut(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"), maxBytes)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("X-Sbx-Type", typ)
 	w.WriteHeader(http.StatusOK)
 	copyOrAbort(w, rc)
 }
@@ -119,10 +150,33 @@ type ArchiveWritten struct {
 }
 
 func (s *Server) putArchive(w http.ResponseWriter, r *http.Request) {
-	files, n, err := s.eng.TarIn(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"), r.Body)
+	body, err := s.uploadBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	files, n, err := s.eng.TarIn(r.Context(), r.PathValue("name"), r.URL.Query().Get("path"), body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, ArchiveWritten{Files: files, Bytes: n})
+}
+
+// uploadBody bounds the body of a file or archive upload: at most
+// MaxUploadBytes, and at most the sandbox's disk quota. A body whose
+// Content-Length says it is larger is refused before anything is written
+// (413 too_large); one that grows past the bound while it streams fails
+// there (the agent removes the file it was writing).
+func (s *Server) uploadBody(w http.ResponseWriter, r *http.Request) (io.Reader, error) {
+	limit := s.cfg.MaxUploadBytes
+	if q, err := s.eng.DiskQuotaBytes(r.Context(), r.PathValue("name")); err != nil {
+		return nil, err
+	} else if q > 0 && q < limit {
+		limit = q
+	}
+	if r.ContentLength > limit {
+		return nil, errdefs.New(errdefs.ErrTooLarge, "body: %d bytes, more than this upload may have (%d bytes: the smaller of sbxd's upload limit and the sandbox's disk quota)", r.ContentLength, limit)
+	}
+	return http.MaxBytesReader(w, r.Body, limit), nil
 }

@@ -58,7 +58,7 @@ func (s *Server) long(w http.ResponseWriter, r *http.Request, fn func(ctx contex
 	res, err := fn(ctx, st.info)
 	if err != nil {
 		body := s.errorOf(ctx, err)
-		st.line(api.StreamLine{Type: api.LineError, Error: body.Message, Code: body.Code, Time: now()})
+		st.line(api.StreamLine{Type: api.LineError, Error: body.Message, Code: body.Code, RequestID: body.RequestID, Time: now()})
 		return
 	}
 	st.complete(res)

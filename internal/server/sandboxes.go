@@ -15,7 +15,7 @@ import (
 func toAPI(sb *store.Sandbox) api.Sandbox {
 	out := api.Sandbox{
 		ID: sb.ID, Name: sb.Name, State: sb.State, StateReason: sb.StateReason, Image: sb.Image,
-		CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Labels: sb.Labels, Network: sb.Network,
+		CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Labels: sb.Labels, Network: sb.Network,
 		TimeoutMS: sb.TimeoutMS, KeepAliveWhileRunning: sb.KeepAlive, WakeOn: sb.WakeOn, CreateTime: sb.CreateTime.UTC(),
 	}
 	if !sb.SuspendTime.IsZero() {

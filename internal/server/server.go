@@ -49,7 +49,14 @@ type Config struct {
 	// Platform and PlatformReason are the runtime's platform and why it
 	// was chosen, shown by GET /v1/health.
 	Platform, PlatformReason string
+	// MaxUploadBytes bounds the body of PUT .../files and PUT .../archive
+	// (default DefaultMaxUploadBytes).
+	MaxUploadBytes int64
 }
+
+// DefaultMaxUploadBytes is the default bound of a file or archive upload:
+// 1 GiB.
+const DefaultMaxUploadBytes = 1 << 30
 
 // Server serves the API.
 type Server struct {
@@ -64,6 +71,9 @@ type Server struct {
 
 // New returns the API server.
 func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
 	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux()}
 	s.dial = func(ctx context.Context, name string, port int) (net.Conn, error) {
 		return s.eng.DialPort(ctx, name, port)
@@ -87,6 +97,9 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/sandboxes/{name}/resume", s.resumeSandbox)
 	m.HandleFunc("GET /v1/sandboxes/{name}/events", s.listEvents)
 	m.HandleFunc("POST /v1/events/{key...}", s.postEvent)
+	m.HandleFunc("GET /v1/events", s.listPendingEvents)
+	m.HandleFunc("DELETE /v1/events", s.cancelEvents)
+	m.HandleFunc("DELETE /v1/events/{id}", s.cancelEvent)
 	m.HandleFunc("POST /v1/sandboxes/{name}/exec", s.exec)
 	m.HandleFunc("GET /v1/sandboxes/{name}/files", s.getFile)
 	m.HandleFunc("PUT /v1/sandboxes/{name}/files", s.putFile)
@@ -167,8 +180,20 @@ func (s *Server) Handler(auth bool) http.Handler {
 }
 
 func (s *Server) authorized(r *http.Request) bool {
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	key, ok := bearerKey(r.Header.Get("Authorization"))
 	return ok && s.validKey(key)
+}
+
+// bearerKey returns the token of an Authorization header of the Bearer
+// scheme. The scheme is matched without regard to case and may be followed
+// by more than one space (RFC 7235 section 2.1, RFC 6750 section 2.1).
+func bearerKey(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	return token, token != ""
 }
 
 type ridKey struct{}
@@ -232,6 +257,22 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 		s.log.Error("internal error", "request_id", rid, "err", err)
 		body.Message = "internal error; see sbxd's log for request " + rid
 		body.RequestID = rid
+	} else if !errdefs.Public(err) {
+		// An operation failed underneath: its text can hold host paths,
+		// runsc's spec and output, and lines the guest wrote. The caller
+		// gets the code, what it means, the details meant for callers
+		// and the request id; the log gets the rest.
+		rid := requestID(ctx)
+		s.log.Warn("operation failed", "request_id", rid, "code", code, "err", err)
+		body.Message = failedMessages[code]
+		if body.Message == "" {
+			body.Message = "the operation failed"
+		}
+		if d := errdefs.Detail(err); d != "" {
+			body.Message += ": " + d
+		}
+		body.Message += "; sbxd logged the cause under request " + rid
+		body.RequestID = rid
 	} else if code.HTTPStatus() >= 500 {
 		body.RequestID = requestID(ctx)
 		level := slog.LevelWarn
@@ -244,6 +285,17 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 		s.log.Log(ctx, level, "operation failed", "request_id", body.RequestID, "code", code, "err", err)
 	}
 	return body
+}
+
+// failedMessages say what an operation-failed code means, for error
+// bodies whose cause is not shown (errdefs.Public).
+var failedMessages = map[api.Code]string{
+	api.CodeCheckpointFailed: "the checkpoint failed; nothing was changed",
+	api.CodeRestoreFailed:    "the restore failed; the disk is as it was",
+	api.CodeSnapshotFailed:   "the memory snapshot failed; nothing was changed",
+	api.CodeForkFailed:       "the fork failed; nothing was changed",
+	api.CodeSuspendFailed:    "the suspend failed; the sandbox runs as before",
+	api.CodeResumeFailed:     "the resume failed; the sandbox is still suspended",
 }
 
 // writeError is the one place that maps errors to HTTP answers.
@@ -379,7 +431,10 @@ func wantsNDJSON(r *http.Request) bool {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	kind, quota, diskMB, note := s.eng.DiskLayers()
+	capacity := s.eng.Capacity()
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: Version, Runtime: s.eng.Runtime(),
 		Platform: s.cfg.Platform, PlatformReason: s.cfg.PlatformReason,
-		WarmSandboxes: s.eng.WarmSandboxes(), PID: os.Getpid()})
+		WarmSandboxes: s.eng.WarmSandboxes(), PID: os.Getpid(),
+		Layers: kind, DiskQuota: quota, DefaultDiskMB: diskMB, LayersNote: note, Capacity: &capacity})
 }

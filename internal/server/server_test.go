@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -52,6 +53,22 @@ func TestErrorBodies(t *testing.T) {
 	if b.Code != api.CodeInternal || strings.Contains(b.Message, "/var/lib") || b.RequestID != "req_1" {
 		t.Fatalf("internal error leaks or lacks the request id: %+v", b)
 	}
+	// An operation that failed underneath: runsc's spec, host paths and
+	// what the guest wrote stay in the log.
+	for _, err := range []error{
+		fmt.Errorf("checkpoint of web: open /var/lib/sbx/layers/sbx_1/upper/x: no such file: %w", errdefs.ErrCheckpointFailed),
+		fmt.Errorf("resume web: runsc restore: {\"ociVersion\":\"1.0\",\"root\":{\"path\":\"/var/lib/sbx/sandboxes/sbx_1/rootfs\"}} init.log: guest says hi: %w", errdefs.ErrResumeFailed),
+		errdefs.WithDetail(fmt.Errorf("write /var/lib/sbx/blobs/x: no space left on device: %w", errdefs.ErrSnapshotFailed), "the blob store is full"),
+	} {
+		b := s.errorOf(ctx, err)
+		if b.Code != errdefs.Code(err) || strings.Contains(b.Message, "/var/lib") || strings.Contains(b.Message, "guest says") ||
+			strings.Contains(b.Message, "ociVersion") || b.RequestID != "req_1" || !strings.Contains(b.Message, "req_1") {
+			t.Errorf("%v → %+v", err, b)
+		}
+	}
+	if b := s.errorOf(ctx, errdefs.WithDetail(fmt.Errorf("x: %w", errdefs.ErrSnapshotFailed), "the blob store is full")); !strings.Contains(b.Message, "the blob store is full") {
+		t.Errorf("the detail for callers is missing: %+v", b)
+	}
 	b = s.errorOf(ctx, errdefs.Invalid("name", "bad"))
 	if b.Code != api.CodeInvalidArgument || b.Message != "name: bad" {
 		t.Fatalf("%+v", b)
@@ -61,7 +78,12 @@ func TestErrorBodies(t *testing.T) {
 func TestAuth(t *testing.T) {
 	s := &Server{cfg: Config{APIKeys: []string{"0123456789abcdef"}}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /v1/ok", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
-	for key, want := range map[string]int{"": 401, "Bearer nope": 401, "0123456789abcdef": 401, "Bearer 0123456789abcdef": 204} {
+	for key, want := range map[string]int{"": 401, "Bearer nope": 401, "0123456789abcdef": 401, "Bearer 0123456789abcdef": 204,
+		// RFC 7235 §2.1: the scheme is case-insensitive; one or more spaces
+		// follow it.
+		"bearer 0123456789abcdef": 204, "BEARER 0123456789abcdef": 204, "bEaReR  0123456789abcdef": 204,
+		"Basic 0123456789abcdef": 401, "Bearer0123456789abcdef": 401, "Bearer 0123456789abcdef x": 401,
+	} {
 		rec := httptest.NewRecorder()
 		r := httptest.NewRequest("GET", "/v1/ok", nil)
 		if key != "" {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/sbxhq/sbx/api"
@@ -114,24 +116,104 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, out)
 }
 
-// listEvents answers the events delivered to the sandbox, oldest first.
+// eventPage reads ?limit= and ?cursor=.
+func eventPage(r *http.Request) (engine.EventPage, error) {
+	p := engine.EventPage{Cursor: r.URL.Query().Get("cursor")}
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			return p, errdefs.Invalid("limit", "%q: want a number from 1 to %d", l, engine.MaxEventPage)
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// writeEvents answers a page of events as a JSON array, encoding one
+// event at a time, with the next page's cursor in X-Next-Cursor.
+func writeEvents(w http.ResponseWriter, evs []*store.Event, next string) {
+	if next != "" {
+		w.Header().Set(api.HeaderNextCursor, next)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	_, _ = bw.WriteString("[")
+	for i, ev := range evs {
+		if i > 0 {
+			_, _ = bw.WriteString(",")
+		}
+		_ = enc.Encode(eventToAPI(ev))
+	}
+	_, _ = bw.WriteString("]\n")
+	_ = bw.Flush()
+}
+
+// listEvents answers a page of the events delivered to the sandbox,
+// oldest first.
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
-	evs, err := s.eng.Events(r.Context(), r.PathValue("name"))
+	p, err := eventPage(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]api.Event, 0, len(evs))
-	for _, ev := range evs {
-		out = append(out, eventToAPI(ev))
+	evs, next, err := s.eng.Events(r.Context(), r.PathValue("name"), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeEvents(w, evs, next)
+}
+
+// listPendingEvents answers a page of the pending events (?key= one
+// key's), oldest first.
+func (s *Server) listPendingEvents(w http.ResponseWriter, r *http.Request) {
+	p, err := eventPage(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	evs, next, err := s.eng.PendingEvents(r.Context(), r.URL.Query().Get("key"), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeEvents(w, evs, next)
+}
+
+// cancelEvent deletes one pending event.
+func (s *Server) cancelEvent(w http.ResponseWriter, r *http.Request) {
+	if err := s.eng.CancelEvent(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// cancelEvents deletes the pending events of ?key=.
+func (s *Server) cancelEvents(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		s.writeError(w, r, errdefs.Invalid("key", "required: the key whose pending events to cancel"))
+		return
+	}
+	n, err := s.eng.CancelEvents(r.Context(), key)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.CancelEventsResult{Cancelled: n})
 }
 
 // eventToAPI gives an event's body as JSON when it is JSON, as text when it
 // is UTF-8, else as base64.
 func eventToAPI(ev *store.Event) api.Event {
 	out := api.Event{ID: ev.ID, Key: ev.Key, CreateTime: ev.CreateTime.UTC(), DeliverTime: ev.DeliverTime.UTC()}
+	if ev.SandboxID == "" && !ev.ExpireTime.IsZero() {
+		t := ev.ExpireTime.UTC()
+		out.ExpireTime = &t
+	}
 	switch {
 	case len(ev.Data) == 0:
 	case json.Valid(ev.Data):

@@ -138,6 +138,9 @@ type Op struct {
 type Event struct {
 	ID  string
 	Key string
+	// Seq orders events by insertion (set by AddEvent); pages of
+	// ListEvents resume after a Seq.
+	Seq int64
 	// SandboxID is the sandbox it was delivered to; "" while pending.
 	SandboxID   string
 	Data        []byte
@@ -147,6 +150,20 @@ type Event struct {
 	DeliverTime time.Time
 	// ExpireTime is when a pending event is dropped.
 	ExpireTime time.Time
+}
+
+// EventQuery selects events: a sandbox's delivered events (SandboxID), or
+// the pending events (Pending) of Key ("" every key); the zero query
+// selects every event. A page starts after the event whose Seq is After,
+// holds at most Limit events (0: no bound) and stops after the event that
+// brings its bodies to MaxBytes or more (0: no bound).
+type EventQuery struct {
+	SandboxID string
+	Pending   bool
+	Key       string
+	After     int64
+	Limit     int
+	MaxBytes  int64
 }
 
 // SandboxFilter selects sandboxes in ListSandboxes.
@@ -206,10 +223,20 @@ type Store interface {
 	DeleteOp(ctx context.Context, id string) error
 	ListOps(ctx context.Context) ([]*Op, error)
 
-	// AddEvent inserts an event.
+	// AddEvent inserts an event (and sets its Seq).
 	AddEvent(ctx context.Context, ev *Event) error
-	// ListEvents returns the events delivered to a sandbox, oldest first.
-	ListEvents(ctx context.Context, sandboxID string) ([]*Event, error)
+	// ListEvents returns one page of events, oldest first, as q selects
+	// and bounds it; it reads no more rows than the page holds.
+	ListEvents(ctx context.Context, q EventQuery) ([]*Event, error)
+	// CountEvents counts the events q selects (its After, Limit and
+	// MaxBytes aside) and the bytes of their bodies.
+	CountEvents(ctx context.Context, q EventQuery) (n int, bytes int64, err error)
+	// DeletePendingEvent removes a pending event; errdefs.ErrEventNotFound
+	// when no pending event has that id.
+	DeletePendingEvent(ctx context.Context, id string) error
+	// DeletePendingEvents removes the pending events of key and returns
+	// how many there were.
+	DeletePendingEvents(ctx context.Context, key string) (int, error)
 	// TakePending delivers to sandboxID the pending, unexpired events of
 	// key (all of them) and returns them, oldest first.
 	TakePending(ctx context.Context, key, sandboxID string, now time.Time) ([]*Event, error)

@@ -355,7 +355,7 @@ func TestCheckpointCrashes(t *testing.T) {
 		t.Fatalf("a restore killed after its swap: %q, want the restored disk", out)
 	}
 	// Nothing of the restores is left beside the layer.
-	ents, _ := os.ReadDir(filepath.Join(h.dataDir, "layers", sb.ID))
+	ents, _ := os.ReadDir(layerDir(h, sb.ID))
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "restore-") {
 			t.Fatalf("leftover %s", e.Name())

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,6 +68,13 @@ func netIdentity(first byte) (tag, cidr string) {
 	const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
 	tag = string([]byte{first, alnum[int(b[0])%36], alnum[int(b[1])%36], alnum[int(b[2])%36]})
 	return tag, fmt.Sprintf("10.%d.%d.0/20", 240+int(b[3])%8, (int(b[0])%16)*16)
+}
+
+// overlaps reports whether two CIDRs share an address.
+func overlaps(a, b string) bool {
+	p, err1 := netip.ParsePrefix(a)
+	q, err2 := netip.ParsePrefix(b)
+	return err1 == nil && err2 == nil && p.Overlaps(q)
 }
 
 func TestMain(m *testing.M) {
@@ -477,7 +485,7 @@ func hostLeftovers(t *testing.T, id string) []string {
 		left = append(left, "runsc container")
 	}
 	for _, p := range []string{
-		filepath.Join(h.dataDir, "layers", id), filepath.Join(h.dataDir, "sandboxes", id),
+		layerDir(h, id), filepath.Join(h.dataDir, "sandboxes", id),
 		filepath.Join(h.netnsDir, "sbx-"+id),
 	} {
 		if _, err := os.Lstat(p); err == nil {
@@ -495,6 +503,15 @@ func hostLeftovers(t *testing.T, id string) []string {
 		left = append(left, "nftables chain sb-"+vethOf(h, id))
 	}
 	return left
+}
+
+// layerDir is the host dir of sandbox id's writable layer: on the btrfs
+// volume when sbxd has one, else under the data dir.
+func layerDir(d *harness, id string) string {
+	if _, err := os.Stat(filepath.Join(d.dataDir, "volume", "layers")); err == nil {
+		return filepath.Join(d.dataDir, "volume", "layers", id)
+	}
+	return filepath.Join(d.dataDir, "layers", id)
 }
 
 // time_ is time.Time, for progress callbacks.
@@ -569,6 +586,10 @@ func secondEnv(t *testing.T, env []string, args ...string) *harness {
 		dnsUpstream: h.dnsUpstream,
 	}
 	d.netTag, d.netCIDR = netIdentity('f')
+	for overlaps(d.netCIDR, h.netCIDR) {
+		// sbxd refuses a CIDR overlapping another sbxd's.
+		d.netTag, d.netCIDR = netIdentity('f')
+	}
 	if err := d.start(); err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func suspendedLeftovers(t *testing.T, id string) []string {
 	if runscIDs(t)[id] {
 		left = append(left, "runsc container")
 	}
-	for _, p := range []string{filepath.Join(h.netnsDir, "sbx-"+id), filepath.Join(h.dataDir, "layers", id)} {
+	for _, p := range []string{filepath.Join(h.netnsDir, "sbx-"+id), layerDir(h, id)} {
 		if _, err := os.Lstat(p); err == nil {
 			left = append(left, p)
 		}

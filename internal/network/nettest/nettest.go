@@ -192,7 +192,7 @@ func SelfSigned(t testing.TB) tls.Certificate {
 // for the names it was given, forwards the names in forward to a real
 // resolver (a package mirror's name, for a test that installs packages),
 // and answers NXDOMAIN to everything else, so no other name leaves the
-// machine.
+// machine. It logs every name that reaches it (Seen).
 type Upstream struct {
 	// Addr is "127.0.0.1:port" (UDP and TCP).
 	Addr string
@@ -200,6 +200,7 @@ type Upstream struct {
 	mu       sync.Mutex
 	names    map[string]netip.Addr
 	forward  map[string]bool
+	seen     []string
 	resolver string
 	udp, tcp *dns.Server
 }
@@ -261,6 +262,18 @@ func (u *Upstream) Forward(name string) {
 	u.forward[strings.ToLower(name)] = true
 }
 
+// maxSeen bounds the log of queried names.
+const maxSeen = 100000
+
+// Seen returns every name queried so far (lowercase, without the trailing
+// dot), oldest first: what reached this resolver, for tests that assert a
+// name never left sbxd.
+func (u *Upstream) Seen() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.seen...)
+}
+
 // Close stops the server.
 func (u *Upstream) Close() {
 	_ = u.udp.Shutdown()
@@ -279,6 +292,9 @@ func (u *Upstream) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	q := r.Question[0]
 	name := strings.TrimSuffix(strings.ToLower(q.Name), ".")
 	u.mu.Lock()
+	if len(u.seen) < maxSeen {
+		u.seen = append(u.seen, name)
+	}
 	fwd := u.forward[name]
 	a, ok := u.names[name]
 	u.mu.Unlock()

@@ -22,10 +22,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/sbxhq/sbx/internal/runtime"
 )
@@ -53,6 +55,9 @@ type Runtime struct {
 	cfg     Config
 	version string // runsc --version's first line
 	choice  PlatformChoice
+
+	logsMu sync.Mutex
+	logs   map[string]*initLog // container id → the drain of its init's output
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -76,7 +81,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, err
 	}
-	r := &Runtime{cfg: cfg}
+	r := &Runtime{cfg: cfg, logs: map[string]*initLog{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := r.run(ctx, nil, "--version")
@@ -134,14 +139,22 @@ func (r *Runtime) globalFlags(netns bool) []string {
 	return flags
 }
 
-// run runs runsc with global flags (netns given) and args; it returns stdout.
-// stdio, when set, becomes the command's stdout and stderr (a file: runsc
-// run -detach hands its stdio to the sandbox, and a pipe would never close).
-func (r *Runtime) run(ctx context.Context, stdio *os.File, args ...string) ([]byte, error) {
-	return r.runNet(ctx, false, stdio, args...)
+// stdio is what a detached runsc command hands to the sandbox: the init's
+// stdin and its stdout and stderr (one file); tail returns the end of what
+// was written to them, for an error.
+type stdio struct {
+	in, out *os.File
+	tail    func() string
 }
 
-func (r *Runtime) runNet(ctx context.Context, netns bool, stdio *os.File, args ...string) ([]byte, error) {
+// run runs runsc with global flags (netns given) and args; it returns stdout.
+// io, when set, becomes the command's stdio (runsc run -detach hands its
+// stdio to the sandbox, so its stdout is never read to the end).
+func (r *Runtime) run(ctx context.Context, io *stdio, args ...string) ([]byte, error) {
+	return r.runNet(ctx, false, io, args...)
+}
+
+func (r *Runtime) runNet(ctx context.Context, netns bool, io *stdio, args ...string) ([]byte, error) {
 	full := append(r.globalFlags(netns), args...)
 	if args[0] == "--version" {
 		full = args
@@ -153,8 +166,8 @@ func (r *Runtime) runNet(ctx context.Context, netns bool, stdio *os.File, args .
 	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
-	if stdio != nil {
-		cmd.Stdout, cmd.Stderr = stdio, stdio
+	if io != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = io.in, io.out, io.out
 	} else {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	}
@@ -163,8 +176,8 @@ func (r *Runtime) runNet(ctx context.Context, netns bool, stdio *os.File, args .
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
 		tail := stderr.String()
-		if stdio != nil {
-			tail = tailFile(stdio.Name(), 2048)
+		if io != nil {
+			tail = io.tail()
 		}
 		return nil, &ExitError{Args: args, Err: err, Stderr: tail}
 	}
@@ -289,20 +302,78 @@ func (r *Runtime) ociSpec(s *runtime.Spec) *specs.Spec {
 	}
 }
 
-// writeBundle writes bundle/config.json and opens bundle/init.log, where
-// the init's stdout and stderr go.
-func (r *Runtime) writeBundle(s *runtime.Spec, bundle string) (*os.File, error) {
+// writeBundle writes bundle/config.json.
+func (r *Runtime) writeBundle(s *runtime.Spec, bundle string) error {
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	b, err := json.MarshalIndent(r.ociSpec(s), "", "  ")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
-		return nil, err
+	return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}
+
+// runDetached writes the bundle and runs a runsc command that leaves the
+// container running (run or restore --detach), its init's output drained
+// into bounded logs (initLog). A failed command's container is deleted.
+func (r *Runtime) runDetached(ctx context.Context, s *runtime.Spec, bundle string, args ...string) error {
+	if err := r.writeBundle(s, bundle); err != nil {
+		return err
 	}
-	return os.OpenFile(filepath.Join(bundle, "init.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	r.closeLog(s.ID)
+	l, in, out, err := newInitLog(bundle)
+	if err != nil {
+		return fmt.Errorf("init output pipe: %w", err)
+	}
+	r.logsMu.Lock()
+	r.logs[s.ID] = l
+	r.logsMu.Unlock()
+	_, err = r.runNet(ctx, s.NetNS != "", &stdio{in: in, out: out, tail: func() string {
+		l.settle()
+		return tailFile(filepath.Join(bundle, "init.log"), 2048)
+	}}, args...)
+	in.Close()
+	out.Close()
+	if err != nil {
+		// A failed run can leave a created container behind.
+		_ = r.Delete(context.WithoutCancel(ctx), s.ID)
+	}
+	return err
+}
+
+// closeLog stops draining container id's init output.
+func (r *Runtime) closeLog(id string) {
+	r.logsMu.Lock()
+	l := r.logs[id]
+	delete(r.logs, id)
+	r.logsMu.Unlock()
+	if l != nil {
+		l.close()
+	}
+}
+
+// Attach implements runtime.Runtime: it drains the init output of a
+// container that an earlier sbxd started (bundle/init.pipe).
+func (r *Runtime) Attach(id, bundle string) error {
+	r.logsMu.Lock()
+	_, ok := r.logs[id]
+	r.logsMu.Unlock()
+	if ok {
+		return nil
+	}
+	l, err := attachInitLog(bundle)
+	if err != nil {
+		return fmt.Errorf("drain the init output of %s: %w", id, err)
+	}
+	r.logsMu.Lock()
+	defer r.logsMu.Unlock()
+	if _, ok := r.logs[id]; ok {
+		go l.close()
+		return nil
+	}
+	r.logs[id] = l
+	return nil
 }
 
 // Checkpoint implements runtime.Runtime with `runsc checkpoint
@@ -320,22 +391,13 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 // (and --background: pages load after restore returns; the image must be
 // uncompressed, which checkpoints here are).
 func (r *Runtime) Restore(ctx context.Context, s *runtime.Spec, bundle, imageDir string, background bool) error {
-	log, err := r.writeBundle(s, bundle)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
 	ctx, cancel := context.WithTimeout(ctx, CaptureTimeout+time.Duration(float64(CapturePerGiB)*float64(s.MemoryBytes)/(1<<30)))
 	defer cancel()
 	args := []string{"restore", "--direct", "--detach"}
 	if background {
 		args = append(args, "--background")
 	}
-	_, err = r.runNet(ctx, s.NetNS != "", log, append(args, "--image-path", imageDir, "--bundle", bundle, s.ID)...)
-	if err != nil {
-		_ = r.Delete(context.WithoutCancel(ctx), s.ID)
-	}
-	return err
+	return r.runDetached(ctx, s, bundle, append(args, "--image-path", imageDir, "--bundle", bundle, s.ID)...)
 }
 
 // Signal implements runtime.Runtime with `runsc kill ID SIG`.
@@ -345,19 +407,10 @@ func (r *Runtime) Signal(ctx context.Context, id string, sig syscall.Signal) err
 }
 
 // Start implements runtime.Runtime: it writes bundle/config.json and runs
-// `runsc run --detach`. The init's stdout and stderr go to bundle/init.log.
+// `runsc run --detach`. The init's stdout and stderr go to bundle/init.log,
+// bounded (InitLogMax).
 func (r *Runtime) Start(ctx context.Context, s *runtime.Spec, bundle string) error {
-	log, err := r.writeBundle(s, bundle)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
-	_, err = r.runNet(ctx, s.NetNS != "", log, "run", "--detach", "--bundle", bundle, s.ID)
-	if err != nil {
-		// A failed run can leave a created container behind.
-		_ = r.Delete(context.WithoutCancel(ctx), s.ID)
-	}
-	return err
+	return r.runDetached(ctx, s, bundle, "run", "--detach", "--bundle", bundle, s.ID)
 }
 
 type stateJSON struct {
@@ -439,17 +492,32 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
 	return res, nil
 }
 
-// Delete implements runtime.Runtime: kill with SIGKILL, then delete --force.
+// Delete implements runtime.Runtime: kill with SIGKILL, then delete --force;
+// then the container's cgroups go (runsc leaves them after a failed boot).
 func (r *Runtime) Delete(ctx context.Context, id string) error {
-	if !r.exists(id) {
-		return nil // two runsc runs (~100 ms) saved on every boot and restore
+	r.closeLog(id)
+	if r.exists(id) {
+		_, _ = r.run(ctx, nil, "kill", id, "KILL")
+		_, err := r.run(ctx, nil, "delete", "--force", id)
+		if err != nil && !isNotExist(err) {
+			return err
+		}
 	}
-	_, _ = r.run(ctx, nil, "kill", id, "KILL")
-	_, err := r.run(ctx, nil, "delete", "--force", id)
-	if err != nil && !isNotExist(err) {
-		return err
-	}
+	r.removeCgroups(id)
 	return nil
+}
+
+// removeCgroups removes the (empty) cgroups of container id, under every
+// cgroup v1 controller or the v2 hierarchy; missing ones are fine.
+func (r *Runtime) removeCgroups(id string) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", r.cfg.CgroupParent, id))
+	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent, id))
+	for _, d := range dirs {
+		_ = unix.Rmdir(d)
+	}
 }
 
 // exists reports whether runsc has state for container id in its root
@@ -479,6 +547,46 @@ func (r *Runtime) cgroupFile(controller, id, file string) string {
 		return v1
 	}
 	return filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent, id, file)
+}
+
+// LimitAll implements runtime.Runtime on the parent cgroup (CgroupParent):
+// cpu.cfs_quota_us and memory.limit_in_bytes under cgroup v1, cpu.max and
+// memory.max under v2. The parent is made if missing. A limit below what
+// the containers use now is refused by the kernel: the error says so.
+func (r *Runtime) LimitAll(cpus float64, memoryBytes int64) error {
+	const period = 100000
+	quota := int64(cpus * period)
+	v1 := filepath.Join("/sys/fs/cgroup", "memory")
+	if _, err := os.Stat(v1); err == nil {
+		for _, c := range []string{"cpu", "memory"} {
+			if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", c, r.cfg.CgroupParent), 0o755); err != nil {
+				return err
+			}
+		}
+		if err := writeCgroup(filepath.Join("/sys/fs/cgroup", "cpu", r.cfg.CgroupParent, "cpu.cfs_period_us"), strconv.Itoa(period)); err != nil {
+			return err
+		}
+		if err := writeCgroup(filepath.Join("/sys/fs/cgroup", "cpu", r.cfg.CgroupParent, "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10)); err != nil {
+			return err
+		}
+		return writeCgroup(filepath.Join("/sys/fs/cgroup", "memory", r.cfg.CgroupParent, "memory.limit_in_bytes"), strconv.FormatInt(memoryBytes, 10))
+	}
+	dir := filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_ = writeCgroup("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory")
+	if err := writeCgroup(filepath.Join(dir, "cpu.max"), fmt.Sprintf("%d %d", quota, period)); err != nil {
+		return err
+	}
+	return writeCgroup(filepath.Join(dir, "memory.max"), strconv.FormatInt(memoryBytes, 10))
+}
+
+func writeCgroup(p, v string) error {
+	if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+		return fmt.Errorf("cgroup %s = %s: %w", p, v, err)
+	}
+	return nil
 }
 
 // OOMKilled implements runtime.Runtime from the memory cgroup's oom_kill

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/pressly/goose/v3"
+	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/sbxhq/sbx/api"
@@ -35,6 +37,21 @@ var _ store.Store = (*Store)(nil)
 // Open opens (creating if needed) the database at path and migrates its
 // schema to the newest version.
 func Open(ctx context.Context, path string) (*Store, error) {
+	// The database holds API keys' hashes, sandboxes' env and events: only
+	// root reads it. SQLite makes its -wal and -shm files with the
+	// database's mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = f.Chmod(0o600)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	for _, p := range []string{path + "-wal", path + "-shm"} {
+		_ = os.Chmod(p, 0o600)
+	}
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -468,15 +485,29 @@ func optTime(t time.Time) string {
 
 const eventCols = `id, key, sandbox_id, data, content_type, create_time, deliver_time, expire_time`
 
+// eventSelect reads eventCols and the row's rowid (the event's Seq).
+const eventSelect = `SELECT ` + eventCols + `, rowid FROM events`
+
 func scanEvents(rows *sql.Rows) ([]*store.Event, error) {
+	return scanEventsPage(rows, 0, 0)
+}
+
+// scanEventsPage reads rows until limit events (0: all) or until the
+// bodies read reach maxBytes (0: no bound).
+func scanEventsPage(rows *sql.Rows, limit int, maxBytes int64) ([]*store.Event, error) {
 	defer rows.Close()
 	var out []*store.Event
+	var bytes int64
 	for rows.Next() {
+		if (limit > 0 && len(out) >= limit) || (maxBytes > 0 && bytes >= maxBytes) {
+			break
+		}
 		var ev store.Event
 		var ct, dt, et string
-		if err := rows.Scan(&ev.ID, &ev.Key, &ev.SandboxID, &ev.Data, &ev.ContentType, &ct, &dt, &et); err != nil {
+		if err := rows.Scan(&ev.ID, &ev.Key, &ev.SandboxID, &ev.Data, &ev.ContentType, &ct, &dt, &et, &ev.Seq); err != nil {
 			return nil, err
 		}
+		bytes += int64(len(ev.Data))
 		ev.CreateTime = parseTime(ct)
 		if dt != "" {
 			ev.DeliverTime = parseTime(dt)
@@ -498,18 +529,82 @@ func (s *Store) AddEvent(ctx context.Context, ev *store.Event) error {
 	if data == nil {
 		data = []byte{}
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO events (`+eventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+	res, err := s.db.ExecContext(ctx, `INSERT INTO events (`+eventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		ev.ID, ev.Key, ev.SandboxID, data, ev.ContentType, fmtTime(ev.CreateTime), optTime(ev.DeliverTime), optTime(ev.ExpireTime))
+	if err != nil {
+		return err
+	}
+	ev.Seq, err = res.LastInsertId()
 	return err
 }
 
-// ListEvents implements store.Store.
-func (s *Store) ListEvents(ctx context.Context, sandboxID string) ([]*store.Event, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+eventCols+` FROM events WHERE sandbox_id = ? ORDER BY create_time, id`, sandboxID)
+// eventWhere is the WHERE clause of q and its arguments.
+func eventWhere(q store.EventQuery) (string, []any) {
+	var conds []string
+	var args []any
+	switch {
+	case q.SandboxID != "":
+		conds, args = append(conds, "sandbox_id = ?"), append(args, q.SandboxID)
+	case q.Pending:
+		conds = append(conds, "sandbox_id = ''")
+	}
+	if q.Key != "" {
+		conds, args = append(conds, "key = ?"), append(args, q.Key)
+	}
+	if q.After > 0 {
+		conds, args = append(conds, "rowid > ?"), append(args, q.After)
+	}
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+// ListEvents implements store.Store: rows are read one at a time, and no
+// more than the page holds.
+func (s *Store) ListEvents(ctx context.Context, q store.EventQuery) ([]*store.Event, error) {
+	where, args := eventWhere(q)
+	query := eventSelect + where + ` ORDER BY rowid`
+	if q.Limit > 0 {
+		query += fmt.Sprintf(" LIMIT %d", q.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	return scanEvents(rows)
+	return scanEventsPage(rows, q.Limit, q.MaxBytes)
+}
+
+// CountEvents implements store.Store.
+func (s *Store) CountEvents(ctx context.Context, q store.EventQuery) (int, int64, error) {
+	q.After = 0
+	where, args := eventWhere(q)
+	var n int
+	var bytes int64
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM events`+where, args...).Scan(&n, &bytes)
+	return n, bytes, err
+}
+
+// DeletePendingEvent implements store.Store.
+func (s *Store) DeletePendingEvent(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE id = ? AND sandbox_id = ''`, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.New(errdefs.ErrEventNotFound, "no pending event %q", id)
+	}
+	return nil
+}
+
+// DeletePendingEvents implements store.Store.
+func (s *Store) DeletePendingEvents(ctx context.Context, key string) (int, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE key = ? AND sandbox_id = ''`, key)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
 }
 
 // TakePending implements store.Store, in one transaction.
@@ -519,8 +614,8 @@ func (s *Store) TakePending(ctx context.Context, key, sandboxID string, now time
 		return nil, err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT `+eventCols+` FROM events WHERE key = ? AND sandbox_id = ''
-		ORDER BY create_time, id`, key)
+	rows, err := tx.QueryContext(ctx, eventSelect+` WHERE key = ? AND sandbox_id = ''
+		ORDER BY rowid`, key)
 	if err != nil {
 		return nil, err
 	}
@@ -551,24 +646,34 @@ func (s *Store) DeleteEvents(ctx context.Context, sandboxID string) error {
 	return err
 }
 
-// DeleteExpiredEvents implements store.Store.
+// DeleteExpiredEvents implements store.Store; it reads no bodies.
 func (s *Store) DeleteExpiredEvents(ctx context.Context, now time.Time) (int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+eventCols+` FROM events WHERE sandbox_id = '' AND expire_time != ''`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, expire_time FROM events WHERE sandbox_id = '' AND expire_time != ''`)
 	if err != nil {
 		return 0, err
 	}
-	evs, err := scanEvents(rows)
-	if err != nil {
+	var expired []string
+	for rows.Next() {
+		var id, et string
+		if err := rows.Scan(&id, &et); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		// Times are RFC 3339 text, not fixed width: compare them in Go.
+		if !parseTime(et).After(now) {
+			expired = append(expired, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, ev := range evs {
-		if !ev.ExpireTime.After(now) {
-			if _, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE id = ?`, ev.ID); err != nil {
-				return n, err
-			}
-			n++
+	for _, id := range expired {
+		if _, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE id = ?`, id); err != nil {
+			return n, err
 		}
+		n++
 	}
 	return n, nil
 }

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -39,5 +40,28 @@ func TestReopenKeepsRecords(t *testing.T) {
 	defer s.Close()
 	if _, err := s.GetSandbox(ctx, "keep"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDatabaseMode: the database file is root's alone (0600), also one
+// made earlier with a wider mode.
+func TestDatabaseMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sbx.db")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, p := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s has mode %v, want 0600", p, fi.Mode().Perm())
+		}
 	}
 }

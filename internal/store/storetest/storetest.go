@@ -5,6 +5,8 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -321,7 +323,7 @@ func testEvents(t *testing.T, s store.Store) {
 	if again, _ := s.TakePending(ctx, "k", "sbx_c", now); len(again) != 0 {
 		t.Fatalf("events delivered twice: %+v", again)
 	}
-	list, err := s.ListEvents(ctx, "sbx_a")
+	list, err := s.ListEvents(ctx, store.EventQuery{SandboxID: "sbx_a"})
 	if err != nil || len(list) != 2 || list[1].ContentType != "" || list[0].ContentType != "application/json" || list[0].DeliverTime.IsZero() {
 		t.Fatalf("events of sbx_a: %+v, %v", list, err)
 	}
@@ -331,13 +333,63 @@ func testEvents(t *testing.T, s store.Store) {
 	if err := s.DeleteEvents(ctx, "sbx_a"); err != nil {
 		t.Fatal(err)
 	}
-	if list, _ := s.ListEvents(ctx, "sbx_a"); len(list) != 0 {
+	if list, _ := s.ListEvents(ctx, store.EventQuery{SandboxID: "sbx_a"}); len(list) != 0 {
 		t.Fatalf("events after delete: %+v", list)
 	}
-	if list, _ := s.ListEvents(ctx, "sbx_b"); len(list) != 1 {
+	if list, _ := s.ListEvents(ctx, store.EventQuery{SandboxID: "sbx_b"}); len(list) != 1 {
 		t.Fatalf("another sandbox's events went: %+v", list)
 	}
 	if left, _ := s.TakePending(ctx, "other", "sbx_a", now); len(left) != 1 {
 		t.Fatalf("pending of other: %+v", left)
+	}
+
+	// Pages, counts and cancelling pending events.
+	for i := range 5 {
+		ev := &store.Event{ID: fmt.Sprintf("p%d", i), Key: "page", Data: make([]byte, 100), CreateTime: now, ExpireTime: now.Add(time.Hour)}
+		if err := s.AddEvent(ctx, ev); err != nil || ev.Seq == 0 {
+			t.Fatalf("add: seq %d, %v", ev.Seq, err)
+		}
+	}
+	if n, b, err := s.CountEvents(ctx, store.EventQuery{Pending: true, Key: "page"}); err != nil || n != 5 || b != 500 {
+		t.Fatalf("count of page: %d events, %d bytes, %v", n, b, err)
+	}
+	if n, _, _ := s.CountEvents(ctx, store.EventQuery{}); n != 7 {
+		t.Fatalf("count of all: %d", n)
+	}
+	var ids []string
+	var after int64
+	for range 10 {
+		page, err := s.ListEvents(ctx, store.EventQuery{Pending: true, Key: "page", After: after, Limit: 2, MaxBytes: 150})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		if len(page) > 2 {
+			t.Fatalf("page over its bounds: %d events", len(page))
+		}
+		for _, ev := range page {
+			ids = append(ids, ev.ID)
+		}
+		after = page[len(page)-1].Seq
+	}
+	if strings.Join(ids, ",") != "p0,p1,p2,p3,p4" {
+		t.Fatalf("pages: %v", ids)
+	}
+	if page, _ := s.ListEvents(ctx, store.EventQuery{Pending: true, Key: "page", MaxBytes: 1}); len(page) != 1 {
+		t.Fatalf("a page holds at least one event: %d", len(page))
+	}
+	if err := s.DeletePendingEvent(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePendingEvent(ctx, "p1"); !errors.Is(err, errdefs.ErrEventNotFound) {
+		t.Fatalf("delete again: %v", err)
+	}
+	if err := s.DeletePendingEvent(ctx, "ev5"); !errors.Is(err, errdefs.ErrEventNotFound) {
+		t.Fatalf("a delivered event is not pending: %v", err)
+	}
+	if n, err := s.DeletePendingEvents(ctx, "page"); err != nil || n != 4 {
+		t.Fatalf("delete the key's: %d, %v", n, err)
 	}
 }

@@ -558,9 +558,13 @@ class Sandbox:
 
     # --- files ------------------------------------------------------------
 
-    def read_file(self, path: str) -> bytes:
-        """A file's bytes. Raises FileNotFound, InvalidArgument (a directory, a bad path)."""
-        resp = self.client.transport.request("GET", self._p("files"), [("path", path)])
+    def read_file(self, path: str, max_bytes: Optional[int] = None) -> bytes:
+        """A regular file's bytes. Raises FileNotFound, InvalidArgument (a directory, a FIFO or
+        device, a bad path), TooLarge (over ``max_bytes``; the server's default is 1 GiB)."""
+        q: List[Tuple[str, str]] = [("path", path)]
+        if max_bytes is not None:
+            q.append(("max_bytes", str(max_bytes)))
+        resp = self.client.transport.request("GET", self._p("files"), q)
         try:
             data = resp.read()
         except Exception as e:  # a read that fails midway cuts the connection
@@ -572,9 +576,9 @@ class Sandbox:
             raise ConnectionFailed("connection_failed", 0, f"reading {path}: short read")
         return data
 
-    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+    def read_text(self, path: str, encoding: str = "utf-8", max_bytes: Optional[int] = None) -> str:
         """A file's contents as text."""
-        return self.read_file(path).decode(encoding)
+        return self.read_file(path, max_bytes).decode(encoding)
 
     def write_file(self, path: str, data: Union[bytes, bytearray, str], mode: Optional[int] = None) -> Dict[str, Any]:
         """Write a file (str is encoded as UTF-8), creating parents; ``mode`` e.g. ``0o755``.
@@ -609,9 +613,16 @@ class Sandbox:
             q.append(("recursive", "1"))
         self.client.transport.json("DELETE", self._p("files"), q)
 
-    def download(self, path: str) -> bytes:
-        """A tar archive (PAX) of a directory's contents, or of one file."""
-        resp = self.client.transport.request("GET", self._p("archive"), [("path", path)])
+    def download(self, path: str, max_bytes: Optional[int] = None) -> bytes:
+        """A tar archive (PAX) of a directory's contents, or of one file.
+
+        Sparse files come as GNU PAX 1.0 sparse entries, which ``tarfile`` extracts as sparse
+        files. Raises TooLarge when the archive is estimated over ``max_bytes`` (file data
+        without holes plus 1536 bytes an entry; the server's default is 1 GiB)."""
+        q: List[Tuple[str, str]] = [("path", path)]
+        if max_bytes is not None:
+            q.append(("max_bytes", str(max_bytes)))
+        resp = self.client.transport.request("GET", self._p("archive"), q)
         try:
             return resp.read()
         finally:
@@ -776,8 +787,32 @@ class Sandbox:
         return self
 
     def events(self) -> List[Event]:
-        """Events delivered to the sandbox (why it woke), oldest first."""
-        return [Event.from_dict(o) for o in self.client.transport.json("GET", self._p("events")) or []]
+        """Events delivered to the sandbox (why it woke), oldest first: every page.
+
+        sbxd answers at most 100 events or 4 MiB a page, with the next
+        page's cursor in ``X-Next-Cursor``.
+        """
+        out: List[Event] = []
+        cursor = ""
+        while True:
+            resp = self.client.transport.request("GET", self._p("events"),
+                                                 [("cursor", cursor)] if cursor else None,
+                                                 accept="application/json")
+            try:
+                data = resp.read()
+                nxt = resp.getheader("X-Next-Cursor") or ""
+            except (OSError, http.client.HTTPException) as e:
+                raise ConnectionFailed("connection_failed", 0, f"reading events: {e}") from e
+            finally:
+                resp.close()
+            try:
+                page = json.loads(data) if data.strip() else []
+            except ValueError as e:
+                raise ProtocolError("protocol", resp.status, f"GET events: bad JSON answer: {e}") from e
+            out.extend(Event.from_dict(o) for o in page or [])
+            if not nxt:
+                return out
+            cursor = nxt
 
     # --- ports ------------------------------------------------------------
 

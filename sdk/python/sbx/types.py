@@ -249,6 +249,7 @@ class SandboxInfo(_Model):
     image: str = ""
     cpus: float = 0.0
     memory_mb: int = 0
+    disk_mb: int = 0
     env: Dict[str, str] = field(default_factory=dict)
     labels: Dict[str, str] = field(default_factory=dict)
     network: NetworkRules = field(default_factory=NetworkRules)

@@ -66,7 +66,7 @@ class Driver:
         if name == "write_file":
             return sb.write_file(a["path"], a["content"], a.get("mode"))
         if name == "read_file":
-            self.read_back = sb.read_file(a["path"])
+            self.read_back = sb.read_file(a["path"], a.get("max_bytes"))
             return self.read_back
         if name == "list_files":
             return sb.list_files(a["path"])

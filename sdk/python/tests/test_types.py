@@ -36,7 +36,7 @@ CASES: Dict[str, Any] = {
     "Source": ({"sandbox": "dev", "snapshot": "snap_2"}, T.Source(sandbox="dev", snapshot="snap_2")),
     "SandboxInfo": (
         {"id": "sbx_4f2c0a9d1e7b3c55", "name": "dev", "state": "suspended", "image": "default",
-         "cpus": 1.5, "memory_mb": 1024, "env": {"CI": "1"}, "labels": {"team": "a"},
+         "cpus": 1.5, "memory_mb": 1024, "disk_mb": 10240, "env": {"CI": "1"}, "labels": {"team": "a"},
          "network": {"internet": False, "allow": ["pypi.org"], "deny": [], "connect": ["db"]},
          "volumes": [{"name": "cache", "path": "/cache"}], "timeout_ms": 600000,
          "keep_alive_while_running": True, "state_reason": "oom_killed: over 1024 MB",
@@ -44,7 +44,7 @@ CASES: Dict[str, Any] = {
          "create_time": "2026-11-29T10:00:00Z", "source": {"sandbox": "base", "snapshot": "snap_1"},
          "future_field": [1, 2]},
         T.SandboxInfo(id="sbx_4f2c0a9d1e7b3c55", name="dev", state="suspended", image="default", cpus=1.5,
-                      memory_mb=1024, env={"CI": "1"}, labels={"team": "a"},
+                      memory_mb=1024, disk_mb=10240, env={"CI": "1"}, labels={"team": "a"},
                       network=T.NetworkRules(internet=False, allow=["pypi.org"], connect=["db"]),
                       volumes=[T.Volume("cache", "/cache")], timeout_ms=600000,
                       keep_alive_while_running=True, state_reason="oom_killed: over 1024 MB",

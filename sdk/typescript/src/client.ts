@@ -321,14 +321,19 @@ export class Sandbox {
     await this.t.json({ method: 'POST', path: this.p('processes', String(pid), 'signal'), json: { signal }, signal: o.signal });
   }
 
-  /** Reads a file's bytes. Throws {@link FileNotFoundError}. */
-  async readFile(path: string, o: CallOptions = {}): Promise<Buffer> {
-    const res = await this.t.request({ method: 'GET', path: this.p('files'), query: { path }, signal: o.signal });
+  /**
+   * Reads a regular file's bytes. Throws {@link FileNotFoundError}, {@link TooLargeError} when
+   * the file is over `maxBytes` (the server's default is 1 GiB), {@link InvalidArgumentError}
+   * for a directory, a FIFO or a device.
+   */
+  async readFile(path: string, o: CallOptions & { maxBytes?: number } = {}): Promise<Buffer> {
+    const query: Query = { path, max_bytes: o.maxBytes !== undefined ? String(o.maxBytes) : undefined };
+    const res = await this.t.request({ method: 'GET', path: this.p('files'), query, signal: o.signal });
     return readAll(res);
   }
 
   /** Reads a file as UTF-8 text. */
-  async readText(path: string, o: CallOptions = {}): Promise<string> {
+  async readText(path: string, o: CallOptions & { maxBytes?: number } = {}): Promise<string> {
     return (await this.readFile(path, o)).toString('utf8');
   }
 
@@ -447,8 +452,31 @@ export class Sandbox {
     return this;
   }
 
-  /** Events delivered to the sandbox, oldest first. */
+  /**
+   * Events delivered to the sandbox, oldest first: every page (sbxd
+   * answers at most 100 events or 4 MiB a page, and the next page's
+   * cursor in `X-Next-Cursor`).
+   */
   async events(o: CallOptions = {}): Promise<SbxEvent[]> {
-    return (await this.t.json<SbxEvent[]>({ method: 'GET', path: this.p('events'), signal: o.signal })) ?? [];
+    const out: SbxEvent[] = [];
+    let cursor: string | undefined;
+    for (let pages = 0; pages < 100000; pages++) {
+      const res = await this.t.request({
+        method: 'GET', path: this.p('events'), query: cursor ? { cursor } : undefined,
+        accept: 'application/json', signal: o.signal,
+      });
+      const buf = await readAll(res);
+      let page: SbxEvent[];
+      try {
+        page = buf.length ? (JSON.parse(buf.toString('utf8')) as SbxEvent[]) : [];
+      } catch (e) {
+        throw new SbxProtocolError(`decode GET events answer: ${(e as Error).message}`);
+      }
+      out.push(...(page ?? []));
+      const next = res.headers['x-next-cursor'];
+      if (typeof next !== 'string' || next === '') break;
+      cursor = next;
+    }
+    return out;
   }
 }

@@ -44,6 +44,8 @@ export interface SandboxInfo {
   image: string;
   cpus: number;
   memory_mb: number;
+  /** Disk quota in MiB of what the sandbox writes; 0 when sbxd has no disk quotas. */
+  disk_mb?: number;
   env: Record<string, string>;
   labels: Record<string, string>;
   network: NetworkRules;

@@ -66,7 +66,7 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
     }
     case 'write_file': await sb().writeFile(a.path, a.content, { mode: a.mode }); return;
     case 'read_file': {
-      const got = await sb().readText(a.path);
+      const got = await sb().readText(a.path, { maxBytes: a.max_bytes });
       assert.equal(got, c.response.body_text);
       return;
     }
