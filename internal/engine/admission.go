@@ -99,28 +99,18 @@ func (e *Engine) admit(ctx context.Context, d demand) (release func(), err error
 	}
 	e.adm.mu.Lock()
 	defer e.adm.mu.Unlock()
-	sbs, err := e.st.ListSandboxes(ctx, storeAll)
+	u, err := e.st.SandboxUsage(ctx)
 	if err != nil {
 		return nil, err
 	}
-	count, cpus, memMB := 0, 0.0, 0
-	recorded := map[string]bool{}
-	for _, sb := range sbs {
-		if !sb.Pooled {
-			count++
-		}
-		if sb.State != api.StateSuspended {
-			cpus += sb.CPUs
-			memMB += sb.MemoryMB
-			recorded[sb.Name] = true
-		}
-	}
+	count, cpus, memMB := u.Count, u.CPUs, u.MemoryMB
 	for p := range e.adm.pending {
 		left := p.n
 		if len(p.names) > 0 {
 			left = 0
 			for _, name := range p.names {
-				if !recorded[name] {
+				// A record of that name not suspended is counted already.
+				if sb, err := e.st.GetSandbox(ctx, name); err != nil || sb.State == api.StateSuspended {
 					left++
 				}
 			}

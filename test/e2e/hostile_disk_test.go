@@ -215,8 +215,21 @@ func TestHostileSparseCapture(t *testing.T) {
 func TestHostileDeepTree(t *testing.T) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
-	// 2100 levels of "dd/": more than 6000 bytes of path.
-	mustSh(t, sb, `cd /workspace; i=0; while [ $i -lt 2100 ]; do mkdir dd; cd dd; i=$((i+1)); done; echo deep-leaf > leaf`)
+	// Two chains of 700 levels of "dd/", the second moved to the bottom of
+	// the first: more than 4200 bytes of path below the layer (gVisor's
+	// gofer cannot make a path longer than the host's PATH_MAX, but it can
+	// move a tree to where its paths are).
+	mustSh(t, sb, `set -e; mk() { i=0; while [ $i -lt 700 ]; do mkdir dd; cd dd; i=$((i+1)); done; }
+		cd /workspace; mkdir c3; cd c3; mk; echo deep-leaf > leaf
+		cd /workspace; mkdir c2; cd c2; mk; mv /workspace/c3 ./c3`)
+	deep := []string{"c2"}
+	for i := 0; i < 700; i++ {
+		deep = append(deep, "dd")
+	}
+	deep = append(deep, "c3")
+	for i := 0; i < 700; i++ {
+		deep = append(deep, "dd")
+	}
 	// The leaf is read on the host, beneath the layer's directory fd (a
 	// freshly booted gVisor cannot walk deeper than PATH_MAX itself).
 	check := func(what string) {
@@ -233,8 +246,8 @@ func TestHostileDeepTree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < 2100; i++ {
-			next, err := unix.Openat(fd, "dd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		for i, name := range deep {
+			next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 			unix.Close(fd)
 			if err != nil {
 				t.Fatalf("%s: level %d of the deep tree: %v", what, i, err)
@@ -252,10 +265,14 @@ func TestHostileDeepTree(t *testing.T) {
 		if string(buf[:n]) != "deep-leaf\n" {
 			t.Fatalf("%s: the deep leaf reads %q", what, buf[:n])
 		}
-		if out := mustSh(t, sb, "ls /workspace"); !strings.Contains(out, "dd") {
+		if out := mustSh(t, sb, "ls /workspace"); !strings.Contains(out, "c2") {
 			t.Fatalf("%s: /workspace lists %q", what, out)
 		}
 	}
+	if n := len(strings.Join(deep, "/")); n <= 4096 {
+		t.Fatalf("the tree's path is only %d bytes", n)
+	}
+	check("as built")
 	cp, err := sb.Checkpoint(ctx, "deep")
 	noHostPath(t, "checkpoint of a deep tree", err)
 	if err != nil {
@@ -266,7 +283,7 @@ func TestHostileDeepTree(t *testing.T) {
 		noHostPath(t, "second checkpoint", err)
 		t.Fatalf("second checkpoint of a deep tree: %v", err)
 	}
-	mustSh(t, sb, "mv /workspace/dd /workspace/gone") // rm -rf cannot: the path is too long in the guest too
+	mustSh(t, sb, "mv /workspace/c2 /workspace/gone") // rm -rf cannot: the path is too long in the guest too
 	if err := sb.Restore(ctx, cp.ID, nil); err != nil {
 		noHostPath(t, "restore", err)
 		t.Fatalf("restore of a deep tree: %v", err)
