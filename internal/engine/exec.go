@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -316,8 +315,15 @@ func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) e
 		return errdefs.Conflictf("sandbox %q was killed: it passed its %d MB memory limit", cur.Name, cur.MemoryMB)
 	case cur.State != api.StateRunning:
 		return errdefs.Conflictf("sandbox %q stopped while the request ran (%s)", cur.Name, cur.State)
+	case errors.Is(err, agent.ErrNotSocket):
+		return errAgent(err, "")
 	}
-	return fmt.Errorf("sandbox %s: agent: %w", cur.Name, err)
+	// The sandbox runs, but the connection the request used broke, or its
+	// agent's socket was not there: another operation (a restore, a
+	// suspend and resume, a stop and a boot) stopped and started the
+	// sandbox while the request ran. (The soak saw these answer 500.)
+	e.log.Debug("agent connection lost to a restart", "sandbox", cur.Name, "err", err)
+	return errdefs.Conflictf("sandbox %q was stopped and started again by another operation while the request ran; retry it", cur.Name)
 }
 
 // --- files ---

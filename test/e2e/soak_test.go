@@ -178,6 +178,9 @@ func TestConcurrentMixedOnOneSandbox(t *testing.T) {
 							t.Logf("%s answered internal; sbxd logged: %s", o.kind, line)
 						}
 					}
+					// A request that met another's stop or restart is a
+					// conflict, never an internal error.
+					t.Errorf("%s answered internal: %v", o.kind, o.err)
 					msgs[o.kind+": "+o.err.Error()]++
 				default:
 					msgs[o.kind+": "+o.err.Error()]++
