@@ -50,6 +50,10 @@ const (
 	CodeTooLarge Code = "too_large"
 	// CodeQuotaExceeded: a spending or resource limit would be passed. 429.
 	CodeQuotaExceeded Code = "quota_exceeded"
+	// CodeCaptureLimit: capturing the sandbox's disk (a checkpoint, snapshot,
+	// fork or suspend) passed its limit of bytes read or of time; nothing
+	// was changed. 507. An sbx extension.
+	CodeCaptureLimit Code = "capture_limit"
 	// CodeCapacity: the host has no room for the request: the number of
 	// sandboxes or snapshots is at its limit, or the sandboxes' CPUs or
 	// memory together would pass what the host admits (docs/security.md,
@@ -104,6 +108,8 @@ func (c Code) HTTPStatus() int {
 		return http.StatusServiceUnavailable
 	case CodePortUnreachable:
 		return http.StatusBadGateway
+	case CodeCaptureLimit:
+		return http.StatusInsufficientStorage
 	default:
 		return http.StatusInternalServerError
 	}

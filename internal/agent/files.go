@@ -329,9 +329,11 @@ func skipUnder(dir, name string) bool {
 	return isReserved(filepath.Join(dir, name))
 }
 
-// sortedNames reads a directory's entry names, sorted.
+// sortedNames reads a directory's entry names, sorted. It reads through a
+// new open of the directory: a dup would share fd's offset, and a second
+// walk of the same fd (a tar_out sizes, then writes) would see no entry.
 func sortedNames(fd int, path string) ([]string, error) {
-	nfd, err := unix.Dup(fd)
+	nfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}

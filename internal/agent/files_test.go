@@ -123,8 +123,8 @@ func TestStalledAgentTimesOut(t *testing.T) {
 // a process that prints nothing for longer.
 func TestSilentExecHasNoDeadline(t *testing.T) {
 	cl := startAgent(t, 0)
-	cl.Stall = 200 * time.Millisecond
-	_, _, ex := run(t, cl, &Request{Cmd: []string{"sh", "-c", "sleep 1; echo done"}, Env: env}, nil)
+	cl.Stall = time.Second // the started frame must come within it, even on a loaded machine
+	_, _, ex := run(t, cl, &Request{Cmd: []string{"sh", "-c", "sleep 3; echo done"}, Env: env}, nil)
 	if ex.ExitCode != 0 {
 		t.Fatalf("%+v", ex)
 	}
@@ -441,5 +441,25 @@ func TestMaxBytes(t *testing.T) {
 	lw := &limitWriter{w: io.Discard, max: 10}
 	if _, err := lw.Write(make([]byte, 11)); !errors.Is(err, errArchiveTooLarge) {
 		t.Errorf("limitWriter: %v", err)
+	}
+}
+
+// TestSortedNamesTwice: a tar_out walks its top directory twice (sizing,
+// then writing); the second read of the same fd must see every entry (an
+// archive of / once came out empty).
+func TestSortedNamesTwice(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "b"), nil, 0o644)
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for i := 0; i < 2; i++ {
+		names, err := sortedNames(int(d.Fd()), dir)
+		if err != nil || len(names) != 2 {
+			t.Fatalf("walk %d: %v %v", i+1, names, err)
+		}
 	}
 }

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,6 +138,7 @@ type soakReport struct {
 	RestartMS  []float64      `json:"restart_ms"`
 	Checks     int            `json:"checks"`
 	Errors     map[string]int `json:"errors"`
+	Conflicts  map[string]int `json:"conflicts"`
 	Violations []string       `json:"violations"`
 	DataDir    string         `json:"data_dir,omitempty"`
 }
@@ -160,15 +161,16 @@ func (a *app) printSoak(r *soakReport) {
 		restart = fmt.Sprintf("restart to first answer p50 %.0f ms, max %.0f ms", percentile(r.RestartMS, 0.5), slices.Max(r.RestartMS))
 	}
 	fmt.Fprintf(a.stdout, "kills survived: %d (%s); invariant checks: %d\n", r.Kills, restart, r.Checks)
-	if len(r.Errors) > 0 {
-		fmt.Fprintln(a.stdout, "errors answered:")
-		keys := make([]string, 0, len(r.Errors))
-		for k := range r.Errors {
-			keys = append(keys, k)
+	for _, l := range []struct {
+		title string
+		m     map[string]int
+	}{{"conflicts answered (409)", r.Conflicts}, {"errors answered", r.Errors}} {
+		if len(l.m) == 0 {
+			continue
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(a.stdout, "  %4d× %s\n", r.Errors[k], clean(k))
+		fmt.Fprintln(a.stdout, l.title+":")
+		for _, k := range slices.Sorted(maps.Keys(l.m)) {
+			fmt.Fprintf(a.stdout, "  %4d× %s\n", l.m[k], clean(k))
 		}
 	}
 	fmt.Fprintf(a.stdout, "violations: %d\n", len(r.Violations))
@@ -382,6 +384,7 @@ type soak struct {
 	mu         sync.Mutex
 	stats      map[string]*soakOpStats
 	errs       map[string]int
+	conflicts  map[string]int
 	violations []string
 	kills      int
 	checks     int
@@ -454,7 +457,7 @@ func runSoak(ctx context.Context, o soakOptions, log io.Writer) (*soakReport, er
 		return nil, err
 	}
 	s := &soak{o: o, log: log, d: d, c: c, rng: mrand.New(mrand.NewPCG(o.seed, 1)), gate: newSoakGate(),
-		stats: map[string]*soakOpStats{}, errs: map[string]int{}}
+		stats: map[string]*soakOpStats{}, errs: map[string]int{}, conflicts: map[string]int{}}
 	d.surpise = func(msg string) { s.violation("%s", msg) }
 	s.logf("soak: seed %d, sbxd %s, data dir %s, network tag %s, CIDR %s, log %s", o.seed, bin, dataDir, tag, cidr, d.logPath)
 	defer func() {
@@ -597,6 +600,7 @@ func (s *soak) count(kind, outcome, msg string) {
 		st.OK++
 	case "conflict":
 		st.Conflict++
+		s.conflicts[kind+": "+msg]++
 	case "interrupted":
 		st.Interrupted++
 	default:
@@ -620,6 +624,7 @@ func (s *soak) report() *soakReport {
 	for k, v := range s.errs {
 		r.Errors[k] = v
 	}
+	r.Conflicts = maps.Clone(s.conflicts)
 	if r.Violations == nil {
 		r.Violations = []string{}
 	}

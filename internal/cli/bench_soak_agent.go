@@ -173,7 +173,7 @@ func (a *soakAgent) do(ctx context.Context, kind, what string, f func(ctx contex
 	case !isAPI && ctx.Err() != nil:
 		return outInterrupted, err
 	case isAPI && ae.Code == api.CodeConflict:
-		a.s.count(kind, "conflict", "")
+		a.s.count(kind, "conflict", trunc(ae.Message, 200))
 		return outConflict, err
 	}
 	msg := err.Error()
@@ -213,7 +213,9 @@ func (a *soakAgent) step(ctx context.Context) {
 	}
 	if room {
 		add(1, func() { a.create(ctx) })
-		add(0.7, func() { a.fork(ctx, b) })
+		if !b.suspended {
+			add(0.7, func() { a.fork(ctx, b) })
+		}
 	}
 	if b.suspended {
 		add(3, func() { a.resume(ctx, b) })

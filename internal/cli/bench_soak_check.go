@@ -520,11 +520,19 @@ func (s *soak) finalContent(ctx context.Context) {
 					newest = id
 				}
 			}
-			if out, _ := a.do(ctx, "restore", b.name+" "+newest, func(ctx context.Context) error { return b.sb.Restore(ctx, newest, nil) }); out == outOK {
+			if b.suspended {
+				// A suspended sandbox's disk is restored once it runs.
+				if out, err := a.do(ctx, "resume", b.name, func(ctx context.Context) error { return b.sb.Resume(ctx) }); out != outOK {
+					s.violation("final check: resume %s: %v", b.name, err)
+					continue
+				}
+				b.suspended = false
+			}
+			if out, err := a.do(ctx, "restore", b.name+" "+newest, func(ctx context.Context) error { return b.sb.Restore(ctx, newest, nil) }); out == outOK {
 				b.live = b.cps[newest].clone()
 				a.checkLive(ctx, b, "after restoring "+newest+" (final check)")
 			} else {
-				s.violation("final check: restore %s %s did not succeed", b.name, newest)
+				s.violation("final check: restore %s %s: %v", b.name, newest, err)
 			}
 		}
 		for _, sn := range a.snaps {

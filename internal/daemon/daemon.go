@@ -38,8 +38,8 @@ type Config struct {
 	Listen string `json:"listen"`
 	// APIKeys are the bearer keys accepted on Listen.
 	APIKeys []string `json:"api_keys"`
-	// Runsc is the runsc binary; Platform its --platform ("" = kvm if
-	// /dev/kvm exists, else systrap).
+	// Runsc is the runsc binary; Platform its --platform ("" = by probe:
+	// kvm where KVM works, else systrap; see gvisor.ChoosePlatform).
 	Runsc    string `json:"runsc"`
 	Platform string `json:"platform"`
 	// AgentBin is the static sbx-agent binary ("" = next to sbxd, or PATH).
@@ -73,6 +73,13 @@ type Config struct {
 	// kept for one that suspends on its key later (a Go duration, default
 	// "24h").
 	EventRetention string `json:"event_retention"`
+	// CaptureTimeout bounds one capture of a sandbox's disk (checkpoint,
+	// snapshot, fork, suspend): a Go duration, default "30m".
+	CaptureTimeout string `json:"capture_timeout"`
+	// CaptureMaxBytes bounds the file data one capture reads (holes are
+	// not read), default 64 GiB, or twice the sandbox's disk quota when
+	// less.
+	CaptureMaxBytes int64 `json:"capture_max_bytes"`
 	// EventLimits bound stored events per key, per sandbox and in all
 	// (count and bytes); zero fields take engine.DefaultEventLimits.
 	EventLimits engine.EventLimits `json:"event_limits"`
@@ -129,6 +136,8 @@ func Defaults() Config {
 		DefaultMemoryMB: 1024,
 		LogLevel:        "info",
 		EventRetention:  "24h",
+		CaptureTimeout:  "30m",
+		CaptureMaxBytes: engine.DefaultCaptureMaxBytes,
 		PreviewDomain:   "localhost",
 	}
 }
@@ -158,7 +167,8 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore,
 		"SBX_NETWORK_CIDR": &c.NetworkCIDR, "SBX_NETWORK_TAG": &c.NetworkTag, "SBX_DNS_UPSTREAM": &c.DNSUpstream,
 		"SBX_PREVIEW_DOMAIN": &c.PreviewDomain, "SBX_EVENT_RETENTION": &c.EventRetention,
-		"SBX_LAYERS": &c.Layers,
+		"SBX_CAPTURE_TIMEOUT": &c.CaptureTimeout,
+		"SBX_LAYERS":          &c.Layers,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -205,6 +215,12 @@ func (c *Config) Validate() error {
 	}
 	if d, err := time.ParseDuration(c.EventRetention); err != nil || d <= 0 {
 		errs = append(errs, fmt.Errorf("event retention %q: want a positive duration such as 24h", c.EventRetention))
+	}
+	if d, err := time.ParseDuration(c.CaptureTimeout); err != nil || d <= 0 {
+		errs = append(errs, fmt.Errorf("capture timeout %q: want a positive duration such as 30m", c.CaptureTimeout))
+	}
+	if c.CaptureMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("capture max bytes %d: want a positive number of bytes", c.CaptureMaxBytes))
 	}
 	if c.PoolSize < 0 || c.PoolSize > 64 {
 		errs = append(errs, fmt.Errorf("pool size %d is out of range [0, 64]", c.PoolSize))
@@ -359,6 +375,11 @@ func lockDataDir(dir string) (*os.File, error) {
 	}
 }
 
+// ShutdownTimeout bounds how long Run waits, once ctx is cancelled, for
+// API calls in flight to answer; the engine's own wait is bounded by
+// engine.CloseTimeout, so Run returns within about 7 s of a SIGTERM.
+const ShutdownTimeout = 3 * time.Second
+
 // Run runs sbxd until ctx is cancelled. Sandboxes keep running after it
 // returns; the next Run reattaches them.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
@@ -394,6 +415,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	log.Info("runsc platform", "platform", rt.Choice().Platform, "reason", rt.Choice().Reason)
 	images, err := disk.NewImages(filepath.Join(cfg.DataDir, "images"), cfg.CacheDir, st, log)
 	if err != nil {
 		return err
@@ -412,6 +434,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	retention, _ := time.ParseDuration(cfg.EventRetention)
+	captureTimeout, _ := time.ParseDuration(cfg.CaptureTimeout)
 	faults, err := ParseFaults(os.Getenv("SBX_FAULTS"))
 	if err != nil {
 		return err
@@ -423,6 +446,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Layers: cfg.Layers, DefaultDiskMB: cfg.DefaultDiskMB, MaxSandboxes: cfg.MaxSandboxes, MaxSnapshots: cfg.MaxSnapshots,
 		MemoryOvercommit: cfg.MemoryOvercommit, CPUOvercommit: cfg.CPUOvercommit,
 		ReserveCPUs: cfg.ReserveCPUs, ReserveMemoryMB: cfg.ReserveMemoryMB,
+		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err
@@ -431,8 +455,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := eng.Start(ctx); err != nil {
 		return err
 	}
+	choice := rt.Choice()
 	srv := server.New(eng, server.Config{APIKeys: cfg.APIKeys, PreviewDomain: cfg.PreviewDomain,
-		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20}, log)
+		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, Platform: choice.Platform, PlatformReason: choice.Reason}, log)
 
 	var servers []*http.Server
 	errc := make(chan error, 2)
@@ -475,7 +500,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	for _, hs := range servers {
 		_ = hs.Shutdown(sctx)

@@ -81,7 +81,7 @@ func treeOf(t *testing.T, root string) string {
 		case fi.Mode()&os.ModeCharDevice != 0:
 			line += " rdev=" + strconv.Itoa(int(st.Rdev))
 		}
-		x, _ := readXattrs(p)
+		x, _ := readXattrs(pathXattrs(p))
 		keys := make([]string, 0, len(x))
 		for k := range x {
 			keys = append(keys, k+"="+string(x[k]))

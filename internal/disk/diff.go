@@ -1,12 +1,11 @@
 package disk
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Change is one path that differs between two disks, as the sandbox sees
@@ -36,7 +35,7 @@ type DiffResult struct {
 // lower (image) file, or nothing.
 type view struct {
 	e     *Entry // nil: from the image, or absent
-	lower os.FileInfo
+	lower *unix.Stat_t
 }
 
 // meta is a view's mode and owner.
@@ -44,11 +43,7 @@ func (v view) meta() (mode uint32, uid, gid int) {
 	if v.e != nil {
 		return v.e.Mode, v.e.UID, v.e.GID
 	}
-	st, ok := v.lower.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, -1, -1
-	}
-	return st.Mode & 0o7777, int(st.Uid), int(st.Gid)
+	return v.lower.Mode & 0o7777, int(v.lower.Uid), int(v.lower.Gid)
 }
 
 func (v view) target() string {
@@ -64,12 +59,12 @@ func (v view) typ() EntryType {
 	if v.e != nil {
 		return v.e.Type
 	}
-	switch m := v.lower.Mode(); {
-	case m.IsDir():
+	switch v.lower.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
 		return TypeDir
-	case m&os.ModeSymlink != 0:
+	case unix.S_IFLNK:
 		return TypeSymlink
-	case m.IsRegular():
+	case unix.S_IFREG:
 		return TypeFile
 	}
 	return TypeChar
@@ -79,8 +74,8 @@ func (v view) size() int64 {
 	if v.e != nil {
 		return v.e.Size
 	}
-	if v.lower != nil && v.lower.Mode().IsRegular() {
-		return v.lower.Size()
+	if v.lower != nil && v.lower.Mode&unix.S_IFMT == unix.S_IFREG {
+		return v.lower.Size
 	}
 	return 0
 }
@@ -89,8 +84,16 @@ func (v view) size() int64 {
 // (lower, the image's root filesystem): a path is added, modified (content,
 // type, mode, owner or link target; a directory's own times do not count)
 // or deleted in the sandbox's view. Paths under an added or deleted
-// directory are listed too. Entries are sorted by path.
+// directory are listed too. Entries are sorted by path. The image is read
+// beneath its root's fd without following links (an image may hold any
+// symlink); an unreadable image shows as empty.
 func Diff(from, to *Manifest, lower string) *DiffResult {
+	lfd, err := openRoot(lower)
+	if err != nil {
+		lfd = -1
+	} else {
+		defer unix.Close(lfd)
+	}
 	a := index(from)
 	b := index(to)
 	// A hard link shows as the file it shares.
@@ -117,7 +120,7 @@ func Diff(from, to *Manifest, lower string) *DiffResult {
 	for _, m := range []map[string]*Entry{a, b} {
 		for p, e := range m {
 			if (e.Type == TypeDir && isOpaque(e)) || e.Type == TypeWhiteout {
-				addLowerTree(lower, p, paths)
+				addLowerTree(lfd, p, paths)
 			}
 		}
 	}
@@ -126,7 +129,7 @@ func Diff(from, to *Manifest, lower string) *DiffResult {
 		if p == "" {
 			continue
 		}
-		va, vb := resolve(a, lower, p), resolve(b, lower, p)
+		va, vb := resolve(a, lfd, p), resolve(b, lfd, p)
 		switch {
 		case !va.exists() && vb.exists():
 			res.Added = append(res.Added, Change{Path: "/" + p, Type: vb.typ(), Size: vb.size(), LinkTarget: vb.target()})
@@ -156,8 +159,9 @@ func index(m *Manifest) map[string]*Entry {
 
 func isOpaque(e *Entry) bool { return string(e.Xattrs["trusted.overlay.opaque"]) == "y" }
 
-// resolve is how p looks in the sandbox with upper entries m over lower.
-func resolve(m map[string]*Entry, lower, p string) view {
+// resolve is how p looks in the sandbox with upper entries m over the
+// image open as lfd.
+func resolve(m map[string]*Entry, lfd int, p string) view {
 	if e, ok := m[p]; ok {
 		if e.Type == TypeWhiteout {
 			return view{}
@@ -171,11 +175,20 @@ func resolve(m map[string]*Entry, lower, p string) view {
 			return view{}
 		}
 	}
-	fi, err := os.Lstat(filepath.Join(lower, p))
+	if lfd < 0 {
+		return view{}
+	}
+	parent, name := splitParent(p)
+	pfd, err := openBeneath(lfd, parent, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
 		return view{}
 	}
-	return view{lower: fi}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return view{}
+	}
+	return view{lower: &st}
 }
 
 // changed reports whether a path differs between two views: type, mode,
@@ -215,17 +228,39 @@ func changed(a, b view) bool {
 	return !slices.Equal(ea.Extents, eb.Extents)
 }
 
-// addLowerTree adds the image's paths under dir (relative) to paths.
-func addLowerTree(lower, dir string, paths map[string]bool) {
-	root := filepath.Join(lower, dir)
-	_ = filepath.Walk(root, func(path string, fi os.FileInfo, err error) error {
+// addLowerTree adds the image's paths under dir (relative) to paths,
+// walking beneath the image's root fd lfd without following links.
+func addLowerTree(lfd int, dir string, paths map[string]bool) {
+	if lfd < 0 {
+		return
+	}
+	fd, err := openBeneath(lfd, dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	addLowerDir(fd, dir, 1, paths)
+}
+
+func addLowerDir(fd int, rel string, depth int, paths map[string]bool) {
+	names, err := readNames(fd)
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		crel := rel + "/" + name
+		if rel == "" {
+			crel = name
+		}
+		paths[crel] = true
+		if depth >= maxDepth {
+			continue
+		}
+		cfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|openFlags, 0)
 		if err != nil {
-			return nil
+			continue // not a directory
 		}
-		rel := strings.TrimPrefix(strings.TrimPrefix(path, lower), "/")
-		if rel != "" {
-			paths[rel] = true
-		}
-		return nil
-	})
+		addLowerDir(cfd, crel, depth+1, paths)
+		unix.Close(cfd)
+	}
 }

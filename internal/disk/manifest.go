@@ -29,7 +29,8 @@ const (
 
 // Extent is a byte range of a chunk: a file's content is its extents in
 // order. Small files share chunks (capture chunks the concatenation of the
-// files it reads).
+// files it reads). An extent without a chunk (Chunk "") is a hole of Len
+// zero bytes, kept unallocated on restore (manifest version 2).
 type Extent struct {
 	Chunk blob.Digest `json:"c"`
 	Off   int64       `json:"o"`
@@ -63,12 +64,15 @@ type Entry struct {
 	Extents []Extent          `json:"e,omitempty"`
 	// Sum is the CRC-32C of a file's content, in hex: chunk boundaries
 	// depend on what was read with the file, so two captures of the same
-	// content can have different extents; Sum tells them equal.
+	// content can have different extents; Sum tells them equal. A hole
+	// enters the sum as 'h' and its offset and length (little-endian
+	// int64s) instead of its zeros.
 	Sum string `json:"k,omitempty"`
 }
 
-// ManifestVersion is the format version of Manifest.
-const ManifestVersion = 1
+// ManifestVersion is the format version of Manifest that captures write:
+// 2 adds hole extents. Version 1 manifests (no holes) are read as they are.
+const ManifestVersion = 2
 
 // Manifest describes a whole writable layer: its entries in walk order
 // (parents before children, then by name).
@@ -96,7 +100,7 @@ func (m *Manifest) Chunks() []blob.Digest {
 	var out []blob.Digest
 	for _, e := range m.Entries {
 		for _, x := range e.Extents {
-			if !seen[x.Chunk] {
+			if x.Chunk != "" && !seen[x.Chunk] {
 				seen[x.Chunk] = true
 				out = append(out, x.Chunk)
 			}
@@ -168,8 +172,8 @@ func GetManifest(ctx context.Context, st blob.Store, ref ManifestRef) (*Manifest
 	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
-	if m.Version != ManifestVersion {
-		return nil, fmt.Errorf("manifest version %d, want %d", m.Version, ManifestVersion)
+	if m.Version < 1 || m.Version > ManifestVersion {
+		return nil, fmt.Errorf("manifest version %d, want 1 to %d", m.Version, ManifestVersion)
 	}
 	return &m, nil
 }

@@ -56,28 +56,59 @@ func (e *Engine) fault(point string) {
 	time.Sleep(d)
 }
 
+// faultCtx is fault that ends early when ctx ends (a capture cancelled by
+// a delete or its time limit).
+func (e *Engine) faultCtx(ctx context.Context, point string) {
+	d, ok := e.cfg.Faults[point]
+	if !ok {
+		return
+	}
+	e.log.Warn("fault point reached", "point", point, "sleep", d)
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
 // storeLayer captures sandbox id's layer and stores it: chunks, then the
 // manifest, flushed. It returns the manifest, its ref and what was stored.
+//
+// The capture is bounded (CaptureTimeout, captureMaxBytes: ErrCaptureLimit)
+// and a delete of the sandbox cancels it. The caller holds a blob lease
+// (withLease): every chunk stored or reused is pinned until it is recorded.
 func (e *Engine) storeLayer(ctx context.Context, id string, freeze, thaw func(context.Context) error, progress func(string)) (*disk.Manifest, disk.ManifestRef, *disk.CaptureStats, error) {
+	bs := e.blobsFor(ctx)
 	t0 := time.Now()
 	cache := e.layers.LoadCache(id)
+	if le := leaseOf(ctx); le != nil && cache != nil {
+		le.Pin(cache.Chunks()...) // extents of unchanged files are reused unread
+	}
 	t1 := time.Now()
-	m, stats, err := disk.Capture(ctx, disk.CaptureOptions{
+	limit := e.captureMaxBytes(ctx, id)
+	cctx, done := e.captureContext(ctx, id)
+	m, stats, err := disk.Capture(cctx, disk.CaptureOptions{
 		Upper: e.layers.Paths(id).Upper, Cache: cache,
-		Freeze: freeze, Thaw: thaw, Store: e.blobs, Progress: progress,
+		Freeze: freeze, Thaw: thaw, Store: bs, Progress: progress, MaxBytes: limit,
 	})
+	if err == nil {
+		e.faultCtx(cctx, "capture:"+id)
+		err = context.Cause(cctx)
+	}
 	if err != nil {
+		err = e.captureErr(cctx, err, limit)
+		done()
 		return nil, nil, nil, err
 	}
+	done()
 	t2 := time.Now()
 	e.fault("checkpoint:captured")
-	ref, added, err := disk.PutManifest(ctx, e.blobs, m)
+	ref, added, err := disk.PutManifest(ctx, bs, m)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	stats.AddedBytes += added
 	t3 := time.Now()
-	if err := e.blobs.Flush(ctx, append(append([]blob.Digest(nil), stats.Chunks...), ref...)); err != nil {
+	if err := bs.Flush(ctx, append(append([]blob.Digest(nil), stats.Chunks...), ref...)); err != nil {
 		return nil, nil, nil, err
 	}
 	t4 := time.Now()
@@ -92,8 +123,8 @@ func (e *Engine) storeLayer(ctx context.Context, id string, freeze, thaw func(co
 // recordV0 records the sandbox's fresh disk as v0. The sandbox must not run
 // anything yet (its layer is still).
 func (e *Engine) recordV0(ctx context.Context, sb *store.Sandbox) error {
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	m, ref, stats, err := e.storeLayer(ctx, sb.ID, nil, nil, nil)
 	if err != nil {
 		return fmt.Errorf("record v0: %w", err)
@@ -205,13 +236,13 @@ func (e *Engine) checkpointLocked(ctx context.Context, sb *store.Sandbox, commen
 		freeze = func(ctx context.Context) error { return e.rt.Pause(ctx, sb.ID) }
 		thaw = func(ctx context.Context) error { return e.rt.Resume(ctx, sb.ID) }
 	}
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	start := time.Now()
 	progress("capturing the disk")
 	m, ref, stats, err := e.storeLayer(ctx, sb.ID, freeze, thaw, progress)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint of %s: %v: %w", sb.Name, err, errdefs.ErrCheckpointFailed)
+		return nil, fmt.Errorf("checkpoint of %s: %v: %w", sb.Name, err, failClass(err, errdefs.ErrCheckpointFailed))
 	}
 	progress(fmt.Sprintf("%d files, %d bytes: %d files read, %d bytes added to the store, frozen %d ms",
 		stats.Files, stats.Bytes, stats.ReadFiles, stats.AddedBytes, stats.FrozenFor.Milliseconds()))
@@ -354,14 +385,14 @@ func (e *Engine) Restore(ctx context.Context, idOrName, id string, progress func
 // ErrRestoreFailed. The caller holds sb's lock.
 func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store.Checkpoint, progress func(string)) (*store.Sandbox, error) {
 	seq, id := cp.Seq, CheckpointID(cp.Seq)
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
 	failed := func(err error) (*store.Sandbox, error) {
 		return nil, fmt.Errorf("restore of %s to %s: %v: %w", sb.Name, id, err, errdefs.ErrRestoreFailed)
 	}
-	target, err := disk.GetManifest(ctx, e.blobs, manifestRef(cp))
+	target, err := disk.GetManifest(ctx, e.blobsFor(ctx), manifestRef(cp))
 	if err != nil {
 		return failed(err)
 	}
@@ -395,7 +426,7 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	}
 	progress(fmt.Sprintf("building the disk of %s: %d entries", id, len(target.Entries)))
 	mstats, err := disk.Materialize(ctx, disk.MaterializeOptions{
-		Target: target, Dst: dst, Store: e.blobs,
+		Target: target, Dst: dst, Store: e.blobsFor(ctx),
 		Current: e.layers.Paths(sb.ID).Upper, CurrentCache: e.layers.LoadCache(sb.ID),
 	})
 	if err != nil {
@@ -507,6 +538,10 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 			if err := e.recoverSuspend(ctx, op); err != nil {
 				return err
 			}
+		case opSnapRestore:
+			if err := e.recoverSnapRestore(ctx, op); err != nil {
+				return err
+			}
 		default:
 			e.log.Warn("recover: unknown operation", "kind", op.Kind, "id", op.ID)
 			_ = e.st.DeleteOp(ctx, op.ID)
@@ -542,9 +577,14 @@ func (e *Engine) Diff(ctx context.Context, idOrName string, o DiffOptions) (*api
 		if sb.State == api.StateSuspended {
 			return nil, stateForbids(sb, `diff its live disk (it is in the blob store until it resumes; compare checkpoints, or resume it)`)
 		}
-		e.gcMu.RLock()
-		to, _, err = disk.Capture(ctx, disk.CaptureOptions{Upper: e.layers.Paths(sb.ID).Upper, Cache: e.layers.LoadCache(sb.ID)})
-		e.gcMu.RUnlock()
+		// A dry run (nothing stored), bounded like a capture.
+		cctx, cancel := context.WithTimeout(ctx, e.cfg.CaptureTimeout)
+		limit := e.captureMaxBytes(ctx, sb.ID)
+		to, _, err = disk.Capture(cctx, disk.CaptureOptions{Upper: e.layers.Paths(sb.ID).Upper, Cache: e.layers.LoadCache(sb.ID), MaxBytes: limit})
+		if err != nil {
+			err = e.captureErr(cctx, err, limit)
+		}
+		cancel()
 		if err != nil {
 			return nil, err
 		}
@@ -609,11 +649,12 @@ func (e *Engine) loadManifest(ctx context.Context, sandboxID string, seq int) (*
 	return m, nil
 }
 
-// collectGarbage deletes the blobs that no checkpoint references. It keeps
-// captures out while it runs (they store chunks before recording them).
+// collectGarbage deletes the blobs that no checkpoint, snapshot or capture
+// cache references and no operation in progress pins (blob.Leases): it
+// never waits for a capture, and no capture waits for it.
 func (e *Engine) collectGarbage(ctx context.Context) error {
-	e.gcMu.Lock()
-	defer e.gcMu.Unlock()
+	round := e.leases.BeginRound()
+	defer round.End()
 	cps, err := e.st.ListCheckpoints(ctx, "")
 	if err != nil {
 		return err
@@ -658,7 +699,7 @@ func (e *Engine) collectGarbage(ctx context.Context) error {
 			live[d] = true
 		}
 	}
-	n, freed, err := blob.Sweep(ctx, e.blobs, func(d blob.Digest) bool { return live[d] })
+	n, freed, err := round.Sweep(ctx, e.blobs, func(d blob.Digest) bool { return live[d] })
 	if n > 0 {
 		e.log.Info("blob gc", "deleted", n, "freed_bytes", freed)
 	}

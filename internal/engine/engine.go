@@ -51,6 +51,12 @@ type Config struct {
 	// EventRetention is how long an event no sandbox waits for is kept
 	// (default DefaultEventRetention).
 	EventRetention time.Duration
+	// CaptureTimeout bounds the time of one capture of a sandbox's disk
+	// (default DefaultCaptureTimeout); CaptureMaxBytes the file data it
+	// reads (default DefaultCaptureMaxBytes, or twice the sandbox's disk
+	// quota when less). Passing either is ErrCaptureLimit.
+	CaptureTimeout  time.Duration
+	CaptureMaxBytes int64
 	// EventLimits bound the events sbxd stores; zero fields take
 	// DefaultEventLimits.
 	EventLimits EventLimits
@@ -108,10 +114,13 @@ type Engine struct {
 	// sandbox.
 	ports portConns
 
-	// gcMu keeps the blob collector (write) apart from operations that
-	// store blobs before recording them (read).
-	gcMu   sync.RWMutex
+	// leases pin the blobs of operations in progress against the
+	// collector, without either waiting for the other.
+	leases *blob.Leases
 	gcKick chan struct{}
+	// captures cancel the capture in progress of a sandbox (by id), for
+	// a delete; guarded by mu.
+	captures map[string]context.CancelCauseFunc
 
 	qmu sync.Mutex
 	// eventsMu makes an event's cap checks and its insert one step.
@@ -148,6 +157,12 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	}
 	if cfg.BootTimeout == 0 {
 		cfg.BootTimeout = 60 * time.Second
+	}
+	if cfg.CaptureTimeout <= 0 {
+		cfg.CaptureTimeout = DefaultCaptureTimeout
+	}
+	if cfg.CaptureMaxBytes <= 0 {
+		cfg.CaptureMaxBytes = DefaultCaptureMaxBytes
 	}
 	if cfg.DefaultDiskMB == 0 {
 		cfg.DefaultDiskMB = DefaultDiskMB
@@ -193,6 +208,8 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		volumesDir:   filepath.Join(cfg.DataDir, "volumes"),
 		agentDir:     filepath.Join(cfg.DataDir, "bin"),
 		locks:        map[string]*opLock{},
+		leases:       blob.NewLeases(),
+		captures:     map[string]context.CancelCauseFunc{},
 		monitors:     map[string]context.CancelFunc{},
 		agents:       map[string]*agent.Client{},
 		quiesces:     map[string]*quiesce{},
@@ -244,11 +261,23 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops background work. Sandboxes keep running; a later Start
-// reattaches them.
+// CloseTimeout bounds how long Close waits for background work (a boot
+// of the warm pool, a GC round) to notice its cancellation.
+const CloseTimeout = 4 * time.Second
+
+// Close stops background work, waiting at most CloseTimeout: work still
+// running then is abandoned, which is safe because every operation is
+// journaled and recovered by the next Start. Sandboxes keep running; a
+// later Start reattaches them.
 func (e *Engine) Close() {
 	e.cancel()
-	e.bg.Wait()
+	done := make(chan struct{})
+	go func() { e.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(CloseTimeout):
+		e.log.Warn("background work did not stop in time; leaving it to the journal", "waited", CloseTimeout)
+	}
 }
 
 // Runtime is the name of the runtime in use.

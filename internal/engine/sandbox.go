@@ -329,8 +329,22 @@ func (e *Engine) Delete(ctx context.Context, idOrName string) error {
 }
 
 // deleteSandbox deletes sb (a warm one too).
+//
+// A capture of its disk in progress (a checkpoint, snapshot, fork or
+// suspend) is cancelled, and the delete waits for that operation to give
+// up its lock (up to a minute); any other operation in progress is
+// ErrConflict.
 func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox) error {
 	unlock, err := e.tryLock(sb.ID, sb.Name, "delete")
+	if err != nil && errdefs.IsConflict(err) && e.cancelCapture(sb.ID) {
+		e.log.Info("delete: cancelling the capture in progress", "sandbox", sb.Name)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		unlock, err = e.waitLock(wctx, sb.ID, "delete")
+		cancel()
+		if err != nil {
+			return errdefs.Conflictf("sandbox %q: its capture is being cancelled; try again", sb.Name)
+		}
+	}
 	if err != nil {
 		return err
 	}

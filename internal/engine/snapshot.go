@@ -115,7 +115,7 @@ type captured struct {
 // checkpoint --leave-running). Then it is resumed and the agent told to
 // listen again (SIGUSR1), error or not; with hold (a suspend: nothing the
 // sandbox does afterwards could be kept) a capture that succeeded leaves
-// it paused. The caller holds sb's lock and gcMu for reading.
+// it paused. The caller holds sb's lock and a blob lease (withLease).
 func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string, progress func(string), hold bool) (*captured, error) {
 	ctx = context.WithoutCancel(ctx)
 	end := e.beginQuiesce(sb.ID)
@@ -241,8 +241,8 @@ func (e *Engine) snapshotLocked(ctx context.Context, sb *store.Sandbox, req api.
 // snapshot; it returns the capture too, whose local image dir the caller
 // removes.
 func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	sn, c, err := e.captureSnapshot(ctx, sb, req, retention, fork, progress)
 	if err != nil {
 		return nil, c, err
@@ -259,11 +259,12 @@ func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
 	if fork {
 		class = errdefs.ErrForkFailed
 	}
+	class = failClass(err, class)
 	return fmt.Errorf("snapshot of %s: %v: %w", sb.Name, err, class)
 }
 
 // captureSnapshot captures sb (captureLive) and returns the snapshot
-// record to be, not yet stored. The caller holds gcMu for reading.
+// record to be, not yet stored. The caller holds a blob lease (withLease).
 func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
 	id := newSnapshotID()
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
@@ -286,10 +287,10 @@ func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api
 }
 
 // storeSnapshot stores the memory image of a capture and records the
-// snapshot. The caller holds gcMu for reading.
+// snapshot. The caller holds a blob lease (withLease).
 func (e *Engine) storeSnapshot(ctx context.Context, sn *store.Snapshot, c *captured) error {
 	ctx = context.WithoutCancel(ctx)
-	im, mstats, err := snapshot.Store(ctx, e.blobs, c.dir)
+	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), c.dir)
 	if err != nil {
 		return fmt.Errorf("store the memory image of %s: %v: %w", sn.SandboxName, err, errdefs.ErrSnapshotFailed)
 	}
@@ -377,7 +378,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 		return err
 	}
 	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobs}); err != nil {
+	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
 		return fmt.Errorf("build the disk: %w", err)
 	}
 	if cache, err := disk.Rescan(upper, diskM); err == nil {
@@ -431,7 +432,7 @@ func (e *Engine) snapshotDisk(ctx context.Context, sn *store.Snapshot) (*disk.Ma
 	for i, d := range sn.Disk {
 		ref[i] = blob.Digest(d)
 	}
-	return disk.GetManifest(ctx, e.blobs, ref)
+	return disk.GetManifest(ctx, e.blobsFor(ctx), ref)
 }
 
 // createFromSnapshot makes a sandbox from a snapshot, running, with the
@@ -477,8 +478,8 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 		return nil, err
 	}
 	defer admitted()
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+sb.ID)
 	defer os.RemoveAll(dir)
 	progress("fetching the memory image")
@@ -486,7 +487,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	if err := json.Unmarshal(sn.Memory, &im); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
-	if err := snapshot.Fetch(ctx, e.blobs, im, dir); err != nil {
+	if err := snapshot.Fetch(ctx, e.blobsFor(ctx), im, dir); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
 	diskM, err := e.snapshotDisk(ctx, sn)
@@ -601,8 +602,8 @@ type ForkResult struct {
 // from the local image, several at once.
 func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req api.ForkRequest, names []string, progress func(string)) (*ForkResult, error) {
 	ctx = context.WithoutCancel(ctx)
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	sn, c, err := e.captureSnapshot(ctx, sb, api.SnapshotRequest{Name: "fork of " + sb.Name}, 0, true, progress)
 	unlock()
 	if err != nil {
@@ -624,11 +625,15 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	var copies sync.WaitGroup
 	copies.Add(1)
 	e.bg.Add(1)
+	// The store goes on after this operation's lease ends: it gets a lease
+	// of its own, pinning the captured disk before that one is released.
+	sctx, sle := e.newLease(ctx)
+	sle.Pin(c.diskRef...)
+	sle.Pin(c.disk.Chunks()...)
 	go func() {
 		defer e.bg.Done()
-		e.gcMu.RLock()
-		err := e.storeSnapshot(ctx, sn, c)
-		e.gcMu.RUnlock()
+		err := e.storeSnapshot(sctx, sn, c)
+		sle.Release()
 		copies.Wait()
 		os.RemoveAll(c.dir)
 		if err != nil {

@@ -106,10 +106,10 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	}
 	start := time.Now()
 	failed := func(err error) error {
-		return fmt.Errorf("suspend %s: %v: %w", sb.Name, err, errdefs.ErrSuspendFailed)
+		return fmt.Errorf("suspend %s: %v: %w", sb.Name, err, failClass(err, errdefs.ErrSuspendFailed))
 	}
-	e.gcMu.RLock()
-	defer e.gcMu.RUnlock()
+	ctx, release := e.withLease(ctx)
+	defer release()
 	id := newSnapshotID()
 	opID := "suspend-" + sb.ID
 	data, _ := json.Marshal(suspendOp{Snapshot: id})
@@ -138,7 +138,7 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 		Shape: shape, Disk: refStrings(c.diskRef), DiskBytes: diskBytes, StoredBytes: c.diskAdd,
 		Suspend: true, State: "ready", CreateTime: time.Now().UTC(),
 	}
-	im, mstats, err := snapshot.Store(ctx, e.blobs, dir)
+	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), dir)
 	if err != nil {
 		undo()
 		return nil, failed(fmt.Errorf("store the memory image: %w", err))
@@ -332,7 +332,7 @@ func (e *Engine) suspendImage(ctx context.Context, sb *store.Sandbox, sn *store.
 		return "", false, fmt.Errorf("its memory image record: %w", err)
 	}
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+newSnapshotID())
-	if err := snapshot.Fetch(ctx, e.blobs, im, dir); err != nil {
+	if err := snapshot.Fetch(ctx, e.blobsFor(ctx), im, dir); err != nil {
 		os.RemoveAll(dir)
 		return "", false, fmt.Errorf("fetch its memory image: %w", err)
 	}
@@ -352,18 +352,7 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 				"agent_ms", time.Since(tRestore).Milliseconds())
 		}
 	}()
-	_ = e.layers.Remove(sb.ID)
-	if err := e.layers.Create(sb.ID); err != nil {
-		return err
-	}
-	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobs}); err != nil {
-		return fmt.Errorf("build the disk: %w", err)
-	}
-	if cache, err := disk.Rescan(upper, diskM); err == nil {
-		_ = e.layers.SaveCache(sb.ID, cache)
-	}
-	if err := e.applyQuota(sb); err != nil {
+	if err := e.rebuildDisk(ctx, sb, diskM); err != nil {
 		return err
 	}
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
@@ -459,4 +448,20 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 		}
 	}
 	return done()
+}
+
+// rebuildDisk replaces sb's writable layer with one built from diskM.
+func (e *Engine) rebuildDisk(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest) error {
+	_ = e.layers.Remove(sb.ID)
+	if err := e.layers.Create(sb.ID); err != nil {
+		return err
+	}
+	upper := e.layers.Paths(sb.ID).Upper
+	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
+		return fmt.Errorf("build the disk: %w", err)
+	}
+	if cache, err := disk.Rescan(upper, diskM); err == nil {
+		_ = e.layers.SaveCache(sb.ID, cache)
+	}
+	return e.applyQuota(sb)
 }

@@ -33,6 +33,9 @@ var (
 	ErrCapacity    = errors.New("no capacity")
 	ErrUnavailable = errors.New("unavailable")
 	ErrFailed      = errors.New("operation failed")
+	// ErrCaptureLimit: a capture of a sandbox's disk passed its byte or
+	// time limit.
+	ErrCaptureLimit = errors.New("capture limit")
 	// ErrPortUnreachable: nothing answers on a sandbox's TCP port.
 	ErrPortUnreachable = errors.New("port unreachable")
 
@@ -111,6 +114,7 @@ var codes = []struct {
 	{ErrCapacity, api.CodeCapacity},
 	{ErrUnavailable, api.CodeUnavailable},
 	{ErrPortUnreachable, api.CodePortUnreachable},
+	{ErrCaptureLimit, api.CodeCaptureLimit},
 	{ErrCheckpointFailed, api.CodeCheckpointFailed},
 	{ErrRestoreFailed, api.CodeRestoreFailed},
 	{ErrSnapshotFailed, api.CodeSnapshotFailed},

@@ -23,6 +23,7 @@ const DefaultLockDir = "/run/sbx"
 // refuses to start instead. The kernel drops a flock when its holder
 // exits, however it exits, so a crashed sbxd never blocks the next one.
 type hostLocks struct {
+	dir   string
 	files []*os.File
 }
 
@@ -46,11 +47,11 @@ func lockNetwork(dir, tag string, cidr netip.Prefix, holder string) (*hostLocks,
 	if err := flockWait(reg, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("network lock %s: %w", reg.Name(), err)
 	}
-	l := &hostLocks{}
+	l := &hostLocks{dir: dir}
 	ok := false
 	defer func() {
 		if !ok {
-			l.release()
+			l.drop(true) // the registry lock is held
 		}
 	}()
 	tagPath := filepath.Join(dir, "net-tag-"+tag+".lock")
@@ -100,12 +101,29 @@ func (l *hostLocks) take(path, holder string) error {
 	return nil
 }
 
-// release drops the locks.
+// release drops the locks and removes their files, under the registry
+// lock so that no other sbxd is between opening a file and locking it (a
+// file left by a killed sbxd is harmless: its flock went with it).
 func (l *hostLocks) release() {
-	if l == nil {
+	if l == nil || len(l.files) == 0 {
 		return
 	}
+	reg, err := os.OpenFile(filepath.Join(l.dir, "net.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		l.drop(false)
+		return
+	}
+	defer reg.Close()
+	l.drop(flockWait(reg, 5*time.Second) == nil)
+}
+
+// drop closes the lock files, removing them first when remove is true
+// (the caller holds the registry lock).
+func (l *hostLocks) drop(remove bool) {
 	for _, f := range l.files {
+		if remove {
+			_ = os.Remove(f.Name())
+		}
 		_ = f.Close()
 	}
 	l.files = nil

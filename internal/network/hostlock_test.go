@@ -3,6 +3,7 @@ package network
 import (
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -43,4 +44,7 @@ func TestHostLocks(t *testing.T) {
 	}
 	b.release()
 	c.release()
+	if left, _ := filepath.Glob(filepath.Join(dir, "net-*-*.lock")); len(left) != 0 {
+		t.Errorf("lock files left after release: %v", left)
+	}
 }

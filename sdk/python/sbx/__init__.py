@@ -15,7 +15,7 @@ are a convenience, not a security boundary: the sandbox is the boundary.
 
 from .classify import CHECKPOINT, FORK, GIT, KINDS, NONE, checkpoint_for
 from .client import DEFAULT_SOCKET, Client, ExecStream, ForkResult, Sandbox
-from .errors import (CheckpointFailed, CheckpointNotFound, Conflict, ConnectionFailed, FileNotFound,
+from .errors import (Capacity, CheckpointFailed, CheckpointNotFound, Conflict, ConnectionFailed, FileNotFound,
                      ForkFailed, ImageNotFound, Internal, InvalidArgument, MethodNotAllowed, NameTaken,
                      NotFound, PortUnreachable, ProcessNotFound, ProtocolError, QuotaExceeded,
                      RestoreFailed, ResumeFailed, SandboxHasVolume, SandboxNotFound, SbxError,
@@ -38,7 +38,7 @@ __all__ = [
     "SbxError", "InvalidArgument", "Unauthorized", "NotFound", "SandboxNotFound",
     "CheckpointNotFound", "SnapshotNotFound", "ImageNotFound", "FileNotFound", "ProcessNotFound",
     "MethodNotAllowed", "NameTaken", "Conflict", "SandboxHasVolume", "TooLarge", "QuotaExceeded",
-    "CheckpointFailed", "RestoreFailed", "SnapshotFailed", "ForkFailed", "SuspendFailed",
+    "Capacity", "CheckpointFailed", "RestoreFailed", "SnapshotFailed", "ForkFailed", "SuspendFailed",
     "ResumeFailed", "Internal", "Unavailable", "PortUnreachable", "ProtocolError",
     "ConnectionFailed", "error_for", "__version__",
 ]

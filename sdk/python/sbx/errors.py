@@ -161,6 +161,14 @@ class QuotaExceeded(SbxError):
     CODE = "quota_exceeded"
 
 
+class Capacity(SbxError):
+    """429 ``capacity``: the host admits no more sandboxes or snapshots, or
+    the sandboxes' CPUs or memory together would pass its overcommit
+    limit; nothing was made."""
+
+    CODE = "capacity"
+
+
 class CheckpointFailed(SbxError):
     """500 ``checkpoint_failed``: a disk checkpoint failed; nothing was recorded."""
 
@@ -238,7 +246,7 @@ _BY_CODE: Dict[str, Type[SbxError]] = {
     for cls in (
         InvalidArgument, Unauthorized, NotFound, SandboxNotFound, CheckpointNotFound,
         SnapshotNotFound, ImageNotFound, FileNotFound, ProcessNotFound, MethodNotAllowed,
-        NameTaken, Conflict, SandboxHasVolume, TooLarge, QuotaExceeded, CheckpointFailed,
+        NameTaken, Conflict, SandboxHasVolume, TooLarge, QuotaExceeded, Capacity, CheckpointFailed,
         RestoreFailed, SnapshotFailed, ForkFailed, SuspendFailed, ResumeFailed, Internal,
         Unavailable, PortUnreachable,
     )

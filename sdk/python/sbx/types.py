@@ -249,6 +249,7 @@ class SandboxInfo(_Model):
     image: str = ""
     cpus: float = 0.0
     memory_mb: int = 0
+    disk_mb: int = 0
     env: Dict[str, str] = field(default_factory=dict)
     labels: Dict[str, str] = field(default_factory=dict)
     network: NetworkRules = field(default_factory=NetworkRules)
@@ -486,6 +487,8 @@ class Event(_Model):
     data_base64: str = ""
     create_time: Optional[datetime] = None
     deliver_time: Optional[datetime] = None
+    #: On a pending event (``Client.pending_events``): when it is dropped.
+    expire_time: Optional[datetime] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

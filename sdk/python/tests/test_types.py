@@ -36,7 +36,7 @@ CASES: Dict[str, Any] = {
     "Source": ({"sandbox": "dev", "snapshot": "snap_2"}, T.Source(sandbox="dev", snapshot="snap_2")),
     "SandboxInfo": (
         {"id": "sbx_4f2c0a9d1e7b3c55", "name": "dev", "state": "suspended", "image": "default",
-         "cpus": 1.5, "memory_mb": 1024, "env": {"CI": "1"}, "labels": {"team": "a"},
+         "cpus": 1.5, "memory_mb": 1024, "disk_mb": 10240, "env": {"CI": "1"}, "labels": {"team": "a"},
          "network": {"internet": False, "allow": ["pypi.org"], "deny": [], "connect": ["db"]},
          "volumes": [{"name": "cache", "path": "/cache"}], "timeout_ms": 600000,
          "keep_alive_while_running": True, "state_reason": "oom_killed: over 1024 MB",
@@ -44,7 +44,7 @@ CASES: Dict[str, Any] = {
          "create_time": "2026-11-29T10:00:00Z", "source": {"sandbox": "base", "snapshot": "snap_1"},
          "future_field": [1, 2]},
         T.SandboxInfo(id="sbx_4f2c0a9d1e7b3c55", name="dev", state="suspended", image="default", cpus=1.5,
-                      memory_mb=1024, env={"CI": "1"}, labels={"team": "a"},
+                      memory_mb=1024, disk_mb=10240, env={"CI": "1"}, labels={"team": "a"},
                       network=T.NetworkRules(internet=False, allow=["pypi.org"], connect=["db"]),
                       volumes=[T.Volume("cache", "/cache")], timeout_ms=600000,
                       keep_alive_while_running=True, state_reason="oom_killed: over 1024 MB",
@@ -114,9 +114,11 @@ CASES: Dict[str, Any] = {
                                                reason="not in the allow list", count=2)])),
     "Event": (
         {"id": "evt_1", "key": "deploy", "data": {"ref": "main"}, "data_text": "hello",
-         "data_base64": "aGk=", "create_time": "2026-11-29T10:00:00Z", "deliver_time": "2026-11-29T10:00:02Z"},
+         "data_base64": "aGk=", "create_time": "2026-11-29T10:00:00Z", "deliver_time": "2026-11-29T10:00:02Z",
+         "expire_time": "2026-11-30T10:00:00Z"},
         T.Event(id="evt_1", key="deploy", data={"ref": "main"}, data_text="hello", data_base64="aGk=",
-                create_time=t(2026, 11, 29, 10, 0, 0), deliver_time=t(2026, 11, 29, 10, 0, 2))),
+                create_time=t(2026, 11, 29, 10, 0, 0), deliver_time=t(2026, 11, 29, 10, 0, 2),
+                expire_time=t(2026, 11, 30, 10, 0, 0))),
     "EventResult": (
         {"id": "evt_1", "woken": ["dev", "ci"], "pending": True, "expire_time": "2026-11-30T10:00:00Z"},
         T.EventResult(id="evt_1", woken=["dev", "ci"], pending=True, expire_time=t(2026, 11, 30, 10, 0, 0))),

@@ -24,6 +24,7 @@ export const codeStatus: Readonly<Record<string, number>> = {
   sandbox_has_volume: 409,
   too_large: 413,
   quota_exceeded: 429,
+  capacity: 429,
   checkpoint_failed: 500,
   restore_failed: 500,
   snapshot_failed: 500,
@@ -102,6 +103,8 @@ export class SandboxHasVolumeError extends SbxError {}
 export class TooLargeError extends SbxError {}
 /** `quota_exceeded` (429). */
 export class QuotaExceededError extends SbxError {}
+/** `capacity` (429): the host admits no more sandboxes or snapshots, or their CPUs or memory together would pass its overcommit limit; nothing was made. */
+export class CapacityError extends SbxError {}
 /** `checkpoint_failed` (500): nothing was recorded. */
 export class CheckpointFailedError extends SbxError {}
 /** `restore_failed` (500): the disk is as it was. */
@@ -138,6 +141,7 @@ export const errorClasses: Readonly<Record<string, new (code: string, message: s
   sandbox_has_volume: SandboxHasVolumeError,
   too_large: TooLargeError,
   quota_exceeded: QuotaExceededError,
+  capacity: CapacityError,
   checkpoint_failed: CheckpointFailedError,
   restore_failed: RestoreFailedError,
   snapshot_failed: SnapshotFailedError,

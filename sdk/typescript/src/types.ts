@@ -44,6 +44,8 @@ export interface SandboxInfo {
   image: string;
   cpus: number;
   memory_mb: number;
+  /** Disk quota in MiB of what the sandbox writes; 0 when sbxd has no disk quotas. */
+  disk_mb?: number;
   env: Record<string, string>;
   labels: Record<string, string>;
   network: NetworkRules;
@@ -267,6 +269,8 @@ export interface SbxEvent {
   data_base64?: string;
   create_time: string;
   deliver_time: string;
+  /** On a pending event (`pendingEvents`): when it is dropped. */
+  expire_time?: string;
 }
 
 /** Answer of `POST /v1/events/{key}`. */

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sbxhq/sbx/api"
+)
+
+func TestMarkersMismatch(t *testing.T) {
+	m := markers{"m-a0-1": true, "m-a0-2": false}
+	ok := map[string]string{"m-a0-1": markerContent("m-a0-1")}
+	if p := m.mismatch(ok); p != "" {
+		t.Errorf("a maybe-marker absent: %s", p)
+	}
+	ok["m-a0-2"] = markerContent("m-a0-2")
+	if p := m.mismatch(ok); p != "" {
+		t.Errorf("a maybe-marker present: %s", p)
+	}
+	for name, seen := range map[string]map[string]string{
+		"missing m-a0-1":    {},
+		"unexpected m-a0-3": {"m-a0-1": markerContent("m-a0-1"), "m-a0-3": markerContent("m-a0-3")},
+		"m-a0-1 holds":      {"m-a0-1": "m-a0-1:0000"},
+	} {
+		if p := m.mismatch(seen); !strings.Contains(p, name) {
+			t.Errorf("want %q in %q", name, p)
+		}
+	}
+}
+
+func TestDiffMismatch(t *testing.T) {
+	v0 := markers{"m-a0-1": true, "m-a0-2": true}
+	vk := markers{"m-a0-1": true, "m-a0-3": true, "m-a0-4": false}
+	size := func(n string) int64 { return int64(len(markerContent(n))) }
+	good := &api.Diff{
+		Added:   []api.Change{{Path: "/soak/m-a0-3", Size: size("m-a0-3")}, {Path: "/soak/.m-a0-9.tmp"}, {Path: "/etc/x"}},
+		Deleted: []api.Change{{Path: "/soak/m-a0-2"}},
+	}
+	if p := diffMismatch(v0, vk, good); p != "" {
+		t.Errorf("a diff that matches: %s", p)
+	}
+	for want, d := range map[string]*api.Diff{
+		"missing m-a0-3":         {Deleted: good.Deleted},
+		"still has m-a0-2":       {Added: good.Added},
+		"m-a0-3 has 1 bytes":     {Added: []api.Change{{Path: "/soak/m-a0-3", Size: 1}}, Deleted: good.Deleted},
+		"unexpected m-a0-7":      {Added: append([]api.Change{{Path: "/soak/m-a0-7"}}, good.Added...), Deleted: good.Deleted},
+		"lost m-a0-1":            {Added: good.Added, Deleted: append([]api.Change{{Path: "/soak/m-a0-1"}}, good.Deleted...)},
+		"the diff was truncated": {Added: good.Added, Deleted: good.Deleted, Truncated: true},
+	} {
+		if p := diffMismatch(v0, vk, d); !strings.Contains(p, want) {
+			t.Errorf("want %q in %q", want, p)
+		}
+	}
+}
