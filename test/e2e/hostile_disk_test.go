@@ -71,7 +71,17 @@ func TestHostileCaptureRace(t *testing.T) {
 	// d is a symlink to the host dir about half the time, a directory of
 	// freshly written files (read by the next capture) the rest.
 	loop := fmt.Sprintf(`cd /workspace; while true; do for f in %s; do echo guest$RANDOM > d/$f; done; mv d d.real; ln -s %s d; for f in %s; do [ -e d.real/$f ]; done; rm d; mv d.real d; done`, list, canaryDir, list)
-	mustSh(t, sb, "nohup sh -c '"+loop+"' >/dev/null 2>&1 &")
+	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", loop}}); err != nil {
+		t.Fatal(err)
+	}
+	// The loop runs: d flips between a directory and the symlink.
+	seen := map[string]bool{}
+	for i := 0; i < 60 && !(seen["link"] && seen["dir"]); i++ {
+		seen[strings.TrimSpace(sh(t, sb, "if [ -L /workspace/d ]; then echo link; elif [ -d /workspace/d ]; then echo dir; fi").Stdout)] = true
+	}
+	if !seen["link"] || !seen["dir"] {
+		t.Fatalf("the guest's swap loop does not run: saw %v", seen)
+	}
 	var ids []string
 	for i := 0; i < 30; i++ {
 		cp, err := sb.Checkpoint(ctx, "race")
