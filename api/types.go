@@ -451,6 +451,12 @@ type Health struct {
 	Version string `json:"version"`
 	// Runtime is the OCI runtime and its platform, e.g. "runsc/systrap".
 	Runtime string `json:"runtime"`
+	// Platform is runsc's platform: "kvm" or "systrap" (or what the
+	// operator chose).
+	Platform string `json:"platform,omitempty"`
+	// PlatformReason says why that platform, e.g. "/dev/kvm exists but the
+	// CPU has no vmx/svm flag (no nested virtualisation)".
+	PlatformReason string `json:"platform_reason,omitempty"`
 	// WarmSandboxes is how many booted sandboxes wait in the pool.
 	WarmSandboxes int `json:"warm_sandboxes"`
 	// PID is sbxd's process id on the host.

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sbxhq/sbx/internal/daemon"
 )
@@ -31,7 +32,7 @@ func main() {
 	listen := fs.String("listen", "", "also serve the API on this TCP address, e.g. 127.0.0.1:7070 (needs a key: $SBX_API_KEYS, \"api_keys\" in --config, or --api-key)")
 	apiKey := fs.String("api-key", "", "API key(s) for TCP, comma-separated; visible to every user in ps: prefer $SBX_API_KEYS or \"api_keys\" in --config")
 	runsc := fs.String("runsc", "", "runsc binary (default: from PATH)")
-	platform := fs.String("platform", "", "runsc platform (default: kvm if /dev/kvm exists, else systrap)")
+	platform := fs.String("platform", "", "runsc platform: kvm or systrap (default: by probe, kvm where KVM works, else systrap; remembered in DATA_DIR/runsc/platform.json)")
 	agentBin := fs.String("agent", "", "static sbx-agent binary (default: next to sbxd)")
 	cacheDir := fs.String("cache-dir", "", "image build cache (default "+cfg.CacheDir+")")
 	blobStore := fs.String("blob-store", "", "checkpoint storage: a directory (default <data-dir>/blobs) or s3://bucket[/prefix]?endpoint=URL&region=R")
@@ -102,6 +103,16 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Whatever runsc or a stuck call does, sbxd is gone within 10 s of a
+	// SIGTERM: Run's own waits are bounded (daemon.ShutdownTimeout,
+	// engine.CloseTimeout); this is the backstop. Interrupted operations
+	// are journaled and finished or rolled back at the next start.
+	go func() {
+		<-ctx.Done()
+		time.Sleep(9 * time.Second)
+		fmt.Fprintln(os.Stderr, "sbxd: shutdown took more than 9 s; exiting now")
+		os.Exit(1)
+	}()
 	if err := daemon.Run(ctx, cfg, cfg.NewLogger()); err != nil {
 		fatal(err)
 	}

@@ -5,20 +5,30 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
+
+var controls atomic.Int64
+
+// controlName is an abstract socket name no other test, nor another test
+// process on the machine, uses.
+func controlName() string {
+	return fmt.Sprintf("@sbx-test-%d-%d", os.Getpid(), controls.Add(1))
+}
 
 // startAgent runs a Server in-process (not as PID 1) on a socket in a
 // temp dir and returns a client of it.
 func startAgent(t *testing.T, spare int) *Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "a.sock")
-	srv, err := NewServer(sock, "@sbx-test-"+filepath.Base(filepath.Dir(sock)), t.Logf)
+	srv, err := NewServer(sock, controlName(), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -334,7 +334,18 @@ func (cl *Client) Quiesce(ctx context.Context) error {
 	if err := o.write(FrameRequest, b); err != nil {
 		return err
 	}
-	return ctxErr(ctx, o.result(nil))
+	if err := o.result(nil); err != nil {
+		return ctxErr(ctx, err)
+	}
+	// The agent closes this connection once its other host sockets are
+	// closed; its EOF is the signal that a checkpoint may start. (Going on
+	// at the answer raced the checkpoint: "Cannot save endpoint with bound
+	// host socket".)
+	_ = c.SetReadDeadline(time.Now().Add(cl.stall()))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		return ctxErr(ctx, fmt.Errorf("quiesce: waiting for the agent to close its sockets: %w", stalled(err, cl.stall(), "closed")))
+	}
+	return ctx.Err()
 }
 
 // SetHostname sets the sandbox's hostname (its UTS namespace).

@@ -123,8 +123,8 @@ func TestStalledAgentTimesOut(t *testing.T) {
 // a process that prints nothing for longer.
 func TestSilentExecHasNoDeadline(t *testing.T) {
 	cl := startAgent(t, 0)
-	cl.Stall = 200 * time.Millisecond
-	_, _, ex := run(t, cl, &Request{Cmd: []string{"sh", "-c", "sleep 1; echo done"}, Env: env}, nil)
+	cl.Stall = time.Second // the started frame must come within it, even on a loaded machine
+	_, _, ex := run(t, cl, &Request{Cmd: []string{"sh", "-c", "sleep 3; echo done"}, Env: env}, nil)
 	if ex.ExitCode != 0 {
 		t.Fatalf("%+v", ex)
 	}

@@ -105,17 +105,30 @@ func (s *Server) isQuiescing() bool {
 
 // Quiesce closes every host socket: listeners and connections. Exec'd
 // processes go on; their output is kept for a later attach.
-func (s *Server) Quiesce() {
+func (s *Server) Quiesce() { s.quiesceExcept(nil) }
+
+// quiesceLag delays the closing of sockets in tests, to show that the
+// host does not go on before they are closed.
+var quiesceLag time.Duration
+
+// quiesceExcept closes every host socket but keep (nil: all of them).
+func (s *Server) quiesceExcept(keep net.Conn) {
+	time.Sleep(quiesceLag)
 	s.mu.Lock()
 	s.quiescing = true
 	lns, conns := s.lns, s.conns
 	s.lns, s.conns = nil, map[net.Conn]bool{}
+	if keep != nil && conns[keep] {
+		s.conns[keep] = true
+	}
 	s.mu.Unlock()
 	for _, ln := range lns {
 		ln.Close()
 	}
 	for c := range conns {
-		c.Close()
+		if c != keep {
+			c.Close()
+		}
 	}
 }
 
@@ -304,8 +317,14 @@ func (s *Server) handle(nc net.Conn) {
 	case OpAttach:
 		err = s.attach(c, &req)
 	case OpQuiesce:
+		// Every other host socket is closed before the answer, and this
+		// one right after it: the host takes EOF on this connection as
+		// "no host socket left", and only then lets runsc checkpoint.
+		// (Answering first raced the checkpoint: "Cannot save endpoint
+		// with bound host socket".)
+		s.quiesceExcept(nc)
 		if err = c.sendJSON(FrameResult, struct{}{}); err == nil {
-			s.Quiesce()
+			nc.Close()
 		}
 	case OpPs:
 		err = c.sendJSON(FrameResult, s.procs.list())

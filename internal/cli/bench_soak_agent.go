@@ -213,7 +213,9 @@ func (a *soakAgent) step(ctx context.Context) {
 	}
 	if room {
 		add(1, func() { a.create(ctx) })
-		add(0.7, func() { a.fork(ctx, b) })
+		if !b.suspended {
+			add(0.7, func() { a.fork(ctx, b) })
+		}
 	}
 	if b.suspended {
 		add(3, func() { a.resume(ctx, b) })

@@ -399,6 +399,9 @@ func (a *app) versionCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "sbxd %s (%s)\n", h.Version, h.Runtime)
+			if h.PlatformReason != "" {
+				fmt.Fprintf(a.stdout, "platform %s: %s\n", h.Platform, h.PlatformReason)
+			}
 			return nil
 		},
 	}

@@ -38,8 +38,8 @@ type Config struct {
 	Listen string `json:"listen"`
 	// APIKeys are the bearer keys accepted on Listen.
 	APIKeys []string `json:"api_keys"`
-	// Runsc is the runsc binary; Platform its --platform ("" = kvm if
-	// /dev/kvm exists, else systrap).
+	// Runsc is the runsc binary; Platform its --platform ("" = by probe:
+	// kvm where KVM works, else systrap; see gvisor.ChoosePlatform).
 	Runsc    string `json:"runsc"`
 	Platform string `json:"platform"`
 	// AgentBin is the static sbx-agent binary ("" = next to sbxd, or PATH).
@@ -375,6 +375,11 @@ func lockDataDir(dir string) (*os.File, error) {
 	}
 }
 
+// ShutdownTimeout bounds how long Run waits, once ctx is cancelled, for
+// API calls in flight to answer; the engine's own wait is bounded by
+// engine.CloseTimeout, so Run returns within about 7 s of a SIGTERM.
+const ShutdownTimeout = 3 * time.Second
+
 // Run runs sbxd until ctx is cancelled. Sandboxes keep running after it
 // returns; the next Run reattaches them.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
@@ -410,6 +415,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	log.Info("runsc platform", "platform", rt.Choice().Platform, "reason", rt.Choice().Reason)
 	images, err := disk.NewImages(filepath.Join(cfg.DataDir, "images"), cfg.CacheDir, st, log)
 	if err != nil {
 		return err
@@ -449,8 +455,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := eng.Start(ctx); err != nil {
 		return err
 	}
+	choice := rt.Choice()
 	srv := server.New(eng, server.Config{APIKeys: cfg.APIKeys, PreviewDomain: cfg.PreviewDomain,
-		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20}, log)
+		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, Platform: choice.Platform, PlatformReason: choice.Reason}, log)
 
 	var servers []*http.Server
 	errc := make(chan error, 2)
@@ -493,7 +500,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	for _, hs := range servers {
 		_ = hs.Shutdown(sctx)

@@ -99,28 +99,17 @@ func (e *Engine) admit(ctx context.Context, d demand) (release func(), err error
 	}
 	e.adm.mu.Lock()
 	defer e.adm.mu.Unlock()
-	sbs, err := e.st.ListSandboxes(ctx, storeAll)
-	if err != nil {
-		return nil, err
-	}
+	// Pending demands are looked up before the totals are read: a record
+	// made in between is then counted twice (a refusal at the margin),
+	// never missed.
 	count, cpus, memMB := 0, 0.0, 0
-	recorded := map[string]bool{}
-	for _, sb := range sbs {
-		if !sb.Pooled {
-			count++
-		}
-		if sb.State != api.StateSuspended {
-			cpus += sb.CPUs
-			memMB += sb.MemoryMB
-			recorded[sb.Name] = true
-		}
-	}
 	for p := range e.adm.pending {
 		left := p.n
 		if len(p.names) > 0 {
 			left = 0
 			for _, name := range p.names {
-				if !recorded[name] {
+				// A record of that name not suspended is counted in the totals.
+				if sb, err := e.st.GetSandbox(ctx, name); err != nil || sb.State == api.StateSuspended {
 					left++
 				}
 			}
@@ -131,6 +120,11 @@ func (e *Engine) admit(ctx context.Context, d demand) (release func(), err error
 		cpus += p.cpus * float64(left)
 		memMB += p.memMB * left
 	}
+	u, err := e.st.SandboxUsage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	count, cpus, memMB = count+u.Count, cpus+u.CPUs, memMB+u.MemoryMB
 	if err := admitRule(e.cfg, e.capacity, d, count, cpus, memMB); err != nil {
 		return nil, err
 	}

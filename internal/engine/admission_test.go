@@ -157,3 +157,30 @@ func TestAdmitBurst(t *testing.T) {
 		t.Fatalf("after a released demand: %v", err)
 	}
 }
+
+// BenchmarkAdmit: the admission of one create with 100 sandboxes recorded
+// (what a create pays for the rule: one list of the records).
+func BenchmarkAdmit(b *testing.B) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "sbx.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	cfg := testAdmissionConfig()
+	cfg.MaxSandboxes = 500
+	e := &Engine{cfg: cfg, st: st, host: testHost, capacity: hostCapacity(testHost, cfg)}
+	for i := 0; i < 100; i++ {
+		if err := st.CreateSandbox(ctx, &store.Sandbox{ID: fmt.Sprintf("sbx_%016d", i), Name: fmt.Sprintf("s%d", i), State: api.StateRunning, CPUs: 1, MemoryMB: 64}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rel, err := e.admit(ctx, demand{what: "create", count: 1, n: 1, names: []string{"x"}, cpus: 1, memMB: 64})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rel()
+	}
+}

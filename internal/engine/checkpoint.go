@@ -538,6 +538,10 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 			if err := e.recoverSuspend(ctx, op); err != nil {
 				return err
 			}
+		case opSnapRestore:
+			if err := e.recoverSnapRestore(ctx, op); err != nil {
+				return err
+			}
 		default:
 			e.log.Warn("recover: unknown operation", "kind", op.Kind, "id", op.ID)
 			_ = e.st.DeleteOp(ctx, op.ID)

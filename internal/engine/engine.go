@@ -261,11 +261,23 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops background work. Sandboxes keep running; a later Start
-// reattaches them.
+// CloseTimeout bounds how long Close waits for background work (a boot
+// of the warm pool, a GC round) to notice its cancellation.
+const CloseTimeout = 4 * time.Second
+
+// Close stops background work, waiting at most CloseTimeout: work still
+// running then is abandoned, which is safe because every operation is
+// journaled and recovered by the next Start. Sandboxes keep running; a
+// later Start reattaches them.
 func (e *Engine) Close() {
 	e.cancel()
-	e.bg.Wait()
+	done := make(chan struct{})
+	go func() { e.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(CloseTimeout):
+		e.log.Warn("background work did not stop in time; leaving it to the journal", "waited", CloseTimeout)
+	}
 }
 
 // Runtime is the name of the runtime in use.

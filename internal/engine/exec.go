@@ -305,6 +305,9 @@ func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) e
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if errors.Is(err, agent.ErrStalled) {
+		return errdefs.New(errdefs.ErrUnavailable, "sandbox %q does not answer: %v (the sandbox is stopped, frozen or overloaded; other sandboxes are not affected)", sb.Name, err)
+	}
 	cur := e.noteExit(context.WithoutCancel(ctx), sb.ID)
 	switch {
 	case cur == nil:

@@ -2,12 +2,15 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
 	"github.com/sbxhq/sbx/undo"
 )
 
@@ -183,10 +186,24 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 		return failed(err)
 	}
 	defer release()
-	// Nothing is changed above this line; from here the old processes end.
+	// Nothing is changed above this line; from here the old processes end
+	// and the disk is rebuilt. The journal entry makes a crash of sbxd from
+	// here on finish the disk's rebuild at the next start
+	// (recoverSnapRestore): the sandbox is then on the snapshot's whole
+	// disk, never on half of it.
+	opID := newOpID()
+	data, err := json.Marshal(snapRestoreOp{Snapshot: snapID})
+	if err != nil {
+		return failed(err)
+	}
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: opSnapRestore, Data: data}); err != nil {
+		return failed(err)
+	}
+	defer func() { _ = e.st.DeleteOp(ctx, opID) }()
 	if err := e.stopLocked(ctx, sb, "restoring a snapshot"); err != nil {
 		return failed(err)
 	}
+	e.fault("snaprestore:stopped")
 	if err := e.resumeInto(ctx, sb, diskM, imageDir); err != nil {
 		e.unwatch(sb.ID)
 		e.dropAgent(sb.ID)
@@ -203,4 +220,49 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 	e.touch(sb.ID)
 	e.log.Info("restored snapshot in place", "sandbox", sb.Name, "snapshot", snapID, "ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// opSnapRestore is the journal kind of an in-place snapshot restore.
+const opSnapRestore = "snaprestore"
+
+// snapRestoreOp is the journal data of an in-place snapshot restore.
+type snapRestoreOp struct {
+	Snapshot string `json:"snapshot"`
+}
+
+// recoverSnapRestore finishes an in-place snapshot restore that a crash of
+// sbxd cut short: the old processes are gone (or going), and the disk may
+// be half rebuilt. The disk is rebuilt from the snapshot and the sandbox
+// left stopped on it (its processes cannot be brought back without the
+// memory restore the crash interrupted; the next exec boots it). When the
+// snapshot is gone, the sandbox is left stopped as it is, and says so.
+func (e *Engine) recoverSnapRestore(ctx context.Context, op *store.Op) error {
+	defer func() { _ = e.st.DeleteOp(ctx, op.ID) }()
+	var so snapRestoreOp
+	if err := json.Unmarshal(op.Data, &so); err != nil {
+		return fmt.Errorf("journal entry %s: %w", op.ID, err)
+	}
+	sb, err := e.st.GetSandbox(ctx, op.SandboxID)
+	if err != nil {
+		return nil // deleted meanwhile
+	}
+	e.log.Info("recover: finishing an interrupted snapshot restore", "sandbox", sb.Name, "snapshot", so.Snapshot)
+	_ = e.rt.Delete(ctx, sb.ID)
+	_ = e.net.Delete(sb.ID)
+	_ = e.layers.Unmount(sb.ID)
+	sb.State = api.StateStopped
+	sn, err := e.st.GetSnapshot(ctx, so.Snapshot)
+	var diskM *disk.Manifest
+	if err == nil {
+		diskM, err = e.snapshotDisk(ctx, sn)
+	}
+	if err == nil {
+		err = e.rebuildDisk(ctx, sb, diskM)
+	}
+	if err != nil {
+		sb.StateReason = "restoring snapshot " + so.Snapshot + " was interrupted by a crash of sbxd and could not be finished: " + err.Error()
+	} else {
+		sb.StateReason = "restoring snapshot " + so.Snapshot + " was interrupted by a crash of sbxd; the disk is the snapshot's, its processes did not survive"
+	}
+	return e.st.UpdateSandbox(ctx, sb)
 }

@@ -352,18 +352,7 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 				"agent_ms", time.Since(tRestore).Milliseconds())
 		}
 	}()
-	_ = e.layers.Remove(sb.ID)
-	if err := e.layers.Create(sb.ID); err != nil {
-		return err
-	}
-	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
-		return fmt.Errorf("build the disk: %w", err)
-	}
-	if cache, err := disk.Rescan(upper, diskM); err == nil {
-		_ = e.layers.SaveCache(sb.ID, cache)
-	}
-	if err := e.applyQuota(sb); err != nil {
+	if err := e.rebuildDisk(ctx, sb, diskM); err != nil {
 		return err
 	}
 	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
@@ -459,4 +448,20 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 		}
 	}
 	return done()
+}
+
+// rebuildDisk replaces sb's writable layer with one built from diskM.
+func (e *Engine) rebuildDisk(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest) error {
+	_ = e.layers.Remove(sb.ID)
+	if err := e.layers.Create(sb.ID); err != nil {
+		return err
+	}
+	upper := e.layers.Paths(sb.ID).Upper
+	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
+		return fmt.Errorf("build the disk: %w", err)
+	}
+	if cache, err := disk.Rescan(upper, diskM); err == nil {
+		_ = e.layers.SaveCache(sb.ID, cache)
+	}
+	return e.applyQuota(sb)
 }

@@ -46,6 +46,9 @@ type Config struct {
 	// Host is <port>-<name>.<PreviewDomain> goes whole to that sandbox's
 	// port. "" turns host-based routing off (path-based previews remain).
 	PreviewDomain string
+	// Platform and PlatformReason are the runtime's platform and why it
+	// was chosen, shown by GET /v1/health.
+	Platform, PlatformReason string
 	// MaxUploadBytes bounds the body of PUT .../files and PUT .../archive
 	// (default DefaultMaxUploadBytes).
 	MaxUploadBytes int64
@@ -431,6 +434,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	kind, quota, diskMB, note := s.eng.DiskLayers()
 	capacity := s.eng.Capacity()
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: Version, Runtime: s.eng.Runtime(),
+		Platform: s.cfg.Platform, PlatformReason: s.cfg.PlatformReason,
 		WarmSandboxes: s.eng.WarmSandboxes(), PID: os.Getpid(),
 		Layers: kind, DiskQuota: quota, DefaultDiskMB: diskMB, LayersNote: note, Capacity: &capacity})
 }

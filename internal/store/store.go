@@ -166,6 +166,15 @@ type EventQuery struct {
 	MaxBytes  int64
 }
 
+// Usage is what the recorded sandboxes hold: Count sandboxes that are not
+// warm (any state), and the CPUs and MemoryMB limits of those not
+// suspended (warm ones included).
+type Usage struct {
+	Count    int
+	CPUs     float64
+	MemoryMB int
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	// Labels must all match (key=value).
@@ -190,6 +199,8 @@ type Store interface {
 	GetSandbox(ctx context.Context, idOrName string) (*Sandbox, error)
 	// ListSandboxes returns matching sandboxes, oldest first.
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
+	// SandboxUsage sums what the sandboxes hold, for admission.
+	SandboxUsage(ctx context.Context) (Usage, error)
 	// UpdateSandbox replaces the record with the same ID and sets UpdateTime.
 	UpdateSandbox(ctx context.Context, sb *Sandbox) error
 	// DeleteSandbox removes the record; a missing one is not an error.

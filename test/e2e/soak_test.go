@@ -169,6 +169,16 @@ func TestConcurrentMixedOnOneSandbox(t *testing.T) {
 				case "":
 					t.Errorf("%s: no answer within its deadline: %v", o.kind, o.err)
 				case "done":
+				case string(api.CodeInternal):
+					// Say what sbxd logged for it.
+					var ae *client.Error
+					errors.As(o.err, &ae)
+					for _, line := range strings.Split(tail(h.logPath, 1<<22), "\n") {
+						if ae.RequestID != "" && strings.Contains(line, ae.RequestID) {
+							t.Logf("%s answered internal; sbxd logged: %s", o.kind, line)
+						}
+					}
+					msgs[o.kind+": "+o.err.Error()]++
 				default:
 					msgs[o.kind+": "+o.err.Error()]++
 				}

@@ -215,13 +215,20 @@ func NewUpstream(names map[string]netip.Addr, forward []string, resolver string)
 	for _, n := range forward {
 		u.Forward(n)
 	}
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp4", pc.LocalAddr().String())
-	if err != nil {
+	// A free UDP port may be taken for TCP: try a few.
+	var pc net.PacketConn
+	var ln net.Listener
+	var err error
+	for range 20 {
+		if pc, err = net.ListenPacket("udp4", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		if ln, err = net.Listen("tcp4", pc.LocalAddr().String()); err == nil {
+			break
+		}
 		pc.Close()
+	}
+	if err != nil {
 		return nil, err
 	}
 	u.udp = &dns.Server{PacketConn: pc, Handler: u}

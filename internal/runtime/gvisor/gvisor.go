@@ -38,8 +38,9 @@ type Config struct {
 	Runsc string
 	// Root is runsc's --root state directory.
 	Root string
-	// Platform is runsc's --platform; empty picks kvm when /dev/kvm exists,
-	// else systrap.
+	// Platform is runsc's --platform. Empty chooses by probe (kvm where
+	// KVM works, else systrap; see ChoosePlatform); "kvm" is verified by
+	// the same probe and refused with ErrKVMUnusable when it does not work.
 	Platform string
 	// CgroupParent is the cgroup under which each sandbox gets <id>
 	// (default "/sbx").
@@ -51,7 +52,9 @@ type Config struct {
 
 // Runtime drives runsc.
 type Runtime struct {
-	cfg Config
+	cfg     Config
+	version string // runsc --version's first line
+	choice  PlatformChoice
 
 	logsMu sync.Mutex
 	logs   map[string]*initLog // container id → the drain of its init's output
@@ -59,7 +62,10 @@ type Runtime struct {
 
 var _ runtime.Runtime = (*Runtime)(nil)
 
-// New checks that runsc runs and returns a Runtime.
+// New checks that runsc runs, chooses the platform (a probe of at most
+// ProbeTimeout, remembered in cfg.Root/platform.json) and returns a
+// Runtime. It fails when runsc is missing or does not run, or with
+// ErrKVMUnusable when cfg.Platform is "kvm" and KVM does not work.
 func New(cfg Config) (*Runtime, error) {
 	if cfg.Runsc == "" {
 		cfg.Runsc = "runsc"
@@ -69,12 +75,6 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("runsc not found (install it: see README): %w", err)
 	}
 	cfg.Runsc = p
-	if cfg.Platform == "" {
-		cfg.Platform = "systrap"
-		if _, err := os.Stat("/dev/kvm"); err == nil {
-			cfg.Platform = "kvm"
-		}
-	}
 	if cfg.CgroupParent == "" {
 		cfg.CgroupParent = "/sbx"
 	}
@@ -84,11 +84,21 @@ func New(cfg Config) (*Runtime, error) {
 	r := &Runtime{cfg: cfg, logs: map[string]*initLog{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.run(ctx, nil, "--version"); err != nil {
+	out, err := r.run(ctx, nil, "--version")
+	if err != nil {
 		return nil, fmt.Errorf("runsc does not run: %w", err)
 	}
+	r.version, _, _ = strings.Cut(string(out), "\n")
+	r.choice, err = r.ChoosePlatform(ctx, cfg.Platform, cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	r.cfg.Platform = r.choice.Platform
 	return r, nil
 }
+
+// Choice is the platform in use and why it was chosen.
+func (r *Runtime) Choice() PlatformChoice { return r.choice }
 
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "runsc/" + r.cfg.Platform }
@@ -149,6 +159,10 @@ func (r *Runtime) runNet(ctx context.Context, netns bool, io *stdio, args ...str
 	if args[0] == "--version" {
 		full = args
 	}
+	// Every verb has its own deadline, which holds even when the caller's
+	// ctx has none (context.WithoutCancel): no runsc call waits forever.
+	ctx, cancel := context.WithTimeout(ctx, r.verbTimeout(args))
+	defer cancel()
 	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
@@ -168,6 +182,45 @@ func (r *Runtime) runNet(ctx context.Context, netns bool, io *stdio, args ...str
 		return nil, &ExitError{Args: args, Err: err, Stderr: tail}
 	}
 	return stdout.Bytes(), nil
+}
+
+// Deadlines of runsc verbs. A quick verb (state, kill, pause, resume,
+// delete, list, events) answers in well under a second on a healthy
+// sandbox; a boot (run) reaches its init in about one; checkpoint and
+// restore move the sandbox's memory, so theirs grow with it.
+const (
+	QuickTimeout = 10 * time.Second
+	BootTimeout  = 60 * time.Second
+	// CaptureTimeout is the base deadline of checkpoint and restore, to
+	// which CapturePerGiB is added per GiB of the sandbox's memory limit.
+	CaptureTimeout = 30 * time.Second
+	CapturePerGiB  = 20 * time.Second
+)
+
+// verbTimeout is the deadline of `runsc args...`.
+func (r *Runtime) verbTimeout(args []string) time.Duration {
+	switch args[0] {
+	case "run":
+		return BootTimeout
+	case "checkpoint", "restore":
+		return CaptureTimeout + time.Duration(float64(CapturePerGiB)*r.memoryGiB(args[len(args)-1]))
+	case "--version":
+		return 30 * time.Second
+	}
+	return QuickTimeout
+}
+
+// memoryGiB is container id's memory limit in GiB, from its cgroup (the
+// restore's spec is written before runsc reads it); 4 when unknown.
+func (r *Runtime) memoryGiB(id string) float64 {
+	b, err := os.ReadFile(r.cgroupFile("memory", id, "memory.limit_in_bytes"))
+	if err != nil {
+		b, err = os.ReadFile(r.cgroupFile("memory", id, "memory.max"))
+	}
+	if n, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && perr == nil && n > 0 && n < 1<<50 {
+		return float64(n) / (1 << 30)
+	}
+	return 4
 }
 
 func tailFile(path string, n int64) string {
@@ -338,6 +391,8 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 // (and --background: pages load after restore returns; the image must be
 // uncompressed, which checkpoints here are).
 func (r *Runtime) Restore(ctx context.Context, s *runtime.Spec, bundle, imageDir string, background bool) error {
+	ctx, cancel := context.WithTimeout(ctx, CaptureTimeout+time.Duration(float64(CapturePerGiB)*float64(s.MemoryBytes)/(1<<30)))
+	defer cancel()
 	args := []string{"restore", "--direct", "--detach"}
 	if background {
 		args = append(args, "--background")

@@ -201,6 +201,17 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 	return out, rows.Err()
 }
 
+// SandboxUsage implements store.Store with one aggregate query.
+func (s *Store) SandboxUsage(ctx context.Context) (store.Usage, error) {
+	var u store.Usage
+	err := s.db.QueryRowContext(ctx, `SELECT
+		COALESCE(SUM(CASE WHEN pooled THEN 0 ELSE 1 END), 0),
+		COALESCE(SUM(CASE WHEN state = ? THEN 0 ELSE cpus END), 0),
+		COALESCE(SUM(CASE WHEN state = ? THEN 0 ELSE memory_mb END), 0)
+		FROM sandboxes`, string(api.StateSuspended), string(api.StateSuspended)).Scan(&u.Count, &u.CPUs, &u.MemoryMB)
+	return u, err
+}
+
 func matchLabels(have, want map[string]string) bool {
 	for k, v := range want {
 		if hv, ok := have[k]; !ok || hv != v {

@@ -26,6 +26,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Snapshots", func(t *testing.T) { testSnapshots(t, open(t)) })
 	t.Run("Suspend", func(t *testing.T) { testSuspend(t, open(t)) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
+	t.Run("SandboxUsage", func(t *testing.T) { testSandboxUsage(t, open(t)) })
 }
 
 func testSnapshots(t *testing.T, s store.Store) {
@@ -391,5 +392,30 @@ func testEvents(t *testing.T, s store.Store) {
 	}
 	if n, err := s.DeletePendingEvents(ctx, "page"); err != nil || n != 4 {
 		t.Fatalf("delete the key's: %d, %v", n, err)
+	}
+}
+
+// testSandboxUsage: Count is the sandboxes that are not warm; CPUs and
+// MemoryMB sum those not suspended, warm ones included.
+func testSandboxUsage(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if u, err := s.SandboxUsage(ctx); err != nil || u != (store.Usage{}) {
+		t.Fatalf("empty store: %+v %v", u, err)
+	}
+	running, suspended, warm := sandbox("sbx_1000000000000001", "a"), sandbox("sbx_1000000000000002", "b"), sandbox("sbx_1000000000000003", "sbx_1000000000000003")
+	running.CPUs, running.MemoryMB = 1.5, 1000
+	suspended.CPUs, suspended.MemoryMB, suspended.State = 2, 2000, api.StateSuspended
+	warm.CPUs, warm.MemoryMB, warm.Pooled = 1, 100, true
+	for _, sb := range []*store.Sandbox{running, suspended, warm} {
+		if err := s.CreateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := s.SandboxUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (store.Usage{Count: 2, CPUs: 2.5, MemoryMB: 1100}); u != want {
+		t.Fatalf("usage %+v, want %+v", u, want)
 	}
 }

@@ -237,6 +237,41 @@ class Client:
         except ValueError as e:
             raise ProtocolError("protocol", resp.status, f"POST {path}: bad JSON answer: {e}") from e
 
+    def pending_events(self, key: str = "") -> List[Event]:
+        """Events kept for a key no sandbox waits on yet (of ``key``; of every key when empty).
+
+        Oldest first, each with ``expire_time``: every page of ``GET /v1/events``.
+        """
+        out: List[Event] = []
+        cursor = ""
+        while True:
+            query = [("key", key)] if key else []
+            if cursor:
+                query.append(("cursor", cursor))
+            resp = self._t.request("GET", "/v1/events", query or None, accept="application/json")
+            try:
+                data = resp.read()
+                nxt = resp.getheader("X-Next-Cursor") or ""
+            finally:
+                resp.close()
+            try:
+                page = json.loads(data) if data.strip() else []
+            except ValueError as e:
+                raise ProtocolError("protocol", resp.status, f"GET /v1/events: bad JSON answer: {e}") from e
+            out.extend(Event.from_dict(o) for o in page or [])
+            if not nxt:
+                return out
+            cursor = nxt
+
+    def cancel_event(self, event_id: str) -> None:
+        """Cancel a pending event (``DELETE /v1/events/{id}``); raises the 404 error if it is not pending."""
+        self._t.json("DELETE", "/v1/events/" + seg(event_id))
+
+    def cancel_events(self, key: str) -> int:
+        """Cancel every pending event of ``key``; return how many there were."""
+        r = self._t.json("DELETE", "/v1/events", [("key", key)]) or {}
+        return int(r.get("cancelled", 0))
+
     # --- images -----------------------------------------------------------
 
     def list_images(self) -> List[Image]:

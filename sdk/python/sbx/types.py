@@ -487,6 +487,8 @@ class Event(_Model):
     data_base64: str = ""
     create_time: Optional[datetime] = None
     deliver_time: Optional[datetime] = None
+    #: On a pending event (``Client.pending_events``): when it is dropped.
+    expire_time: Optional[datetime] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

@@ -114,9 +114,11 @@ CASES: Dict[str, Any] = {
                                                reason="not in the allow list", count=2)])),
     "Event": (
         {"id": "evt_1", "key": "deploy", "data": {"ref": "main"}, "data_text": "hello",
-         "data_base64": "aGk=", "create_time": "2026-11-29T10:00:00Z", "deliver_time": "2026-11-29T10:00:02Z"},
+         "data_base64": "aGk=", "create_time": "2026-11-29T10:00:00Z", "deliver_time": "2026-11-29T10:00:02Z",
+         "expire_time": "2026-11-30T10:00:00Z"},
         T.Event(id="evt_1", key="deploy", data={"ref": "main"}, data_text="hello", data_base64="aGk=",
-                create_time=t(2026, 11, 29, 10, 0, 0), deliver_time=t(2026, 11, 29, 10, 0, 2))),
+                create_time=t(2026, 11, 29, 10, 0, 0), deliver_time=t(2026, 11, 29, 10, 0, 2),
+                expire_time=t(2026, 11, 30, 10, 0, 0))),
     "EventResult": (
         {"id": "evt_1", "woken": ["dev", "ci"], "pending": True, "expire_time": "2026-11-30T10:00:00Z"},
         T.EventResult(id="evt_1", woken=["dev", "ci"], pending=True, expire_time=t(2026, 11, 30, 10, 0, 0))),

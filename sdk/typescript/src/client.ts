@@ -208,6 +208,43 @@ export class Client {
     return this.t.json<EventResult>({ method: 'POST', path, body, contentType, signal: o.signal });
   }
 
+  /**
+   * Events kept for a key no sandbox waits on yet (of `key`; of every key
+   * without it), oldest first, each with `expire_time`: every page of
+   * `GET /v1/events`.
+   */
+  async pendingEvents(key?: string, o: CallOptions = {}): Promise<SbxEvent[]> {
+    const out: SbxEvent[] = [];
+    let cursor: string | undefined;
+    for (let pages = 0; pages < 100000; pages++) {
+      const query: Query = {};
+      if (key) query.key = key;
+      if (cursor) query.cursor = cursor;
+      const res = await this.t.request({ method: 'GET', path: '/v1/events', query, accept: 'application/json', signal: o.signal });
+      const buf = await readAll(res);
+      try {
+        out.push(...((buf.length ? JSON.parse(buf.toString('utf8')) : []) as SbxEvent[]));
+      } catch (e) {
+        throw new SbxProtocolError(`decode GET /v1/events answer: ${(e as Error).message}`);
+      }
+      const next = res.headers['x-next-cursor'];
+      if (typeof next !== 'string' || next === '') break;
+      cursor = next;
+    }
+    return out;
+  }
+
+  /** Cancels a pending event (`DELETE /v1/events/{id}`); `EventNotFound` (404) if it is not pending. */
+  async cancelEvent(id: string, o: CallOptions = {}): Promise<void> {
+    await this.t.json({ method: 'DELETE', path: '/v1/events/' + seg(id), signal: o.signal });
+  }
+
+  /** Cancels every pending event of `key`; resolves with how many there were. */
+  async cancelEvents(key: string, o: CallOptions = {}): Promise<number> {
+    const r = await this.t.json<{ cancelled: number }>({ method: 'DELETE', path: '/v1/events', query: { key }, signal: o.signal });
+    return r?.cancelled ?? 0;
+  }
+
   /** Images. */
   async listImages(o: CallOptions = {}): Promise<Image[]> {
     return (await this.t.json<Image[]>({ method: 'GET', path: '/v1/images', signal: o.signal })) ?? [];

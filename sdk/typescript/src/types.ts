@@ -269,6 +269,8 @@ export interface SbxEvent {
   data_base64?: string;
   create_time: string;
   deliver_time: string;
+  /** On a pending event (`pendingEvents`): when it is dropped. */
+  expire_time?: string;
 }
 
 /** Answer of `POST /v1/events/{key}`. */
