@@ -55,15 +55,33 @@ func TestHostileCaptureRace(t *testing.T) {
 	ctx := ctxT(t)
 	canaryDir := t.TempDir()
 	canary := "HOST-CANARY-" + randomHex(16)
-	if err := os.WriteFile(filepath.Join(canaryDir, "secret"), []byte(canary+"\n"), 0o644); err != nil {
-		t.Fatal(err)
+	// 100 files in the guest's d, each with a namesake in the host's
+	// canary dir: whatever file a capture reads while d is the symlink, a
+	// capture that follows it reads host bytes.
+	var names []string
+	for i := 0; i < 100; i++ {
+		names = append(names, fmt.Sprintf("f%03d", i))
+		if err := os.WriteFile(filepath.Join(canaryDir, names[i]), []byte(canary+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
-	mustSh(t, sb, "mkdir -p /workspace/d && echo guest > /workspace/d/secret")
-	// d is a symlink to the host dir about half the time, a directory
-	// with a freshly written file (read by the next capture) the rest.
-	loop := fmt.Sprintf(`cd /workspace; while true; do echo guest$RANDOM > d/secret; i=0; while [ $i -lt 100 ]; do i=$((i+1)); done; mv d d.real; ln -s %s d; i=0; while [ $i -lt 100 ]; do i=$((i+1)); done; rm d; mv d.real d; done`, canaryDir)
-	mustSh(t, sb, "nohup sh -c '"+loop+"' >/dev/null 2>&1 &")
+	list := strings.Join(names, " ")
+	mustSh(t, sb, "mkdir -p /workspace/d && cd /workspace/d && for f in "+list+"; do echo guest > $f; done")
+	// d is a symlink to the host dir about half the time, a directory of
+	// freshly written files (read by the next capture) the rest.
+	loop := fmt.Sprintf(`cd /workspace; while true; do for f in %s; do echo guest$RANDOM > d/$f; done; mv d d.real; ln -s %s d; for f in %s; do [ -e d.real/$f ]; done; rm d; mv d.real d; done`, list, canaryDir, list)
+	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", loop}}); err != nil {
+		t.Fatal(err)
+	}
+	// The loop runs: d flips between a directory and the symlink.
+	seen := map[string]bool{}
+	for i := 0; i < 60 && !(seen["link"] && seen["dir"]); i++ {
+		seen[strings.TrimSpace(sh(t, sb, "if [ -L /workspace/d ]; then echo link; elif [ -d /workspace/d ]; then echo dir; fi").Stdout)] = true
+	}
+	if !seen["link"] || !seen["dir"] {
+		t.Fatalf("the guest's swap loop does not run: saw %v", seen)
+	}
 	var ids []string
 	for i := 0; i < 30; i++ {
 		cp, err := sb.Checkpoint(ctx, "race")
@@ -90,7 +108,7 @@ func TestHostileCaptureRace(t *testing.T) {
 			t.Fatalf("restored %s: the disk holds the host canary: %q", id, res.Stdout)
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(canaryDir, "secret")); string(b) != canary+"\n" {
+	if b, _ := os.ReadFile(filepath.Join(canaryDir, names[0])); string(b) != canary+"\n" {
 		t.Fatalf("the host canary changed: %q", b)
 	}
 }

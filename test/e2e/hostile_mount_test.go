@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -287,8 +288,17 @@ func TestWarmPoolLowered(t *testing.T) {
 	h.pool = 2
 	h.restart(t, false)
 	ids := waitWarmCount(t, 2)
-	if err := h.c.Sandboxes.Delete(ctxT(t), ids[0]); err != nil {
-		t.Fatalf("delete warm sandbox %s: %v", ids[0], err)
+	// A warm sandbox still booting answers conflict (create in progress).
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		err := h.c.Sandboxes.Delete(ctxT(t), ids[0])
+		if err == nil {
+			break
+		}
+		var ae *client.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeConflict || time.Now().After(deadline) {
+			t.Fatalf("delete warm sandbox %s: %v", ids[0], err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if runscIDs(t)[ids[0]] {
 		t.Fatalf("the deleted warm sandbox %s still runs", ids[0])
