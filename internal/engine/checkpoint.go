@@ -513,10 +513,22 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 		switch op.Kind {
 		case "restore":
 			var ro restoreOp
-			_ = json.Unmarshal(op.Data, &ro)
 			sb, err := e.st.GetSandbox(ctx, op.SandboxID)
 			if err != nil {
 				e.abandonRestore(ctx, op.SandboxID, op.ID)
+				continue
+			}
+			if err := json.Unmarshal(op.Data, &ro); err != nil {
+				// Which checkpoint it was is lost; the disk is whole either
+				// way (old, or swapped to the new one), only not recorded.
+				e.log.Error("recover: unreadable restore journal entry; keeping the disk as it is", "sandbox", sb.Name, "op", op.ID, "err", err)
+				_ = e.rt.Delete(ctx, sb.ID)
+				_ = e.layers.Unmount(sb.ID)
+				e.abandonRestore(ctx, sb.ID, op.ID)
+				sb.State, sb.StateReason = api.StateStopped, "a restore was interrupted and its journal entry was unreadable; the disk is whole but may be the old one or the checkpoint's"
+				if err := e.st.UpdateSandbox(ctx, sb); err != nil {
+					return err
+				}
 				continue
 			}
 			_ = e.rt.Delete(ctx, sb.ID)

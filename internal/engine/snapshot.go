@@ -443,7 +443,9 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 		return nil, err
 	}
 	var sh sandboxShape
-	_ = json.Unmarshal(sn.Shape, &sh)
+	if err := json.Unmarshal(sn.Shape, &sh); err != nil {
+		return nil, fmt.Errorf("snapshot %s: its shape record is unreadable: %v: %w", sn.ID, err, errdefs.ErrRestoreFailed)
+	}
 	if req.Image != "" && req.Image != sn.Image {
 		return nil, errdefs.Invalid("image", "a sandbox from a snapshot runs on the snapshot's image (%s)", sn.Image)
 	}

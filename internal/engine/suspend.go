@@ -397,7 +397,11 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 // interrupted (recoverOps, before reconcile).
 func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 	var so suspendOp
-	_ = json.Unmarshal(op.Data, &so)
+	if err := json.Unmarshal(op.Data, &so); err != nil {
+		// Without its snapshot id, the suspend is rolled back as one that
+		// stored nothing: the sandbox stays as runsc has it.
+		e.log.Error("recover: unreadable suspend journal entry", "op", op.ID, "err", err)
+	}
 	done := func() error { return e.st.DeleteOp(ctx, op.ID) }
 	sb, err := e.st.GetSandbox(ctx, op.SandboxID)
 	if err != nil {
