@@ -212,7 +212,7 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(e.runDir(sb.ID), 0o755); err != nil {
+	if err := disk.MountRunDir(e.runDir(sb.ID)); err != nil {
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))
@@ -290,6 +290,9 @@ func (e *Engine) removeAll(ctx context.Context, id string) {
 	}
 	if err := e.layers.Remove(id); err != nil {
 		e.log.Error("remove layer", "sandbox", id, "err", err)
+	}
+	if err := disk.UnmountRunDir(e.runDir(id)); err != nil {
+		e.log.Error("unmount the agent's socket dir", "sandbox", id, "err", err)
 	}
 	if err := os.RemoveAll(e.sandboxDir(id)); err != nil {
 		e.log.Error("remove sandbox dir", "sandbox", id, "err", err)

@@ -401,7 +401,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(e.runDir(sb.ID), 0o755); err != nil {
+	if err := disk.MountRunDir(e.runDir(sb.ID)); err != nil {
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))

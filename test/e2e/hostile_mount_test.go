@@ -308,3 +308,25 @@ func TestWarmPoolLowered(t *testing.T) {
 	h.restart(t, false)
 	waitWarmCount(t, 0)
 }
+
+// TestHostileRunDirFill: /.sbx/run, where the agent's socket lives, is a
+// host directory the guest can write in. Writes there must not reach the
+// host's disk past a few KiB (a fresh review wrote 2 GiB in 0.6 s), and the
+// sandbox keeps answering.
+func TestHostileRunDirFill(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	sh(t, sb, "dd if=/dev/zero of=/.sbx/run/big bs=1M count=20 2>/dev/null; true")
+	sh(t, sb, "fallocate -l 1G /.sbx/run/fa 2>/dev/null; true")
+	var total int64
+	for _, name := range []string{"big", "fa"} {
+		if fi, err := os.Stat(filepath.Join(h.dataDir, "sandboxes", sb.ID, "run", name)); err == nil {
+			total += fi.Size()
+		}
+	}
+	if total > 1<<20 {
+		t.Fatalf("the guest wrote %d bytes through /.sbx/run onto the host", total)
+	}
+	if out := mustSh(t, sb, "echo alive"); out != "alive\n" {
+		t.Fatalf("after filling /.sbx/run: %q", out)
+	}
+}
