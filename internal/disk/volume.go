@@ -370,3 +370,47 @@ func (l *Layers) GrowError() error {
 	defer l.growMu.Unlock()
 	return l.growErr
 }
+
+// VolumePath is the host directory of the named volume whose directory
+// before btrfs layers was legacy: legacy itself when it exists or when the
+// layers are plain directories, else a subvolume beside the layers
+// (VOLUME/volumes/<name>).
+func (l *Layers) VolumePath(name, legacy string) string {
+	if !l.btrfs {
+		return legacy
+	}
+	if fi, err := os.Lstat(legacy); err == nil && fi.IsDir() {
+		return legacy
+	}
+	return filepath.Join(filepath.Dir(l.dir), "volumes", name)
+}
+
+// MakeVolume makes the named volume's directory (VolumePath) if it is
+// missing. On btrfs it is a subvolume with a quota of quotaMB MiB (0: none),
+// so that a guest cannot fill the host's disk through a volume; a legacy
+// volume keeps no quota. Errors come from mkdir and the btrfs ioctls.
+func (l *Layers) MakeVolume(name, legacy string, quotaMB int) error {
+	p := l.VolumePath(name, legacy)
+	if p == legacy {
+		return os.MkdirAll(p, 0o755)
+	}
+	if isSubvolume(p) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	if err := createSubvolume(p); err != nil {
+		return fmt.Errorf("volume %s: %w", name, err)
+	}
+	if err := os.Chmod(p, 0o755); err != nil {
+		return err
+	}
+	if quotaMB > 0 {
+		if err := limitSubvolume(p, int64(quotaMB)<<20); err != nil {
+			_ = deleteSubvolume(p)
+			return fmt.Errorf("volume %s: quota: %w", name, err)
+		}
+	}
+	return nil
+}

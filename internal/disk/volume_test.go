@@ -271,3 +271,31 @@ func BenchmarkLayerCreate(b *testing.B) {
 		})
 	}
 }
+
+// TestVolumeQuota: a named volume on btrfs layers is a subvolume with a
+// quota (a guest cannot fill the host's disk through it); a volume made
+// before, in the legacy dir, is kept where it is.
+func TestVolumeQuota(t *testing.T) {
+	l, dataDir := openTestVolume(t)
+	legacy := filepath.Join(dataDir, "volumes", "v")
+	if err := l.MakeVolume("v", legacy, 64); err != nil {
+		t.Fatal(err)
+	}
+	p := l.VolumePath("v", legacy)
+	if p == legacy || !isSubvolume(p) {
+		t.Fatalf("volume at %s is not a subvolume beside the layers", p)
+	}
+	if err := l.MakeVolume("v", legacy, 64); err != nil { // again: kept
+		t.Fatal(err)
+	}
+	if err := fill(filepath.Join(p, "big"), 200<<20); !isNoSpace(err) {
+		t.Fatalf("writing 200 MiB into a volume with a 64 MiB quota: %v, want EDQUOT or ENOSPC", err)
+	}
+	old := filepath.Join(dataDir, "volumes", "old")
+	if err := os.MkdirAll(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.VolumePath("old", old); got != old {
+		t.Fatalf("a legacy volume moved to %s", got)
+	}
+}

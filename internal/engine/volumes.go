@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,7 +11,9 @@ import (
 // MaxVolumes is the most volumes one sandbox may attach.
 const MaxVolumes = 16
 
-func (e *Engine) volumeDir(name string) string { return filepath.Join(e.volumesDir, name) }
+func (e *Engine) volumeDir(name string) string {
+	return e.layers.VolumePath(name, filepath.Join(e.volumesDir, name))
+}
 
 // sbxMounts are the files sbx mounts in every sandbox (see spec): a volume
 // may not be at one of them or at a directory above one.
@@ -53,7 +54,8 @@ func (e *Engine) validateVolumes(vols []api.Volume) error {
 // makeVolumes creates the host directories of vols.
 func (e *Engine) makeVolumes(vols []api.Volume) error {
 	for _, v := range vols {
-		if err := os.MkdirAll(e.volumeDir(v.Name), 0o755); err != nil {
+		// A volume gets the default disk quota of a sandbox (btrfs layers).
+		if err := e.layers.MakeVolume(v.Name, filepath.Join(e.volumesDir, v.Name), e.cfg.DefaultDiskMB); err != nil {
 			return err
 		}
 	}

@@ -330,3 +330,22 @@ func TestHostileRunDirFill(t *testing.T) {
 		t.Fatalf("after filling /.sbx/run: %q", out)
 	}
 }
+
+// TestHostileVolumeFill: a named volume is a host directory the guest
+// writes in; on btrfs layers it has a quota (the default disk quota), so a
+// guest cannot fill the host's disk through it (a fresh review wrote 150 MB
+// past a 64 MB disk_mb into a volume on the host's root filesystem).
+func TestHostileVolumeFill(t *testing.T) {
+	needQuota(t)
+	withArgs(t, "--default-disk-mb", "64")
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox",
+		Volumes: []api.Volume{{Name: "vq-" + randomHex(3), Path: "/mnt/vq"}}})
+	res := sh(t, sb, "dd if=/dev/urandom of=/mnt/vq/big bs=1M count=150 2>&1; sync")
+	size := fileSize(t, sb, "/mnt/vq/big")
+	if size > 80<<20 {
+		t.Fatalf("the guest wrote %d bytes into a volume with a 64 MiB quota (dd: exit %d %s)", size, res.ExitCode, res.Stdout)
+	}
+	if out := mustSh(t, sb, "echo alive"); out != "alive\n" {
+		t.Fatalf("after filling the volume: %q", out)
+	}
+}
