@@ -48,6 +48,7 @@ func main() {
 	maxUpload := fs.Int("max-upload-mb", 0, "largest PUT files/archive body, MiB (default 1024)")
 	maxSandboxes := fs.Int("max-sandboxes", 0, "most sandboxes that may exist (default 500)")
 	maxSnapshots := fs.Int("max-snapshots", 0, "most memory snapshots that may exist (default 1000)")
+	privateRegistries := fs.Bool("allow-private-registries", false, "let image pulls reach registries on this host's loopback or private networks")
 	previewDomain := fs.String("preview-domain", "", "domain of host-based previews: http://PORT-NAME.DOMAIN[:port]/ reaches a sandbox's port (default "+cfg.PreviewDomain+")")
 	_ = fs.Parse(os.Args[1:])
 
@@ -58,6 +59,9 @@ func main() {
 	}
 	if err := cfg.LoadEnv(os.Getenv); err != nil {
 		fatal(err)
+	}
+	if *privateRegistries {
+		cfg.AllowPrivateRegistries = true
 	}
 	set := func(dst *string, v string) {
 		if v != "" {

@@ -94,6 +94,9 @@ type Config struct {
 	// DefaultDiskMB is the disk quota of a sandbox created without disk_mb
 	// (default engine.DefaultDiskMB, 10 GiB).
 	DefaultDiskMB int `json:"default_disk_mb"`
+	// AllowPrivateRegistries lets image pulls reach registries on the
+	// host's loopback or private networks (default false).
+	AllowPrivateRegistries bool `json:"allow_private_registries"`
 	// MaxUploadMB bounds a PUT .../files or .../archive body, in MiB
 	// (default 1024).
 	MaxUploadMB int `json:"max_upload_mb"`
@@ -420,6 +423,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	images.AllowPrivateRegistries = cfg.AllowPrivateRegistries
 	cidr, _ := netip.ParsePrefix(cfg.NetworkCIDR)
 	netm, err := network.NewManager(network.Config{
 		NetnsDir: cfg.NetnsDir, CIDR: cidr, Tag: cfg.NetworkTag, Upstream: cfg.DNSUpstream, Log: log,

@@ -73,6 +73,11 @@ type Images struct {
 	mu   sync.Mutex
 	busy map[string]*flight // image name → operation in progress
 
+	// AllowPrivateRegistries lets pulls reach registries on the host's
+	// loopback or private networks (off by default: an API client could
+	// otherwise make sbxd fetch from services only the host reaches).
+	AllowPrivateRegistries bool
+
 	// OnChange, if set, is called with an image's name after it is
 	// (re)unpacked or removed.
 	OnChange func(name string)
@@ -608,13 +613,23 @@ func (m *Images) Pull(ctx context.Context, req api.PullImageRequest, progress Pr
 	}
 	return m.once(ctx, req.Name, func() (*store.Image, error) {
 		progress("resolving " + ref.String())
-		img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithPlatform(platform))
+		img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithPlatform(platform),
+			remote.WithTransport(registryTransport(m.AllowPrivateRegistries)))
 		if err != nil {
-			var te *transport.Error
-			if errors.As(err, &te) && (te.StatusCode == http.StatusNotFound || te.StatusCode == http.StatusUnauthorized) {
-				return nil, errdefs.New(errdefs.ErrImageNotFound, "pull %s: %v", ref, err)
+			if errors.Is(err, ErrPrivateRegistry) {
+				return nil, errdefs.Invalid("ref", "pull %s: %v", ref, ErrPrivateRegistry)
 			}
-			return nil, errdefs.New(errdefs.ErrUnavailable, "pull %s: %v", ref, err)
+			// The registry's answer is not echoed: it may be any server's
+			// page (the detail goes to the log).
+			m.log.Info("image pull failed", "ref", ref.String(), "err", err)
+			var te *transport.Error
+			if errors.As(err, &te) {
+				if te.StatusCode == http.StatusNotFound || te.StatusCode == http.StatusUnauthorized {
+					return nil, errdefs.New(errdefs.ErrImageNotFound, "pull %s: the registry answered %d", ref, te.StatusCode)
+				}
+				return nil, errdefs.New(errdefs.ErrUnavailable, "pull %s: the registry answered %d", ref, te.StatusCode)
+			}
+			return nil, errdefs.New(errdefs.ErrUnavailable, "pull %s: the registry could not be read (not a registry, or unreachable)", ref)
 		}
 		return m.unpackOCI(ctx, req.Name, "registry:"+ref.String(), img, progress)
 	})

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -47,7 +49,12 @@ func testImage(t *testing.T, marker string) v1.Image {
 
 func TestImagePullFromRegistry(t *testing.T) {
 	ctx := ctxT(t)
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	var hits atomic.Int64
+	regh := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		regh.ServeHTTP(w, r)
+	}))
 	defer reg.Close()
 	host := strings.TrimPrefix(reg.URL, "http://")
 	ref, err := name.ParseReference(host+"/team/tools:1.0", name.Insecure)
@@ -57,6 +64,18 @@ func TestImagePullFromRegistry(t *testing.T) {
 	if err := remote.Write(ref, testImage(t, "pulled")); err != nil {
 		t.Fatal(err)
 	}
+	// By default sbxd refuses to pull from the host's loopback (or private
+	// networks): an API client must not reach what only the host reaches (a
+	// fresh review read a loopback-only page through a pull's redirect).
+	before := hits.Load()
+	_, err = h.c.Images.Pull(ctx, api.PullImageRequest{Name: "pulled", Ref: ref.String(), Insecure: true}, nil)
+	if e := wantCode(t, err, api.CodeInvalidArgument); !strings.Contains(e.Message, "private network") {
+		t.Fatalf("a pull from loopback: %v", err)
+	}
+	if n := hits.Load() - before; n != 0 {
+		t.Fatalf("sbxd sent %d requests to a loopback registry it should refuse", n)
+	}
+	withArgs(t, "--allow-private-registries")
 	var lines []string
 	img, err := h.c.Images.Pull(ctx, api.PullImageRequest{Name: "pulled", Ref: ref.String(), Insecure: true},
 		func(msg string, _ time_) { lines = append(lines, msg) })
