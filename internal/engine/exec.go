@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -300,11 +299,6 @@ func (e *Engine) dropAgent(id string) {
 // meanwhile (an OOM kill) or was deleted, say so.
 func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) error {
 	if _, ok := err.(*agent.Error); ok || errdefs.Public(err) {
-		return err
-	}
-	// An upload body past its bound (the server maps it to 413) broke the
-	// connection, not the sandbox.
-	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 		return err
 	}
 	if ctx.Err() != nil {

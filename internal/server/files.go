@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -178,5 +179,19 @@ func (s *Server) uploadBody(w http.ResponseWriter, r *http.Request) (io.Reader, 
 	if r.ContentLength > limit {
 		return nil, errdefs.New(errdefs.ErrTooLarge, "body: %d bytes, more than this upload may have (%d bytes: the smaller of sbxd's upload limit and the sandbox's disk quota)", r.ContentLength, limit)
 	}
-	return http.MaxBytesReader(w, r.Body, limit), nil
+	return tooLargeReader{http.MaxBytesReader(w, r.Body, limit)}, nil
+}
+
+// tooLargeReader turns the error of a body past its bound into ErrTooLarge,
+// so that it stays a 413 through the engine, which would otherwise take
+// the broken agent connection for the sandbox's doing.
+type tooLargeReader struct{ r io.Reader }
+
+func (t tooLargeReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = errdefs.New(errdefs.ErrTooLarge, "request body is larger than %d bytes", mbe.Limit)
+	}
+	return n, err
 }
