@@ -468,7 +468,9 @@ func (m *Images) Import(ctx context.Context, name string, r io.Reader, progress 
 			return m.unpack(ctx, name, digest, "archive:rootfs", DefaultEnv, func(dir string) (int64, error) {
 				size, err := untar(spool, dir)
 				if err != nil {
-					return 0, errdefs.Invalid("body", "bad root filesystem tarball: %v", err)
+					// Paths in the message are the tarball's, not the host's.
+					msg := strings.ReplaceAll(err.Error(), dir, "")
+					return 0, errdefs.Invalid("body", "bad root filesystem tarball: %s", msg)
 				}
 				return size, nil
 			})

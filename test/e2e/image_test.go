@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"io"
 	"log"
@@ -131,6 +132,17 @@ func TestImageImportDockerArchive(t *testing.T) {
 	}
 	_, err = h.c.Images.Import(ctx, "garbage", strings.NewReader("this is not a tar archive at all, not even close..........."), nil)
 	wantCode(t, err, api.CodeInvalidArgument)
+	// A root filesystem tarball whose hard link fails: the error names the
+	// tarball's paths, never the host's (a fresh review saw the data dir).
+	var bad bytes.Buffer
+	tw := tar.NewWriter(&bad)
+	_ = tw.WriteHeader(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755})
+	_ = tw.WriteHeader(&tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/no/such/file"})
+	_ = tw.Close()
+	_, err = h.c.Images.Import(ctx, "badlink", &bad, nil)
+	if e := wantCode(t, err, api.CodeInvalidArgument); strings.Contains(e.Message, h.dataDir) {
+		t.Fatalf("the error shows a host path: %s", e.Message)
+	}
 	list, err := h.c.Images.List(ctx)
 	if err != nil {
 		t.Fatal(err)
