@@ -208,30 +208,6 @@ func GetRaw(ctx context.Context, s Store, d Digest) ([]byte, error) {
 	return raw, err
 }
 
-// Sweep deletes every blob whose digest live does not report in use, and
-// returns how many blobs and encoded bytes it freed. The caller keeps
-// writers out while it runs (a blob put but not yet referenced looks dead).
-func Sweep(ctx context.Context, s Store, live func(Digest) bool) (n int, freed int64, err error) {
-	var dead []Digest
-	var sizes []int64
-	if err := s.Walk(ctx, func(d Digest, size int64) error {
-		if !live(d) {
-			dead = append(dead, d)
-			sizes = append(sizes, size)
-		}
-		return nil
-	}); err != nil {
-		return 0, 0, err
-	}
-	for i, d := range dead {
-		if err := s.Delete(ctx, d); err != nil {
-			return n, freed, err
-		}
-		n++
-		freed += sizes[i]
-	}
-	return n, freed, nil
-}
 
 // readAllLimit reads r up to limit bytes.
 func readAllLimit(r io.Reader, limit int64) ([]byte, error) {

@@ -152,7 +152,9 @@ func testSweep(t *testing.T, s blob.Store) {
 	if len(seen) != 2 || seen[keep] == 0 {
 		t.Fatalf("walk: %v", seen)
 	}
-	n, freed, err := blob.Sweep(ctx, s, func(d blob.Digest) bool { return d == keep })
+	round := blob.NewLeases().BeginRound()
+	n, freed, err := round.Sweep(ctx, s, func(d blob.Digest) bool { return d == keep })
+	round.End()
 	if err != nil || n != 1 || freed == 0 {
 		t.Fatalf("sweep: %d %d %v", n, freed, err)
 	}
