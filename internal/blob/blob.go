@@ -208,7 +208,6 @@ func GetRaw(ctx context.Context, s Store, d Digest) ([]byte, error) {
 	return raw, err
 }
 
-
 // readAllLimit reads r up to limit bytes.
 func readAllLimit(r io.Reader, limit int64) ([]byte, error) {
 	var buf bytes.Buffer
