@@ -32,8 +32,8 @@ import (
 //	             outside the sandbox network → the egress proxy.
 //	input        from P* → sbx_input: replies, and the DNS and proxy ports
 //	             (after the redirect); anything else → in-X (recorded,
-//	             dropped). The DNS and proxy ports are closed to every other
-//	             interface.
+//	             dropped). The DNS and proxy ports are closed to new flows
+//	             from every other interface but loopback.
 //	forward      from X → sb-X (X's rules); from an unknown P* interface:
 //	             drop; into P*: replies only.
 //	sb-X         replies, connect targets, never the sandbox network, the
@@ -277,10 +277,18 @@ func (fw *firewall) baseChains(c *nftables.Conn) {
 	rule(pre, mine, viaMap("v_nat"))
 
 	rule(input, mine, jump(sbxInput.Name))
+	// The DNS and proxy ports are closed to new flows from other hosts.
+	// Loopback and replies to the host's own connections pass: the table
+	// outlives sbxd (it keeps sandboxes contained while sbxd is down), and
+	// once sbxd's sockets are gone the kernel hands those port numbers to
+	// other programs, whose loopback listeners and outgoing connections
+	// must not go dark.
+	notLo := []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifnameBytes("lo")}}
+	fresh := ctState(expr.CtStateBitNEW | expr.CtStateBitINVALID | expr.CtStateBitUNTRACKED)
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		rule(input, l4proto(proto), dport(fw.dnsPort), verdict(expr.VerdictDrop))
+		rule(input, notLo, l4proto(proto), dport(fw.dnsPort), fresh, verdict(expr.VerdictDrop))
 	}
-	rule(input, l4proto(unix.IPPROTO_TCP), dport(fw.proxyPort), verdict(expr.VerdictDrop))
+	rule(input, notLo, l4proto(unix.IPPROTO_TCP), dport(fw.proxyPort), fresh, verdict(expr.VerdictDrop))
 	rule(sbxInput, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 		rule(sbxInput, ipv4(), l4proto(proto), dport(fw.dnsPort), verdict(expr.VerdictAccept))

@@ -634,3 +634,56 @@ func TestDNSNoExfiltration(t *testing.T) {
 		}
 	})
 }
+
+// A stopped sbxd leaves its firewall (so that running sandboxes stay
+// contained), and with it the numbers of its DNS and proxy ports. Those
+// numbers go back to the kernel: a program that later listens on one on
+// loopback, or connects out from one, must not find its packets dropped.
+// (An e2e run lost a test this way: another sbxd's API port on 127.0.0.1
+// was a dead sbxd's proxy port, and connects timed out.)
+func TestStoppedFirewallFreesItsPorts(t *testing.T) {
+	nettest.RequireRoot(t)
+	m := testManager(t, nettest.StartUpstream(t, nil, nil, "").Addr)
+	out := nettest.StartOutside(t, "tfree-out", netip.MustParsePrefix("10.232.9.0/30"))
+	proxyPort, dnsPort := m.proxy.port, m.dns.port
+	// While sbxd runs, another host cannot reach its proxy or DNS server.
+	hostSide := out.Addr.Prev()
+	for _, p := range []uint16{proxyPort, dnsPort} {
+		err := nettest.InNS(out.NS, func() error {
+			c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(hostSide, p).String(), time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if err == nil {
+			t.Fatalf("a host outside reached sbxd's port %d", p)
+		}
+	}
+	m.Close()
+
+	ln, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", proxyPort))
+	must(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	c, err := net.DialTimeout("tcp4", ln.Addr().String(), 3*time.Second)
+	if err != nil {
+		t.Fatalf("loopback listener on the stopped sbxd's proxy port %d: %v", proxyPort, err)
+	}
+	c.Close()
+
+	d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{Port: int(dnsPort)}}
+	c, err = d.Dial("tcp4", netip.AddrPortFrom(out.Addr, 80).String())
+	if err != nil {
+		t.Fatalf("connection out from the stopped sbxd's DNS port %d: %v", dnsPort, err)
+	}
+	c.Close()
+}
