@@ -181,7 +181,7 @@ func (p *pool) remove(id string, refill bool) {
 }
 
 func (p *pool) discard(ctx context.Context, sb *store.Sandbox) {
-	if err := p.e.deleteSandbox(context.WithoutCancel(ctx), sb); err != nil && !errdefs.IsNotFound(err) {
+	if err := p.e.deleteSandbox(context.WithoutCancel(ctx), sb, 0); err != nil && !errdefs.IsNotFound(err) {
 		p.e.log.Error("warm pool: discard", "sandbox", sb.ID, "err", err)
 	}
 }
