@@ -330,10 +330,15 @@ func (e *Engine) Delete(ctx context.Context, idOrName string) error {
 	if err != nil {
 		return err
 	}
-	if sb.Pooled {
-		e.pool.remove(sb.ID, true)
+	if !sb.Pooled {
+		return e.deleteSandbox(ctx, sb, DeleteWait)
 	}
-	return e.deleteSandbox(ctx, sb, DeleteWait)
+	e.pool.remove(sb.ID, true)
+	err = e.deleteSandbox(ctx, sb, DeleteWait)
+	// A warm sandbox whose boot the delete waited for was put in the pool
+	// once booted.
+	e.pool.remove(sb.ID, false)
+	return err
 }
 
 // DeleteWait bounds how long a delete waits for another operation on the
