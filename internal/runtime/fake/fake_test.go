@@ -1,8 +1,11 @@
 package fake
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,4 +60,62 @@ func newHarness(t *testing.T) *runtimetest.Harness {
 // needed.
 func TestConformance(t *testing.T) {
 	runtimetest.Run(t, newHarness)
+}
+
+// TestNewRuntimeSeesEarlierContainers checks what a restarted sbxd relies
+// on: a new Runtime on the same Root knows the containers an earlier one
+// started (it has no handle on their processes) and can delete them.
+func TestNewRuntimeSeesEarlierContainers(t *testing.T) {
+	h := newHarness(t)
+	spec, bundle, _ := h.Spec(t, runtimetest.NewID())
+	ctx := context.Background()
+	if err := h.Runtime.Start(ctx, spec, bundle); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Runtime.Delete(ctx, spec.ID) })
+	rt2, err := New(Config{Root: h.Runtime.(*Runtime).root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := rt2.State(ctx, spec.ID)
+	if err != nil || st.Status != runtime.StatusRunning {
+		t.Fatalf("state from a new runtime: %+v, %v; want running", st, err)
+	}
+	if err := rt2.Attach(spec.ID, bundle); err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	if err := rt2.Delete(ctx, spec.ID); err != nil {
+		t.Fatalf("delete from a new runtime: %v", err)
+	}
+	if st, err := h.Runtime.State(ctx, spec.ID); err != nil || st.Status != runtime.StatusMissing {
+		t.Fatalf("state after delete: %+v, %v; want missing", st, err)
+	}
+}
+
+// TestStaleRecordIsStopped checks that a record whose pid now belongs to
+// another process (same pid, other start time) is a stopped container:
+// the fake never signals a process it did not start.
+func TestStaleRecordIsStopped(t *testing.T) {
+	rt, err := New(Config{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This test's own process, with a start time it does not have.
+	rec := &record{ID: "stale", PID: os.Getpid(), Start: readStat(os.Getpid()).start + 1}
+	if err := rt.save(rec); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if st, err := rt.State(ctx, "stale"); err != nil || st.Status != runtime.StatusStopped {
+		t.Fatalf("state of a stale record: %+v, %v; want stopped", st, err)
+	}
+	if err := rt.Signal(ctx, "stale", syscall.SIGKILL); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("signal of a stale record: %v, want ErrNotExist", err)
+	}
+	if err := rt.Delete(ctx, "stale"); err != nil {
+		t.Fatalf("delete of a stale record: %v", err)
+	}
+	if st, _ := rt.State(ctx, "stale"); st.Status != runtime.StatusMissing {
+		t.Fatalf("state after delete: %s, want missing", st.Status)
+	}
 }

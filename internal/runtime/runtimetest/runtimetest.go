@@ -55,6 +55,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 	}{
 		{"StartExecDelete", testStartExecDelete},
 		{"DeleteMissing", testDeleteMissing},
+		{"TwoContainers", testTwoContainers},
 		{"PauseResume", testPauseResume},
 		{"SignalKillsInit", testSignalKillsInit},
 		{"AgentNeverAnswers", testAgentNeverAnswers},
@@ -229,6 +230,26 @@ func testDeleteMissing(t *testing.T, h *Harness) {
 		t.Fatalf("delete of a container that never existed: %v", err)
 	}
 	wantGone(t, h, id)
+}
+
+// testTwoContainers runs two containers at once: each agent answers on its
+// own socket, List shows both, and deleting one leaves the other running.
+func testTwoContainers(t *testing.T, h *Harness) {
+	a, _, _, cla := boot(t, h)
+	b, _, _, clb := boot(t, h)
+	echo(t, h, cla, "a")
+	echo(t, h, clb, "b")
+	for _, id := range []string{a.ID, b.ID} {
+		if st, ok := listed(t, h, id); !ok || st.Status != runtime.StatusRunning {
+			t.Fatalf("list: %s listed %v as %q, want running", id, ok, st.Status)
+		}
+	}
+	if err := h.Runtime.Delete(ctxFor(t, h.BootTimeout), a.ID); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wantGone(t, h, a.ID)
+	wantStatus(t, h, b.ID, runtime.StatusRunning)
+	echo(t, h, clb, "b-still")
 }
 
 func testPauseResume(t *testing.T, h *Harness) {
