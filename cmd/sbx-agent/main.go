@@ -14,8 +14,15 @@ import (
 	"github.com/sbxhq/sbx/internal/agent"
 )
 
-// sbx-agent [--socket PATH]   serve (as the sandbox's init)
-// sbx-agent hook              run by runsc around a checkpoint (see agent.Hook)
+// sbx-agent [--socket PATH] [--control NAME]   serve (as the sandbox's init)
+// sbx-agent hook                               run by runsc around a checkpoint (see agent.Hook)
+//
+// --control names the abstract socket of quiesce requests (default
+// agent.ControlSocket, which the hook dials). Only the host-process fake
+// runtime (internal/runtime/fake) sets it: abstract socket names are per
+// network namespace, and every fake agent shares the host's. It grants
+// nothing in a sandbox, where sbxd alone chooses the init's arguments and
+// any process may already listen on an abstract socket.
 func main() {
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	if len(os.Args) > 1 && os.Args[1] == "hook" {
@@ -27,8 +34,9 @@ func main() {
 		return
 	}
 	sock := flag.String("socket", "/.sbx/run/agent.sock", "Unix socket to listen on")
+	control := flag.String("control", agent.ControlSocket, "abstract Unix socket (@name) of quiesce requests")
 	flag.Parse()
-	srv, err := agent.NewServer(*sock, agent.ControlSocket, logf)
+	srv, err := agent.NewServer(*sock, *control, logf)
 	if err != nil {
 		logf("sbx-agent: %v", err)
 		os.Exit(1)
