@@ -13,10 +13,13 @@
 //     <its host source>/agent.sock, the very path sbxd dials for a gVisor
 //     sandbox (runsc --host-uds=create makes it a host socket there).
 //   - The agent runs as `<host agent> --socket <host socket> --control
-//     @sbx-fake-...` followed by Spec.Args[1:], with Spec.Env, in its own
-//     session (setsid), its working directory Spec.RootFS and its output
-//     appended to <bundle>/init.log. --control gives each fake agent its own
-//     abstract socket: all of them share the host's network namespace.
+//     @sbx-fake-... --root <Spec.RootFS>` followed by Spec.Args[1:], with
+//     Spec.Env, in its own session (setsid), its working directory
+//     Spec.RootFS and its output appended to <bundle>/init.log. --control
+//     gives each fake agent its own abstract socket: all of them share the
+//     host's network namespace. --root (agent.SetRoot) makes its file
+//     operations and an exec's cwd resolve beneath Spec.RootFS as if it
+//     were "/" (symlinks included), and keeps set_hostname off the host.
 //   - Each container is a file <Root>/<id>.json (pid, the process's start
 //     time, creation time, paused), so a new Runtime on the same Root sees
 //     the containers an earlier one started, as a restarted sbxd sees
@@ -24,10 +27,11 @@
 //     stopped container, never someone else's process.
 //
 // What it does not do, honestly:
-//   - The agent is not confined: its file operations and the commands it
-//     execs act on the host's filesystem with the test user's rights, and
-//     Spec.Mounts other than the agent's and /.sbx/run are not made. Tests
-//     on the fake use paths inside their own temp dirs.
+//   - The agent is not isolated: the commands it execs are host binaries
+//     (found in the host's PATH) acting on the host's filesystem with the
+//     test user's rights (only their working directory is in the rootfs),
+//     and Spec.Mounts other than the agent's and /.sbx/run are not made.
+//     Commands that tests run on the fake use paths in their own temp dirs.
 //   - Pause stops (SIGSTOP) every process of the agent's session, Resume
 //     continues them (SIGCONT); a process that starts its own session
 //     (setsid) is not paused. Signal goes to the agent alone, as runsc kill
@@ -295,7 +299,8 @@ func (r *Runtime) Start(ctx context.Context, s *runtime.Spec, bundle string) err
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
 	args := append([]string{"--socket", filepath.Join(runDir, SocketName),
-		"--control", "@sbx-fake-" + s.ID + "-" + hex.EncodeToString(nonce[:])}, s.Args[1:]...)
+		"--control", "@sbx-fake-" + s.ID + "-" + hex.EncodeToString(nonce[:]),
+		"--root", s.RootFS}, s.Args[1:]...)
 	// Not CommandContext: the container outlives the call that starts it.
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = s.RootFS

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sbxhq/sbx/internal/agent"
 	"github.com/sbxhq/sbx/internal/runtime"
 	"github.com/sbxhq/sbx/internal/runtime/runtimetest"
 )
@@ -117,5 +119,35 @@ func TestStaleRecordIsStopped(t *testing.T) {
 	}
 	if st, _ := rt.State(ctx, "stale"); st.Status != runtime.StatusMissing {
 		t.Fatalf("state after delete: %s, want missing", st.Status)
+	}
+}
+
+// TestFilesStayInRootFS checks that the fake's agent treats Spec.RootFS as
+// "/" for file operations (sbx-agent --root): a write to /f lands in the
+// rootfs dir, never in the host's /.
+func TestFilesStayInRootFS(t *testing.T) {
+	h := newHarness(t)
+	spec, bundle, sock := h.Spec(t, runtimetest.NewID())
+	ctx, cancel := context.WithTimeout(context.Background(), h.BootTimeout)
+	defer cancel()
+	if err := h.Runtime.Start(ctx, spec, bundle); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Runtime.Delete(context.Background(), spec.ID) })
+	cl := agent.NewClient(sock, 0)
+	defer cl.Close()
+	if err := cl.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name := "/sbx-fake-test-" + spec.ID
+	if _, err := cl.WriteFile(ctx, name, 0o644, strings.NewReader("in the rootfs")); err != nil {
+		t.Fatalf("write %s: %v", name, err)
+	}
+	if _, err := os.Lstat(name); err == nil {
+		os.Remove(name)
+		t.Fatalf("the fake's agent wrote %s in the host's /", name)
+	}
+	if b, err := os.ReadFile(filepath.Join(spec.RootFS, name)); err != nil || string(b) != "in the rootfs" {
+		t.Fatalf("%s in the rootfs: %q, %v", name, b, err)
 	}
 }
