@@ -32,6 +32,7 @@ func (f *fakeEnv) waitLog(t *testing.T, s string) {
 // its output; a delete removes its record, container, network, layer and
 // directory.
 func TestFakeCreateExecDelete(t *testing.T) {
+	t.Parallel()
 	f := startFakeEngine(t, newFakeDataDir(t), Config{})
 	sb := f.create(t, "a")
 	if sb.State != api.StateRunning {
@@ -81,6 +82,7 @@ func TestFakeCreateExecDelete(t *testing.T) {
 // conflict naming it, exec still runs, and a delete waits for the
 // operation and then deletes.
 func TestFakeConflictWhileOperationHolds(t *testing.T) {
+	t.Parallel()
 	f := startFakeEngine(t, newFakeDataDir(t), Config{})
 	ctx := context.Background()
 	sb := f.create(t, "a")
@@ -128,6 +130,7 @@ func TestFakeConflictWhileOperationHolds(t *testing.T) {
 // TestFakeStateChecks: what a stopped or suspended sandbox refuses, and
 // what boots a stopped one.
 func TestFakeStateChecks(t *testing.T) {
+	t.Parallel()
 	f := startFakeEngine(t, newFakeDataDir(t), Config{})
 	ctx := context.Background()
 	sb := f.create(t, "a")
@@ -191,6 +194,7 @@ func TestFakeStateChecks(t *testing.T) {
 // process, so a suspend fails (suspend_failed) and leaves the sandbox
 // running as it was, its journal entry gone.
 func TestFakeSuspendUnsupportedRollsBack(t *testing.T) {
+	t.Parallel()
 	f := startFakeEngine(t, newFakeDataDir(t), Config{})
 	ctx := context.Background()
 	f.create(t, "a")
@@ -214,6 +218,7 @@ func TestFakeSuspendUnsupportedRollsBack(t *testing.T) {
 // restore, brings back the files as they were, removes the ones made
 // since, and leaves the sandbox stopped on the checkpoint's disk.
 func TestFakeCheckpointRestore(t *testing.T) {
+	t.Parallel()
 	f := startFakeEngine(t, newFakeDataDir(t), Config{})
 	ctx := context.Background()
 	f.create(t, "a")
@@ -249,6 +254,7 @@ func TestFakeCheckpointRestore(t *testing.T) {
 // sandbox runs; a new engine on the same data dir reattaches it: running,
 // its agent answers, its files are there, its network is back.
 func TestFakeRecoverRunning(t *testing.T) {
+	t.Parallel()
 	dir := newFakeDataDir(t)
 	f := startFakeEngine(t, dir, Config{})
 	sb := f.create(t, "a")
@@ -278,6 +284,7 @@ func TestFakeRecoverRunning(t *testing.T) {
 // new engine marks the sandbox stopped (saying why), and the next exec
 // boots it on its disk.
 func TestFakeRecoverDeadContainer(t *testing.T) {
+	t.Parallel()
 	dir := newFakeDataDir(t)
 	f := startFakeEngine(t, dir, Config{})
 	sb := f.create(t, "a")
@@ -301,8 +308,10 @@ func TestFakeRecoverDeadContainer(t *testing.T) {
 // deleting by a crash is removed whole by the next start: record,
 // container, layer and directory.
 func TestFakeRecoverInterruptedCreateDelete(t *testing.T) {
+	t.Parallel()
 	for _, state := range []api.State{api.StateCreating, api.StateDeleting} {
 		t.Run(string(state), func(t *testing.T) {
+			t.Parallel()
 			dir := newFakeDataDir(t)
 			f := startFakeEngine(t, dir, Config{})
 			sb := f.create(t, "a")
@@ -339,6 +348,7 @@ func TestFakeRecoverInterruptedCreateDelete(t *testing.T) {
 // was. After the swap: it finishes, the disk is the checkpoint's. An
 // unreadable entry: the disk stays whole, the sandbox is stopped saying so.
 func TestFakeRecoverRestoreJournal(t *testing.T) {
+	t.Parallel()
 	// setup makes a sandbox with a checkpoint of f = "checkpointed", then f
 	// = "live".
 	setup := func(t *testing.T, faults map[string]time.Duration) (*fakeEnv, *store.Sandbox, *store.Checkpoint) {
@@ -354,6 +364,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 		return f, sb, cp
 	}
 	t.Run("not swapped", func(t *testing.T) {
+		t.Parallel()
 		f, sb, cp := setup(t, nil)
 		ctx := context.Background()
 		f.e.Close()
@@ -374,6 +385,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 		}
 	})
 	t.Run("swapped", func(t *testing.T) {
+		t.Parallel()
 		// The restore stops at restore:swapped (a fault that outlasts the
 		// test: that engine is abandoned there, as if sbxd was killed).
 		f, _, cp := setup(t, map[string]time.Duration{"restore:swapped": time.Hour})
@@ -394,6 +406,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 		}
 	})
 	t.Run("unreadable", func(t *testing.T) {
+		t.Parallel()
 		f, sb, _ := setup(t, nil)
 		ctx := context.Background()
 		f.e.Close()
@@ -413,6 +426,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 		}
 	})
 	t.Run("unknown kind", func(t *testing.T) {
+		t.Parallel()
 		f, sb, _ := setup(t, nil)
 		ctx := context.Background()
 		f.e.Close()
@@ -433,6 +447,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 // warm sandbox (already booted: same id), named as asked, running
 // commands; the pool boots a replacement.
 func TestFakePoolClaim(t *testing.T) {
+	t.Parallel()
 	f := startFakeEngine(t, newFakeDataDir(t), Config{PoolSize: 1})
 	ctx := context.Background()
 	waitWarm := func() string {
@@ -480,4 +495,144 @@ func TestFakePoolClaim(t *testing.T) {
 	if other.ID == warm || f.e.WarmSandboxes() != 1 {
 		t.Fatalf("a create of another shape took a warm sandbox (id %s, %d warm)", other.ID, f.e.WarmSandboxes())
 	}
+}
+
+// plantOp writes a journal entry as an operation cut short by a crash
+// leaves it.
+func (f *fakeEnv) plantOp(t *testing.T, sandboxID, kind string, data any) {
+	t.Helper()
+	b, err := json.Marshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.PutOp(context.Background(), &store.Op{ID: newOpID(), SandboxID: sandboxID, Kind: kind, Data: b}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// plantSuspendSnapshot records the snapshot a suspend stores (memory and
+// disk stored; the fake cannot make a real one, and recovery reads only
+// the record).
+func (f *fakeEnv) plantSuspendSnapshot(t *testing.T, sb *store.Sandbox, id string) {
+	t.Helper()
+	sn := &store.Snapshot{ID: id, Name: id, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
+		Suspend: true, State: "ready", CreateTime: time.Now().UTC()}
+	if err := f.st.AddSnapshot(context.Background(), sn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFakeRecoverSuspendJournal: recovery from each outcome of a suspend's
+// and a resume's journal entry, and of an in-place snapshot restore whose
+// snapshot is gone.
+func TestFakeRecoverSuspendJournal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// setup makes a running sandbox with a file, and drops the engine.
+	setup := func(t *testing.T) (*fakeEnv, *store.Sandbox) {
+		f := startFakeEngine(t, newFakeDataDir(t), Config{})
+		sb := f.create(t, "a")
+		f.writeFile(t, "a", "/f", "live")
+		f.e.Close()
+		return f, sb
+	}
+	released := func(t *testing.T, g *fakeEnv, sb *store.Sandbox) {
+		t.Helper()
+		if got := g.state(t, sb.ID); got != runtime.StatusMissing {
+			t.Errorf("container is %s, want missing", got)
+		}
+		if g.net.has(sb.ID) {
+			t.Error("the network is still there")
+		}
+		if _, err := os.Stat(filepath.Join(g.dir, "layers", sb.ID)); !os.IsNotExist(err) {
+			t.Errorf("layer: %v, want gone", err)
+		}
+	}
+	noOps := func(t *testing.T, g *fakeEnv) {
+		t.Helper()
+		if ops, err := g.st.ListOps(ctx); err != nil || len(ops) != 0 {
+			t.Fatalf("journal after recovery: %v %v, want empty", ops, err)
+		}
+	}
+	t.Run("suspend not stored", func(t *testing.T) {
+		t.Parallel()
+		f, sb := setup(t)
+		f.plantOp(t, sb.ID, "suspend", suspendOp{Snapshot: "snap_notstored"})
+		g := startFakeEngine(t, f.dir, Config{})
+		noOps(t, g)
+		if got, err := g.e.Get(ctx, "a"); err != nil || got.State != api.StateRunning {
+			t.Fatalf("after restart: %+v %v, want running", got, err)
+		}
+		if out, _ := g.run(t, "a", "cat", "f"); out != "live" {
+			t.Fatalf("cat f: %q", out)
+		}
+	})
+	t.Run("suspend stored", func(t *testing.T) {
+		t.Parallel()
+		f, sb := setup(t)
+		f.plantSuspendSnapshot(t, sb, "snap_stored")
+		f.plantOp(t, sb.ID, "suspend", suspendOp{Snapshot: "snap_stored"})
+		g := startFakeEngine(t, f.dir, Config{})
+		noOps(t, g)
+		got, err := g.e.Get(ctx, "a")
+		if err != nil || got.State != api.StateSuspended || got.SuspendSnapshot != "snap_stored" {
+			t.Fatalf("after restart: %+v %v, want suspended on snap_stored", got, err)
+		}
+		released(t, g, sb)
+	})
+	t.Run("resume not recorded", func(t *testing.T) {
+		t.Parallel()
+		f, sb := setup(t)
+		f.plantSuspendSnapshot(t, sb, "snap_res")
+		rec, err := f.st.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.State, rec.SuspendSnapshot = api.StateSuspended, "snap_res"
+		if err := f.st.UpdateSandbox(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		f.plantOp(t, sb.ID, "resume", suspendOp{Snapshot: "snap_res"})
+		g := startFakeEngine(t, f.dir, Config{})
+		noOps(t, g)
+		got, err := g.e.Get(ctx, "a")
+		if err != nil || got.State != api.StateSuspended || got.SuspendSnapshot != "snap_res" {
+			t.Fatalf("after restart: %+v %v, want still suspended", got, err)
+		}
+		if _, err := g.st.GetSnapshot(ctx, "snap_res"); err != nil {
+			t.Fatalf("the suspended sandbox's snapshot: %v, want kept", err)
+		}
+		released(t, g, sb)
+	})
+	t.Run("resume recorded", func(t *testing.T) {
+		t.Parallel()
+		f, sb := setup(t)
+		f.plantSuspendSnapshot(t, sb, "snap_done")
+		f.plantOp(t, sb.ID, "resume", suspendOp{Snapshot: "snap_done"})
+		g := startFakeEngine(t, f.dir, Config{})
+		noOps(t, g)
+		if _, err := g.st.GetSnapshot(ctx, "snap_done"); !errdefs.IsNotFound(err) {
+			t.Fatalf("the snapshot of a finished resume: %v, want deleted", err)
+		}
+		if out, _ := g.run(t, "a", "cat", "f"); out != "live" {
+			t.Fatalf("cat f: %q", out)
+		}
+	})
+	t.Run("snapshot restore, snapshot gone", func(t *testing.T) {
+		t.Parallel()
+		f, sb := setup(t)
+		f.plantOp(t, sb.ID, opSnapRestore, snapRestoreOp{Snapshot: "snap_gone"})
+		g := startFakeEngine(t, f.dir, Config{})
+		noOps(t, g)
+		got, err := g.e.Get(ctx, "a")
+		if err != nil || got.State != api.StateStopped || !strings.Contains(got.StateReason, "could not be finished") {
+			t.Fatalf("after restart: %+v %v, want stopped, saying the restore could not be finished", got, err)
+		}
+		if got := g.state(t, sb.ID); got != runtime.StatusMissing {
+			t.Fatalf("container is %s, want missing (its processes were being replaced)", got)
+		}
+		if out, _ := g.run(t, "a", "cat", "f"); out != "live" {
+			t.Fatalf("cat f after the reboot: %q (the disk was not touched)", out)
+		}
+	})
 }
