@@ -64,12 +64,15 @@ func TestPreviewDeadlines(t *testing.T) {
 	}
 	front := httptest.NewServer(s.Handler(false))
 	t.Cleanup(front.Close)
-	// A generous deadline that detects a hang: far above the deadlines
-	// under test.
-	hc := &http.Client{Timeout: 60 * time.Second}
+	// Generous deadlines that detect a hang (60 s a request, 30 s for the
+	// stalled body), far above the deadlines under test.
+	hc := &http.Client{}
 	get := func(t *testing.T, name string) *http.Response {
 		t.Helper()
-		resp, err := hc.Get(front.URL + "/v1/sandboxes/" + name + "/ports/3000/")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", front.URL+"/v1/sandboxes/"+name+"/ports/3000/", nil)
+		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,9 +97,22 @@ func TestPreviewDeadlines(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
-		b, err := io.ReadAll(resp.Body)
-		if err == nil || string(b) != "x" {
-			t.Fatalf("body %q, err %v; want the one byte sent, then an error", b, err)
+		type result struct {
+			b   []byte
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			b, err := io.ReadAll(resp.Body)
+			done <- result{b, err}
+		}()
+		select {
+		case r := <-done:
+			if r.err == nil || string(r.b) != "x" {
+				t.Fatalf("body %q, err %v; want the one byte sent, then an error", r.b, r.err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the silent body is still open after 30 s")
 		}
 	})
 }
