@@ -405,7 +405,11 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))
-	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir, false); err != nil {
+	spec, err := e.spec(sb, netns)
+	if err != nil {
+		return err
+	}
+	if err := e.rt.Restore(ctx, spec, e.bundleDir(sb.ID), imageDir, false); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	// The restored agent closed its host socket before the save: wake it.
@@ -419,7 +423,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	if err := ag.WaitReady(wctx); err != nil {
 		return fmt.Errorf("agent of the restored sandbox: %w", err)
 	}
-	if err := ag.SetHostname(ctx, sb.Name); err != nil {
+	if err := e.setHostname(ctx, sb, sb.Name); err != nil {
 		return err
 	}
 	e.watch(sb.ID)
