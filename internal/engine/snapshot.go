@@ -255,9 +255,12 @@ func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.Sn
 }
 
 func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
-	class := errdefs.ErrSnapshotFailed
+	class, op := errdefs.ErrSnapshotFailed, "snapshot"
 	if fork {
-		class = errdefs.ErrForkFailed
+		class, op = errdefs.ErrForkFailed, "fork"
+	}
+	if derr := deletedDuring(sb, op, err); derr != nil {
+		return derr
 	}
 	class = failClass(err, class)
 	return fmt.Errorf("snapshot of %s: %v: %w", sb.Name, err, class)

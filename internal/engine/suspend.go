@@ -106,6 +106,9 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	}
 	start := time.Now()
 	failed := func(err error) error {
+		if derr := deletedDuring(sb, "suspend", err); derr != nil {
+			return derr
+		}
 		return fmt.Errorf("suspend %s: %v: %w", sb.Name, err, failClass(err, errdefs.ErrSuspendFailed))
 	}
 	ctx, release := e.withLease(ctx)
