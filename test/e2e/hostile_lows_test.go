@@ -126,3 +126,32 @@ func TestHostileDeleteDuringCheckpoint(t *testing.T) {
 	}
 }
 
+// TestHostileAgentSocketGone: root in a sandbox removes the agent's socket
+// and fills /.sbx/run (64 inodes) so the agent cannot listen again. The
+// sandbox's requests then answer 503 unavailable naming the unreachable
+// agent, not a 409 that blames another operation and asks for a retry.
+func TestHostileAgentSocketGone(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	out := mustSh(t, sb, `cd /.sbx/run && i=0; while [ $i -lt 200 ] && touch fill$i 2>/dev/null; do i=$((i+1)); done; `+
+		`rm agent.sock && touch last 2>/dev/null; if [ -e agent.sock ]; then echo socket-back; fi; echo filled $i`)
+	if strings.Contains(out, "socket-back") {
+		t.Fatalf("the socket came back at once: %q", out)
+	}
+	// Connections dialed ahead serve a few more requests.
+	var err error
+	for i := 0; i < 20 && err == nil; i++ {
+		_, err = sb.Exec(ctxT(t), "true")
+	}
+	ae := wantCode(t, err, api.CodeUnavailable)
+	if !strings.Contains(ae.Message, "agent is unreachable") || !strings.Contains(ae.Message, "/.sbx/run/agent.sock") {
+		t.Fatalf("message %q does not name the unreachable agent", ae.Message)
+	}
+	// A stop and the next exec give a working sandbox again.
+	if err := sb.Stop(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSh(t, sb, "echo back"); strings.TrimSpace(got) != "back" {
+		t.Fatalf("after a stop: %q", got)
+	}
+}
+
