@@ -109,6 +109,8 @@ func (e *Engine) captureMaxBytes(ctx context.Context, id string) int64 {
 // ErrCaptureLimit, with a message for the API.
 func (e *Engine) captureErr(ctx context.Context, err error, limit int64) error {
 	switch {
+	case errors.Is(err, disk.ErrTooDeep):
+		return errdefs.New(errdefs.ErrCaptureLimit, "the disk's tree nests deeper than a capture goes (the capture limit): %v", err)
 	case errors.Is(err, disk.ErrTooLarge):
 		return errdefs.New(errdefs.ErrCaptureLimit, "the disk holds more than %d bytes of file data to capture (the capture limit): %v", limit, err)
 	case errors.Is(context.Cause(ctx), errCaptureTimeout):

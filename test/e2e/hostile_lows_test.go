@@ -155,3 +155,38 @@ func TestHostileAgentSocketGone(t *testing.T) {
 	}
 }
 
+// TestHostileTooDeepTree: a tree nested deeper than a capture walks (8192
+// directories) makes a checkpoint and a diff of the live disk answer
+// 507 capture_limit naming the limit, not checkpoint_failed or a 500.
+func TestHostileTooDeepTree(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	// 12 chains of 700 levels, each moved to the bottom of the one above
+	// it (gVisor makes no path longer than PATH_MAX, but moves a tree to
+	// where its paths are): 8400 levels below /workspace/c1.
+	mustSh(t, sb, `set -e; mk() { i=0; while [ $i -lt 700 ]; do mkdir dd; cd dd; i=$((i+1)); done; }
+		cd /workspace; mkdir c12; cd c12; mk; echo leaf > leaf
+		k=11; while [ $k -ge 1 ]; do
+			cd /workspace; mkdir c$k; cd c$k; mk; mv /workspace/c$((k+1)) ./
+			k=$((k-1))
+		done`)
+	if out := mustSh(t, sb, "ls /workspace"); strings.TrimSpace(out) != "c1" {
+		t.Fatalf("/workspace lists %q, want only c1", out)
+	}
+	_, err := sb.Checkpoint(ctx, "too deep")
+	noHostPath(t, "checkpoint of a too deep tree", err)
+	ae := wantCode(t, err, api.CodeCaptureLimit)
+	if !strings.Contains(ae.Message, "8192") || !strings.Contains(ae.Message, "/workspace/c1/dd") {
+		t.Fatalf("checkpoint: message %q does not name the limit and the path", ae.Message)
+	}
+	_, err = sb.Diff(ctx, "", "live")
+	noHostPath(t, "diff of a too deep tree", err)
+	ae = wantCode(t, err, api.CodeCaptureLimit)
+	if !strings.Contains(ae.Message, "8192") {
+		t.Fatalf("diff: message %q does not name the limit", ae.Message)
+	}
+	// The sandbox itself goes on.
+	if out := mustSh(t, sb, "echo alive"); strings.TrimSpace(out) != "alive" {
+		t.Fatalf("after the refused checkpoint: %q", out)
+	}
+}
