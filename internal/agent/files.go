@@ -36,7 +36,11 @@ func isReserved(p string) bool {
 
 // resolved returns the path (in the agent's view) of what fd is open on.
 func resolved(fd int) (string, error) {
-	return os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return "", err
+	}
+	return inRoot(p)
 }
 
 func reservedErr(path, where string) error {
@@ -62,7 +66,7 @@ func checkResolved(fd int, path string) error {
 // With create, missing components are made (0755), and never through a
 // symlink. The caller closes the fd.
 func openDir(path string, create bool) (int, error) {
-	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := openInRoot("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: "/", Err: err}
 	}
@@ -72,7 +76,13 @@ func openDir(path string, create bool) (int, error) {
 			continue
 		}
 		sofar += "/" + comp
-		nfd, err := unix.Openat(fd, comp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		var nfd int
+		if fsRoot == "" {
+			nfd, err = unix.Openat(fd, comp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		} else {
+			// Symlinks on the way resolve inside the root, as in a chroot.
+			nfd, err = openInRoot(sofar, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+		}
 		if err == unix.ENOENT && create {
 			if err = unix.Mkdirat(fd, comp, 0o755); err == nil || err == unix.EEXIST {
 				nfd, err = openDirAt(fd, comp)
@@ -124,7 +134,7 @@ func fileType(mode uint32) string {
 // an open and a read forever) and checks that it is a regular file, in no
 // reserved place, of at most maxBytes (0: any size).
 func openRegular(path string, maxBytes int64) (*os.File, *unix.Stat_t, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := openInRoot(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -244,7 +254,7 @@ type Entry struct {
 }
 
 func listDir(c *conn, path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := openInRoot(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
 		return c.fail(&fs.PathError{Op: "open", Path: path, Err: err})
 	}

@@ -317,10 +317,14 @@ func (s *Server) exec(c *conn, req *Request) error {
 	if cwd == "" {
 		cwd = "/"
 	}
-	if fi, err := os.Stat(cwd); err != nil {
-		return c.fail(&Error{Failure{Kind: FailNotFound, Message: fmt.Sprintf("%s: no such directory", cwd), Field: "cwd"}})
-	} else if !fi.IsDir() {
-		return c.fail(&Error{Failure{Kind: FailNotDir, Message: fmt.Sprintf("%s: not a directory", cwd), Field: "cwd"}})
+	if fsRoot == "" {
+		if fi, err := os.Stat(cwd); err != nil {
+			return c.fail(&Error{Failure{Kind: FailNotFound, Message: fmt.Sprintf("%s: no such directory", cwd), Field: "cwd"}})
+		} else if !fi.IsDir() {
+			return c.fail(&Error{Failure{Kind: FailNotDir, Message: fmt.Sprintf("%s: not a directory", cwd), Field: "cwd"}})
+		}
+	} else if cwd, err = cwdPath(cwd); err != nil {
+		return c.fail(err)
 	}
 
 	var stdinR, stdinW *os.File

@@ -48,6 +48,7 @@ type Server struct {
 	conns     map[net.Conn]bool
 	quiescing bool
 	ctl       net.Listener
+	hostname  string // the last set_hostname, when fsRoot is set (the host's is not changed)
 }
 
 // ControlSocket is the abstract Unix socket (inside the sandbox) on which
@@ -340,7 +341,13 @@ func (s *Server) handle(nc net.Conn) {
 	case OpDial:
 		err = dialPort(c, req.Port)
 	case OpHostname:
-		if err = syscall.Sethostname([]byte(req.Hostname)); err != nil {
+		if fsRoot != "" {
+			// A host process (the fake runtime's agent): never the host's name.
+			s.mu.Lock()
+			s.hostname = req.Hostname
+			s.mu.Unlock()
+			err = c.sendJSON(FrameResult, struct{}{})
+		} else if err = syscall.Sethostname([]byte(req.Hostname)); err != nil {
 			err = c.fail(err)
 		} else {
 			err = c.sendJSON(FrameResult, struct{}{})

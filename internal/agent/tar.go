@@ -306,7 +306,7 @@ func tarOut(c *conn, root string, maxBytes int64) error {
 	)
 	if filepath.Clean(root) == "/" {
 		rootOnly = true
-		dirfd, err = unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		dirfd, err = openInRoot("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 		where = "/"
 		if err == nil {
 			err = unix.Fstat(dirfd, &st)

@@ -379,6 +379,16 @@ func (e *Engine) waitLock(ctx context.Context, id, op string) (func(), error) {
 	}
 }
 
+// lockHolder names the operation that holds (or last held) id's lock.
+func (e *Engine) lockHolder(id string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l, ok := e.locks[id]; ok {
+		return l.op
+	}
+	return "another operation"
+}
+
 func (e *Engine) forgetLock(id string) {
 	e.mu.Lock()
 	delete(e.locks, id)

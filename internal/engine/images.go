@@ -20,7 +20,7 @@ func (e *Engine) RemoveImage(ctx context.Context, name string) error {
 		for _, sb := range sbs {
 			if sb.ImageID == id && sb.Pooled {
 				e.pool.remove(sb.ID, false)
-				if err := e.deleteSandbox(ctx, sb); err != nil {
+				if err := e.deleteSandbox(ctx, sb, 0); err != nil {
 					return false, err
 				}
 			}

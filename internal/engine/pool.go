@@ -143,10 +143,24 @@ func (p *pool) fill(ctx context.Context) {
 			}
 			return
 		}
-		p.mu.Lock()
-		p.ready = append(p.ready, sb)
-		p.mu.Unlock()
+		p.ready1(ctx, sb)
 	}
+}
+
+// ready1 puts a warm sandbox that has just booted into the pool, unless a
+// delete (which waits for the boot) holds it or has removed it.
+func (p *pool) ready1(ctx context.Context, sb *store.Sandbox) {
+	unlock, err := p.e.tryLock(sb.ID, sb.ID, "warm pool")
+	if err != nil {
+		return
+	}
+	defer unlock()
+	if cur, err := p.e.st.GetSandbox(ctx, sb.ID); err != nil || !cur.Pooled {
+		return
+	}
+	p.mu.Lock()
+	p.ready = append(p.ready, sb)
+	p.mu.Unlock()
 }
 
 // trim discards the warm sandboxes beyond the pool's size (adopted from
@@ -181,7 +195,7 @@ func (p *pool) remove(id string, refill bool) {
 }
 
 func (p *pool) discard(ctx context.Context, sb *store.Sandbox) {
-	if err := p.e.deleteSandbox(context.WithoutCancel(ctx), sb); err != nil && !errdefs.IsNotFound(err) {
+	if err := p.e.deleteSandbox(context.WithoutCancel(ctx), sb, 0); err != nil && !errdefs.IsNotFound(err) {
 		p.e.log.Error("warm pool: discard", "sandbox", sb.ID, "err", err)
 	}
 }

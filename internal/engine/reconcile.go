@@ -2,13 +2,17 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/runtime"
+	"github.com/sbxhq/sbx/internal/store"
 )
 
 // reconcile makes the host match the records after sbxd starts: running
@@ -30,102 +34,35 @@ func (e *Engine) reconcile(ctx context.Context) error {
 	for _, c := range conts {
 		status[c.ID] = c.Status
 	}
+	// Each sandbox is reconciled on its own, ReconcileWorkers at a time: a
+	// sandbox left paused waits on runsc and on its agent, and one that
+	// hangs (each runsc call has its deadline) must not hold up the others.
+	results := make([]reconciled, len(recs))
+	forEachLimit(len(recs), ReconcileWorkers, func(i int) {
+		results[i] = e.reconcileSandbox(ctx, recs[i], status)
+		if results[i].err != nil {
+			e.log.Error("reconcile: sandbox", "sandbox", recs[i].Name, "id", recs[i].ID, "err", results[i].err)
+		}
+	})
 	known := map[string]bool{}
 	suspended := map[string]bool{}
 	imageIDs := map[string]bool{}
-	for _, sb := range recs {
-		switch sb.State {
-		case api.StateCreating, api.StateDeleting:
-			e.log.Info("reconcile: removing a sandbox whose create or delete was interrupted", "sandbox", sb.Name, "id", sb.ID, "state", sb.State)
-			e.removeAll(ctx, sb.ID)
-			if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
-				return err
-			}
+	var errs []error
+	for i, r := range results {
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: %w", recs[i].Name, r.err))
 			continue
-		case api.StateRunning, api.StatePaused:
-			st := status[sb.ID]
-			if st == runtime.StatusPaused {
-				e.log.Info("reconcile: resuming a sandbox left paused", "sandbox", sb.Name)
-				if err := e.rt.Resume(ctx, sb.ID); err == nil {
-					st = runtime.StatusRunning
-				}
-			}
-			netErr := error(nil)
-			if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) {
-				netErr = e.attachNetwork(sb)
-				if netErr != nil {
-					e.log.Warn("reconcile: network lost; stopping", "sandbox", sb.Name, "err", netErr)
-				}
-			}
-			if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) && netErr == nil {
-				if sb.State != api.StateRunning {
-					sb.State = api.StateRunning
-					if err := e.st.UpdateSandbox(ctx, sb); err != nil {
-						return err
-					}
-				}
-				if err := e.rt.Attach(sb.ID, e.bundleDir(sb.ID)); err != nil {
-					e.log.Warn("reconcile: init output", "sandbox", sb.Name, "err", err)
-				}
-				e.watch(sb.ID)
-				// An agent left quiesced by a capture a crash cut short
-				// listens again on SIGUSR1.
-				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				if e.agentFor(sb).Ping(pctx) != nil {
-					_ = e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1)
-				}
-				cancel()
-				if sb.Pooled {
-					e.pool.adopt(sb)
-				}
-				e.log.Info("reconcile: reattached", "sandbox", sb.Name, "id", sb.ID)
-				break
-			}
-			reason := "stopped while sbxd was not running"
-			if e.rt.OOMKilled(sb.ID) {
-				reason = "oom_killed: the sandbox passed its memory limit"
-			}
-			if sb.Pooled {
-				e.removeAll(ctx, sb.ID)
-				if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
-					return err
-				}
-				continue
-			}
-			e.log.Info("reconcile: marking stopped", "sandbox", sb.Name, "reason", reason)
-			if err := e.stopLocked(ctx, sb, reason); err != nil {
-				return err
-			}
-		case api.StateSuspended:
-			// Its memory and disk are in the blob store; nothing of it runs
-			// or stays on the host but the local copy of its memory image.
-			if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
-				if err := e.rt.Delete(ctx, sb.ID); err != nil {
-					return err
-				}
-			}
-			if err := e.net.Delete(sb.ID); err != nil {
-				return err
-			}
-			if err := e.layers.Remove(sb.ID); err != nil {
-				return err
-			}
-			suspended[sb.ID] = true
-		case api.StateStopped:
-			if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
-				if err := e.rt.Delete(ctx, sb.ID); err != nil {
-					return err
-				}
-			}
-			if err := e.net.Delete(sb.ID); err != nil {
-				return err
-			}
 		}
-		known[sb.ID] = true
-		imageIDs[sb.ImageID] = true
-		if err := e.layers.EmptyTrash(sb.ID); err != nil {
-			return err
+		if r.known {
+			known[recs[i].ID] = true
+			imageIDs[recs[i].ImageID] = true
 		}
+		if r.suspended {
+			suspended[recs[i].ID] = true
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	for _, c := range conts {
 		if !known[c.ID] {
@@ -171,4 +108,158 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		}
 	}
 	return e.images.GC(ctx, imageIDs, true)
+}
+
+// ReconcileWorkers is how many sandboxes reconcile handles at once when
+// sbxd starts. A sandbox left paused costs a runsc resume, a signal and a
+// wait for its agent (a few hundred ms, up to runsc's QuickTimeout when it
+// hangs); handled one after another, a host with 50 of them would not
+// answer for minutes.
+const ReconcileWorkers = 8
+
+// reconciled is what reconcileSandbox did with one record.
+type reconciled struct {
+	known     bool  // the record stays: its container, layer and dirs are not orphans
+	suspended bool  // it is suspended: its local memory image stays
+	err       error // a store or runtime error; sbxd does not start
+}
+
+// reconcileSandbox makes the host match one record (see reconcile); status
+// is what runsc reported for every container. It is safe to run for
+// several sandboxes at once.
+func (e *Engine) reconcileSandbox(ctx context.Context, sb *store.Sandbox, status map[string]runtime.Status) reconciled {
+	switch sb.State {
+	case api.StateCreating, api.StateDeleting:
+		e.log.Info("reconcile: removing a sandbox whose create or delete was interrupted", "sandbox", sb.Name, "id", sb.ID, "state", sb.State)
+		e.removeAll(ctx, sb.ID)
+		return reconciled{err: e.st.DeleteSandbox(ctx, sb.ID)}
+	case api.StateRunning, api.StatePaused:
+		st := status[sb.ID]
+		wasPaused := st == runtime.StatusPaused
+		if wasPaused {
+			e.log.Info("reconcile: resuming a sandbox left paused", "sandbox", sb.Name)
+			if err := e.rt.Resume(ctx, sb.ID); err != nil {
+				e.log.Warn("reconcile: resume failed", "sandbox", sb.Name, "err", err)
+			} else {
+				st = runtime.StatusRunning
+			}
+		}
+		netErr := error(nil)
+		if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) {
+			netErr = e.attachNetwork(sb)
+			if netErr != nil {
+				e.log.Warn("reconcile: network lost; stopping", "sandbox", sb.Name, "err", netErr)
+			}
+		}
+		if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) && netErr == nil {
+			if sb.State != api.StateRunning {
+				sb.State = api.StateRunning
+				if err := e.st.UpdateSandbox(ctx, sb); err != nil {
+					return reconciled{err: err}
+				}
+			}
+			if err := e.rt.Attach(sb.ID, e.bundleDir(sb.ID)); err != nil {
+				e.log.Warn("reconcile: init output", "sandbox", sb.Name, "err", err)
+			}
+			e.watch(sb.ID)
+			e.wakeAgent(ctx, sb, wasPaused)
+			if sb.Pooled {
+				e.pool.adopt(sb)
+			}
+			e.log.Info("reconcile: reattached", "sandbox", sb.Name, "id", sb.ID)
+			break
+		}
+		reason := "stopped while sbxd was not running"
+		if e.rt.OOMKilled(sb.ID) {
+			reason = "oom_killed: the sandbox passed its memory limit"
+		}
+		if sb.Pooled {
+			e.removeAll(ctx, sb.ID)
+			return reconciled{err: e.st.DeleteSandbox(ctx, sb.ID)}
+		}
+		e.log.Info("reconcile: marking stopped", "sandbox", sb.Name, "reason", reason)
+		if err := e.stopLocked(ctx, sb, reason); err != nil {
+			return reconciled{err: err}
+		}
+	case api.StateSuspended:
+		// Its memory and disk are in the blob store; nothing of it runs
+		// or stays on the host but the local copy of its memory image.
+		if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
+			if err := e.rt.Delete(ctx, sb.ID); err != nil {
+				return reconciled{err: err}
+			}
+		}
+		if err := e.net.Delete(sb.ID); err != nil {
+			return reconciled{err: err}
+		}
+		if err := e.layers.Remove(sb.ID); err != nil {
+			return reconciled{err: err}
+		}
+		if err := e.layers.EmptyTrash(sb.ID); err != nil {
+			return reconciled{err: err}
+		}
+		return reconciled{known: true, suspended: true}
+	case api.StateStopped:
+		if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
+			if err := e.rt.Delete(ctx, sb.ID); err != nil {
+				return reconciled{err: err}
+			}
+		}
+		if err := e.net.Delete(sb.ID); err != nil {
+			return reconciled{err: err}
+		}
+	}
+	if err := e.layers.EmptyTrash(sb.ID); err != nil {
+		return reconciled{err: err}
+	}
+	return reconciled{known: true}
+}
+
+// wakeAgent makes the agent of a reattached sandbox answer: one left
+// quiesced by a capture that a crash cut short listens again on SIGUSR1
+// (an agent that is not quiesced ignores it). A sandbox left paused was
+// almost surely cut in a capture, so it gets the signal first, without
+// waiting out a ping of an agent that cannot answer; the others get it
+// when their agent does not answer within AgentWakeTimeout.
+func (e *Engine) wakeAgent(ctx context.Context, sb *store.Sandbox, wasPaused bool) {
+	if wasPaused {
+		if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
+			e.log.Warn("reconcile: wake the agent", "sandbox", sb.Name, "err", err)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, AgentWakeTimeout)
+	defer cancel()
+	if err := e.agentFor(sb).WaitReady(pctx); err != nil {
+		if wasPaused {
+			e.log.Warn("reconcile: the agent does not answer", "sandbox", sb.Name, "err", err)
+			return
+		}
+		if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
+			e.log.Warn("reconcile: wake the agent", "sandbox", sb.Name, "err", err)
+		}
+	}
+}
+
+// AgentWakeTimeout bounds how long reconcile waits for the agent of a
+// reattached sandbox to answer before it signals it to listen again.
+const AgentWakeTimeout = 2 * time.Second
+
+// forEachLimit calls fn(0) … fn(n-1), at most limit of them at once, and
+// returns when all have returned. A call that blocks holds up only its
+// own worker.
+func forEachLimit(n, limit int, fn func(i int)) {
+	if limit < 1 {
+		limit = 1
+	}
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			fn(i)
+		}(i)
+	}
+	wg.Wait()
 }

@@ -356,43 +356,95 @@ func (e *Engine) List(ctx context.Context, labels map[string]string) ([]*store.S
 	return e.st.ListSandboxes(ctx, store.SandboxFilter{Labels: labels})
 }
 
-// Delete stops sandbox idOrName and deletes everything it owns. A second
-// delete while one runs fails with ErrConflict; after it, ErrSandboxNotFound.
-// A warm sandbox of the pool can be deleted by its id (the pool boots a
+// Delete stops sandbox idOrName and deletes everything it owns. Another
+// operation in progress on it is waited for (DeleteWait at most; a capture
+// is cancelled first), and so is another delete: the delete that finds the
+// sandbox gone once that one ends answers ErrSandboxNotFound. A warm
+// sandbox of the pool can be deleted by its id (the pool boots a
 // replacement).
+//
+// Errors: ErrSandboxNotFound; ErrConflict when the operation in progress
+// still runs after DeleteWait; ctx's error when ctx ends while it waits.
 func (e *Engine) Delete(ctx context.Context, idOrName string) error {
 	sb, err := e.st.GetSandbox(ctx, idOrName)
 	if err != nil {
 		return err
 	}
-	if sb.Pooled {
-		e.pool.remove(sb.ID, true)
+	if !sb.Pooled {
+		return e.deleteSandbox(ctx, sb, DeleteWait)
 	}
-	return e.deleteSandbox(ctx, sb)
+	e.pool.remove(sb.ID, true)
+	err = e.deleteSandbox(ctx, sb, DeleteWait)
+	// A warm sandbox whose boot the delete waited for was put in the pool
+	// once booted.
+	e.pool.remove(sb.ID, false)
+	return err
 }
 
-// deleteSandbox deletes sb (a warm one too).
+// DeleteWait bounds how long a delete waits for another operation on the
+// sandbox (a boot, restore, resume, suspend, or another delete) to end.
+// Those are bounded themselves (runsc deadlines, capture limits); this
+// only keeps a request from waiting without end behind a queue of them.
+const DeleteWait = 2 * time.Minute
+
+// deleteSandbox deletes sb (a warm one too), waiting up to wait for an
+// operation in progress (0: none is waited for, it is ErrConflict).
 //
 // A capture of its disk in progress (a checkpoint, snapshot, fork or
 // suspend) is cancelled, and the delete waits for that operation to give
-// up its lock (up to a minute); any other operation in progress is
-// ErrConflict.
-func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox) error {
-	unlock, err := e.tryLock(sb.ID, sb.Name, "delete")
-	if err != nil && errdefs.IsConflict(err) && e.cancelCapture(sb.ID) {
-		e.log.Info("delete: cancelling the capture in progress", "sandbox", sb.Name)
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		unlock, err = e.waitLock(wctx, sb.ID, "delete")
-		cancel()
-		if err != nil {
-			return errdefs.Conflictf("sandbox %q: its capture is being cancelled; try again", sb.Name)
-		}
-	}
+// up its lock (up to a minute, or wait if longer).
+func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox, wait time.Duration) error {
+	unlock, err := e.lockForDelete(ctx, sb.ID, sb.Name, wait)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	cur, err := e.st.GetSandbox(ctx, sb.ID)
+	if errdefs.IsNotFound(err) {
+		// Another delete ended while this one waited; the lock it took
+		// (made anew after that delete forgot the old one) goes too.
+		e.forgetLock(sb.ID)
+		return errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted", sb.Name)
+	}
+	if err != nil {
+		return err
+	}
+	if sb.Pooled && !cur.Pooled {
+		// A claim that held the lock made it a named sandbox, which is
+		// no longer the warm one this delete was for.
+		return errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox named %q", sb.ID)
+	}
 	return e.deleteSandboxLocked(ctx, sb)
+}
+
+// lockForDelete takes sandbox id's lock for a delete. When another
+// operation holds it, a capture is cancelled, and the delete waits (up to
+// wait, a minute at least for a cancelled capture) for the lock; a waiting
+// delete is served before later requests, as the lock is handed over in
+// the order it was waited for.
+func (e *Engine) lockForDelete(ctx context.Context, id, name string, wait time.Duration) (func(), error) {
+	unlock, err := e.tryLock(id, name, "delete")
+	if err == nil || !errdefs.IsConflict(err) {
+		return unlock, err
+	}
+	if e.cancelCapture(id) {
+		e.log.Info("delete: cancelling the capture in progress", "sandbox", name)
+		wait = max(wait, time.Minute)
+	}
+	if wait <= 0 {
+		return nil, err
+	}
+	e.log.Info("delete: waiting for the operation in progress", "sandbox", name, "op", e.lockHolder(id))
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	unlock, werr := e.waitLock(wctx, id, "delete")
+	if werr != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, errdefs.Conflictf("sandbox %q: %s is still in progress after the delete waited %s for it; try again", name, e.lockHolder(id), wait)
+	}
+	return unlock, nil
 }
 
 // deleteSandboxLocked deletes sb; the caller holds its lock.

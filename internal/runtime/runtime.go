@@ -5,9 +5,18 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"syscall"
 	"time"
 )
+
+// ErrUnsupported is returned, wrapped, by a runtime for an operation it
+// cannot do at all (the host-process fake's Checkpoint and Restore):
+// errors.Is(err, ErrUnsupported) and errors.Is(err, errors.ErrUnsupported)
+// both hold. It is never returned for a failure of an operation the
+// runtime has.
+var ErrUnsupported = fmt.Errorf("not supported by this runtime: %w", errors.ErrUnsupported)
 
 // Status is a container's state as the runtime reports it.
 type Status string

@@ -288,7 +288,8 @@ func TestWarmPoolLowered(t *testing.T) {
 	h.pool = 2
 	h.restart(t, false)
 	ids := waitWarmCount(t, 2)
-	// A warm sandbox still booting answers conflict (create in progress).
+	// A delete of a warm sandbox still booting waits for the boot; a
+	// conflict (a boot that outlasts the delete's wait) is retried.
 	for deadline := time.Now().Add(90 * time.Second); ; {
 		err := h.c.Sandboxes.Delete(ctxT(t), ids[0])
 		if err == nil {
