@@ -148,14 +148,23 @@ func (p *pool) fill(ctx context.Context) {
 }
 
 // ready1 puts a warm sandbox that has just booted into the pool, unless a
-// delete (which waits for the boot) holds it or has removed it.
+// delete (which waits for the boot, by its id) removed it meanwhile: it
+// waits for whatever holds the sandbox's lock, then looks.
 func (p *pool) ready1(ctx context.Context, sb *store.Sandbox) {
-	unlock, err := p.e.tryLock(sb.ID, sb.ID, "warm pool")
+	wctx, cancel := context.WithTimeout(ctx, DeleteWait+time.Minute)
+	defer cancel()
+	unlock, err := p.e.waitLock(wctx, sb.ID, "warm pool")
 	if err != nil {
+		p.e.log.Warn("warm pool: a booted sandbox was held too long; not pooled", "sandbox", sb.ID, "err", err)
 		return
 	}
 	defer unlock()
-	if cur, err := p.e.st.GetSandbox(ctx, sb.ID); err != nil || !cur.Pooled {
+	cur, err := p.e.st.GetSandbox(ctx, sb.ID)
+	if errdefs.IsNotFound(err) {
+		p.e.forgetLock(sb.ID)
+		return
+	}
+	if err != nil || !cur.Pooled {
 		return
 	}
 	p.mu.Lock()

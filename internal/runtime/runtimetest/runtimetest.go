@@ -61,6 +61,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"AgentNeverAnswers", testAgentNeverAnswers},
 		{"MissingInit", testMissingInit},
 		{"CheckpointRestore", testCheckpointRestore},
+		{"Stats", testStats},
+		{"MissingContainerOps", testMissingContainerOps},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHarness(t)) })
@@ -419,4 +421,35 @@ func testCheckpointRestore(t *testing.T, h *Harness) {
 		t.Fatalf("the restored agent does not run the sleep (pid %d) started before the checkpoint: %+v", sleepPID, ps)
 	}
 	echo(t, h, cl2, "restored")
+}
+
+// testStats reads a running container's counters: at least its init, and
+// some memory.
+func testStats(t *testing.T, h *Harness) {
+	spec, _, _, cl := boot(t, h)
+	echo(t, h, cl, "counted")
+	st, err := h.Runtime.Stats(ctxFor(t, h.BootTimeout), spec.ID)
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if st.Pids < 1 || st.MemoryBytes == 0 {
+		t.Fatalf("stats of a running container: %+v, want at least 1 pid and some memory", st)
+	}
+}
+
+// testMissingContainerOps: pause, resume and signal of a container that
+// does not exist fail (they must not pretend to have acted).
+func testMissingContainerOps(t *testing.T, h *Harness) {
+	id := NewID()
+	ctx := ctxFor(t, h.BootTimeout)
+	if err := h.Runtime.Pause(ctx, id); err == nil {
+		t.Error("pause of a missing container succeeded")
+	}
+	if err := h.Runtime.Resume(ctx, id); err == nil {
+		t.Error("resume of a missing container succeeded")
+	}
+	if err := h.Runtime.Signal(ctx, id, syscall.SIGTERM); err == nil {
+		t.Error("signal of a missing container succeeded")
+	}
+	wantGone(t, h, id)
 }
