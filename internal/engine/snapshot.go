@@ -255,9 +255,12 @@ func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.Sn
 }
 
 func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
-	class := errdefs.ErrSnapshotFailed
+	class, op := errdefs.ErrSnapshotFailed, "snapshot"
 	if fork {
-		class = errdefs.ErrForkFailed
+		class, op = errdefs.ErrForkFailed, "fork"
+	}
+	if derr := deletedDuring(sb, op, err); derr != nil {
+		return derr
 	}
 	class = failClass(err, class)
 	return fmt.Errorf("snapshot of %s: %v: %w", sb.Name, err, class)
@@ -405,7 +408,11 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))
-	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir, false); err != nil {
+	spec, err := e.spec(sb, netns)
+	if err != nil {
+		return err
+	}
+	if err := e.rt.Restore(ctx, spec, e.bundleDir(sb.ID), imageDir, false); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	// The restored agent closed its host socket before the save: wake it.
@@ -419,7 +426,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	if err := ag.WaitReady(wctx); err != nil {
 		return fmt.Errorf("agent of the restored sandbox: %w", err)
 	}
-	if err := ag.SetHostname(ctx, sb.Name); err != nil {
+	if err := e.setHostname(ctx, sb, sb.Name); err != nil {
 		return err
 	}
 	e.watch(sb.ID)
