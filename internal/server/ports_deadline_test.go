@@ -108,7 +108,10 @@ func TestPreviewDeadlines(t *testing.T) {
 		}()
 		select {
 		case r := <-done:
-			if r.err == nil || string(r.b) != "x" {
+			// The byte sent passes (unless the machine stalled past the
+			// idle deadline before the proxy read it); then the body ends
+			// in an error, not at its Content-Length.
+			if r.err == nil || (string(r.b) != "x" && len(r.b) != 0) {
 				t.Fatalf("body %q, err %v; want the one byte sent, then an error", r.b, r.err)
 			}
 		case <-time.After(30 * time.Second):
