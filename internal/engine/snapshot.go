@@ -148,6 +148,9 @@ func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string,
 	if err := e.rt.Checkpoint(ctx, sb.ID, dir); err != nil {
 		return nil, fmt.Errorf("checkpoint the memory: %w", err)
 	}
+	if err := writeImageSpec(dir); err != nil {
+		return nil, err
+	}
 	c := &captured{dir: dir, disk: m, diskRef: ref, diskAdd: stats.AddedBytes, pausedMS: time.Since(pauseStart).Milliseconds()}
 	if hold {
 		held = true
@@ -377,6 +380,9 @@ func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
 // becomes sb's name. On failure what it made is left for the caller's
 // cleanup (removeAll).
 func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, imageDir string) error {
+	if err := checkImageSpec(imageDir); err != nil {
+		return err
+	}
 	if err := e.layers.Create(sb.ID); err != nil {
 		return err
 	}

@@ -315,6 +315,10 @@ func (e *Engine) snapshotInputs(ctx context.Context, sb *store.Sandbox, sn *stor
 	if fetched {
 		release = func() { os.RemoveAll(imageDir) }
 	}
+	if err := checkImageSpec(imageDir); err != nil {
+		release()
+		return "", nil, nil, err
+	}
 	if diskM, err = e.snapshotDisk(ctx, sn); err != nil {
 		release()
 		return "", nil, nil, fmt.Errorf("its disk manifest: %w", err)
