@@ -78,6 +78,12 @@ const (
 	// nothing listening there, or the connection failed. 502. An sbx
 	// extension.
 	CodePortUnreachable Code = "port_unreachable"
+	// CodePortTimeout: a request to a sandbox's port (a preview) got no
+	// connection, or no answer, within its deadline: the connection did not
+	// open within 30 s, the program's response head did not arrive within
+	// 5 min, or its response body sent nothing for 2 min. 504. An sbx
+	// extension.
+	CodePortTimeout Code = "port_timeout"
 	// CodeInternal: anything else; logged by sbxd with the request id. 500.
 	CodeInternal Code = "internal"
 	// CodeUnavailable: sbxd is shutting down or a dependency (runsc, the
@@ -108,6 +114,8 @@ func (c Code) HTTPStatus() int {
 		return http.StatusServiceUnavailable
 	case CodePortUnreachable:
 		return http.StatusBadGateway
+	case CodePortTimeout:
+		return http.StatusGatewayTimeout
 	case CodeCaptureLimit:
 		return http.StatusInsufficientStorage
 	default:

@@ -183,6 +183,7 @@ var (
 	ErrInternal           = &Error{Code: api.CodeInternal}
 	ErrUnavailable        = &Error{Code: api.CodeUnavailable}
 	ErrPortUnreachable    = &Error{Code: api.CodePortUnreachable}
+	ErrPortTimeout        = &Error{Code: api.CodePortTimeout}
 )
 
 // request sends a request; body may be nil, an io.Reader (sent as is with

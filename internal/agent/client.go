@@ -158,8 +158,20 @@ func (cl *Client) conn(ctx context.Context) (net.Conn, error) {
 		}
 		c.Close()
 	}
-	// The agent re-creates its socket within a second if something in the
-	// sandbox removed it: retry a missing or refusing socket briefly.
+	c, err := cl.dialRetry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cl.spare > 0 {
+		cl.refill()
+	}
+	return c, nil
+}
+
+// dialRetry dials a new connection to the agent. The agent re-creates its
+// socket within a second if something in the sandbox removed it: a missing
+// or refusing socket is retried for 2 s.
+func (cl *Client) dialRetry(ctx context.Context) (net.Conn, error) {
 	var c net.Conn
 	var err error
 	for deadline := time.Now().Add(2 * time.Second); ; {
@@ -173,10 +185,19 @@ func (cl *Client) conn(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
-	if cl.spare > 0 {
-		cl.refill()
-	}
 	return c, nil
+}
+
+// Reachable reports whether a new connection to the agent opens now,
+// whatever the connections dialed ahead: nil, or the dial's error
+// (ErrNotSocket; ENOENT when the socket file is gone, ECONNREFUSED when
+// nothing listens on it), after the retries of a missing socket.
+func (cl *Client) Reachable(ctx context.Context) error {
+	c, err := cl.dialRetry(ctx)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // op is one connection carrying one operation. Cancelling ctx closes it.

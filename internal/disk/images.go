@@ -354,6 +354,9 @@ func prepareRootFS(root string) error {
 			return err
 		}
 	}
+	if err := neutralHostname(root); err != nil {
+		return err
+	}
 	f, err := os.OpenFile(filepath.Join(root, "etc", "hosts"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
 	if errors.Is(err, fs.ErrExist) {
 		return nil // the image's own (or its link), kept as it is
@@ -366,6 +369,21 @@ func prepareRootFS(root string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// neutralHostname makes the image's /etc/hostname a regular file that
+// says "localhost": mmdebstrap copies the building host's name there. A
+// sandbox sees its own name (sbx mounts a file over it); the image keeps
+// no host's name, and the mount point is a file in the image, not one that
+// runsc would make in a sandbox's writable layer.
+func neutralHostname(root string) error {
+	p := filepath.Join(root, "etc", "hostname")
+	if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(p, []byte("localhost\n"), 0o644)
 }
 
 func mountpointDirs(root string) error {

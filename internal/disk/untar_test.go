@@ -105,6 +105,25 @@ func TestPrepareRootFS(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(own, "etc", "hosts")); string(b) != "10.0.0.1 db\n" {
 		t.Fatalf("the image's /etc/hosts was replaced: %q", b)
 	}
+	// The builder host's name (mmdebstrap copies /etc/hostname) does not
+	// stay in the image, nor does a link there.
+	for _, mk := range []func(p string) error{
+		func(p string) error { return os.WriteFile(p, []byte("buildhost\n"), 0o644) },
+		func(p string) error { return os.Symlink("/etc/passwd", p) },
+	} {
+		img := t.TempDir()
+		os.MkdirAll(filepath.Join(img, "etc"), 0o755)
+		if err := mk(filepath.Join(img, "etc", "hostname")); err != nil {
+			t.Fatal(err)
+		}
+		if err := prepareRootFS(img); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(filepath.Join(img, "etc", "hostname"))
+		if b, _ := os.ReadFile(filepath.Join(img, "etc", "hostname")); err != nil || !fi.Mode().IsRegular() || string(b) != "localhost\n" {
+			t.Fatalf("the image's /etc/hostname: %v %q", fi, b)
+		}
+	}
 	bad := t.TempDir()
 	os.WriteFile(filepath.Join(bad, "workspace"), nil, 0o644)
 	if err := prepareRootFS(bad); err == nil || !strings.Contains(err.Error(), "/workspace") {

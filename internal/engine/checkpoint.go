@@ -242,6 +242,9 @@ func (e *Engine) checkpointLocked(ctx context.Context, sb *store.Sandbox, commen
 	progress("capturing the disk")
 	m, ref, stats, err := e.storeLayer(ctx, sb.ID, freeze, thaw, progress)
 	if err != nil {
+		if derr := deletedDuring(sb, "checkpoint", err); derr != nil {
+			return nil, derr
+		}
 		return nil, fmt.Errorf("checkpoint of %s: %v: %w", sb.Name, err, failClass(err, errdefs.ErrCheckpointFailed))
 	}
 	progress(fmt.Sprintf("%d files, %d bytes: %d files read, %d bytes added to the store, frozen %d ms",

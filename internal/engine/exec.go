@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -318,12 +319,38 @@ func (e *Engine) sandboxErr(ctx context.Context, sb *store.Sandbox, err error) e
 	case errors.Is(err, agent.ErrNotSocket):
 		return errAgent(err, "")
 	}
+	// Any operation that restarted the sandbox is over (noteExit took its
+	// lock): a socket that still does not answer is the agent's, not a
+	// restart's.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	perr := e.agentFor(cur).Reachable(pctx)
+	cancel()
+	switch {
+	case errors.Is(perr, agent.ErrNotSocket):
+		return errAgent(perr, "")
+	case perr != nil:
+		e.log.Warn("agent unreachable", "sandbox", cur.Name, "err", err, "probe", perr)
+		return errdefs.New(errdefs.ErrUnavailable, "sandbox %q: its agent is unreachable: %s (removed from inside the sandbox, or the agent stopped listening); stop the sandbox (the next exec boots it) or restore a checkpoint",
+			cur.Name, agentSocketState(perr))
+	}
 	// The sandbox runs, but the connection the request used broke, or its
 	// agent's socket was not there: another operation (a restore, a
 	// suspend and resume, a stop and a boot) stopped and started the
 	// sandbox while the request ran. (The soak saw these answer 500.)
 	e.log.Debug("agent connection lost to a restart", "sandbox", cur.Name, "err", err)
 	return errdefs.Conflictf("sandbox %q was stopped and started again by another operation while the request ran; retry it", cur.Name)
+}
+
+// agentSocketState says in the sandbox's terms why a dial of its agent's
+// socket failed.
+func agentSocketState(err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return "its socket /.sbx/run/agent.sock is gone"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "nothing listens on its socket /.sbx/run/agent.sock"
+	}
+	return "its socket /.sbx/run/agent.sock does not accept connections"
 }
 
 // --- files ---

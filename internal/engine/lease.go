@@ -9,6 +9,7 @@ import (
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
 )
 
 // Capture limits: a capture of a sandbox's disk (checkpoint, snapshot,
@@ -108,6 +109,8 @@ func (e *Engine) captureMaxBytes(ctx context.Context, id string) int64 {
 // ErrCaptureLimit, with a message for the API.
 func (e *Engine) captureErr(ctx context.Context, err error, limit int64) error {
 	switch {
+	case errors.Is(err, disk.ErrTooDeep):
+		return errdefs.New(errdefs.ErrCaptureLimit, "the disk's tree nests deeper than a capture goes (the capture limit): %v", err)
 	case errors.Is(err, disk.ErrTooLarge):
 		return errdefs.New(errdefs.ErrCaptureLimit, "the disk holds more than %d bytes of file data to capture (the capture limit): %v", limit, err)
 	case errors.Is(context.Cause(ctx), errCaptureTimeout):
@@ -116,6 +119,17 @@ func (e *Engine) captureErr(ctx context.Context, err error, limit int64) error {
 		return fmt.Errorf("capture stopped: %w", errCaptureCancelled)
 	}
 	return err
+}
+
+// deletedDuring is the error of operation op ("checkpoint", "snapshot",
+// "fork", "suspend") on sb when err says a delete of sb stopped its
+// capture: ErrConflict, "sandbox web was deleted while the checkpoint ran;
+// nothing was recorded". It is nil for any other err.
+func deletedDuring(sb *store.Sandbox, op string, err error) error {
+	if !errors.Is(err, errCaptureCancelled) {
+		return nil
+	}
+	return errdefs.Conflictf("sandbox %s was deleted while the %s ran; nothing was recorded", sb.Name, op)
 }
 
 // failClass is the error class an operation that captured a disk fails

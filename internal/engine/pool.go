@@ -247,8 +247,7 @@ func (p *pool) take(ctx context.Context, sb *store.Sandbox, want *store.Sandbox)
 		return nil, err
 	}
 	defer unlock()
-	ag := p.e.agentFor(sb)
-	if err := ag.SetHostname(ctx, want.Name); err != nil {
+	if err := p.e.setHostname(ctx, sb, want.Name); err != nil {
 		return nil, err
 	}
 	// Nothing ran in a warm sandbox: its disk now is the fresh disk, v0.
@@ -266,12 +265,12 @@ func (p *pool) take(ctx context.Context, sb *store.Sandbox, want *store.Sandbox)
 	claimed.CreateTime = time.Now().UTC()
 	p.e.net.Rename(sb.ID, want.Name)
 	if err := p.e.net.Update(sb.ID, p.e.rulesOf(&claimed)); err != nil {
-		_ = ag.SetHostname(context.WithoutCancel(ctx), sb.ID)
+		_ = p.e.setHostname(context.WithoutCancel(ctx), sb, sb.ID)
 		p.e.net.Rename(sb.ID, sb.ID)
 		return nil, err
 	}
 	if err := p.e.st.UpdateSandbox(context.WithoutCancel(ctx), &claimed); err != nil {
-		_ = ag.SetHostname(context.WithoutCancel(ctx), sb.ID)
+		_ = p.e.setHostname(context.WithoutCancel(ctx), sb, sb.ID)
 		p.e.net.Rename(sb.ID, sb.ID)
 		_ = p.e.net.Update(sb.ID, p.e.rulesOf(sb))
 		return nil, err

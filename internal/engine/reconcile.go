@@ -136,10 +136,12 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *store.Sandbox, status
 	case api.StateRunning, api.StatePaused:
 		st := status[sb.ID]
 		wasPaused := st == runtime.StatusPaused
+		reason := "stopped while sbxd was not running"
 		if wasPaused {
 			e.log.Info("reconcile: resuming a sandbox left paused", "sandbox", sb.Name)
 			if err := e.rt.Resume(ctx, sb.ID); err != nil {
 				e.log.Warn("reconcile: resume failed", "sandbox", sb.Name, "err", err)
+				reason = "left paused when sbxd stopped, and did not resume: " + err.Error()
 			} else {
 				st = runtime.StatusRunning
 			}
@@ -169,7 +171,6 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *store.Sandbox, status
 			e.log.Info("reconcile: reattached", "sandbox", sb.Name, "id", sb.ID)
 			break
 		}
-		reason := "stopped while sbxd was not running"
 		if e.rt.OOMKilled(sb.ID) {
 			reason = "oom_killed: the sandbox passed its memory limit"
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -216,7 +218,10 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))
-	spec := e.spec(sb, netns)
+	spec, err := e.spec(sb, netns)
+	if err != nil {
+		return err
+	}
 	if err := e.rt.Start(ctx, spec, e.bundleDir(sb.ID)); err != nil {
 		return fmt.Errorf("boot sandbox %s: %w", sb.Name, err)
 	}
@@ -230,8 +235,11 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 	return nil
 }
 
-// spec is the runtime spec of sb.
-func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
+// spec is the runtime spec of sb; it writes sb's /etc/hostname file.
+func (e *Engine) spec(sb *store.Sandbox, netns string) (*runtime.Spec, error) {
+	if err := e.writeHostname(sb.ID, sb.Name); err != nil {
+		return nil, err
+	}
 	rootfs := e.layers.Paths(sb.ID).RootFS
 	mounts := []runtime.Mount{
 		{Source: e.agentDir, Destination: "/.sbx/bin", ReadOnly: true},
@@ -243,6 +251,9 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
 		// and boot keeps it non-empty (disk.Layers.KeepTmp).
 		// Names are answered by sbxd's DNS server, by the sandbox's rules.
 		{Source: e.resolvConf(), Destination: "/etc/resolv.conf", ReadOnly: true},
+		// The image's /etc/hostname may hold the name of the host that
+		// built it: the sandbox reads its own name, from a host file.
+		{Source: e.hostnameFile(sb.ID), Destination: "/etc/hostname", ReadOnly: true},
 	}
 	for _, v := range sb.Volumes {
 		mounts = append(mounts, runtime.Mount{Source: e.volumeDir(v.Name), Destination: v.Path})
@@ -258,7 +269,36 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) *runtime.Spec {
 		CPUs:        sb.CPUs,
 		MemoryBytes: int64(sb.MemoryMB) << 20,
 		PidsLimit:   4096,
+	}, nil
+}
+
+// hostnameFile is the host file mounted at a sandbox's /etc/hostname.
+func (e *Engine) hostnameFile(id string) string { return filepath.Join(e.sandboxDir(id), "hostname") }
+
+// writeHostname writes name to sandbox id's /etc/hostname file, in place
+// (the mount holds the file's inode).
+func (e *Engine) writeHostname(id, name string) error {
+	f, err := os.OpenFile(e.hostnameFile(id), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fmt.Errorf("write the sandbox's /etc/hostname: %w", err)
 	}
+	_, err = f.WriteString(name + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write the sandbox's /etc/hostname: %w", err)
+	}
+	return nil
+}
+
+// setHostname gives running sandbox sb the hostname name: its UTS
+// hostname (through the agent) and its /etc/hostname.
+func (e *Engine) setHostname(ctx context.Context, sb *store.Sandbox, name string) error {
+	if err := e.writeHostname(sb.ID, name); err != nil {
+		return err
+	}
+	return e.agentFor(sb).SetHostname(ctx, name)
 }
 
 // stopLocked stops sb's container and releases its netns; its disk stays.
@@ -621,7 +661,7 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 		if sb.State == api.StateRunning {
 			// The hostname follows; a failure here is not worth failing
 			// the rename for (the next boot sets it).
-			if err := e.agentFor(sb).SetHostname(context.WithoutCancel(ctx), sb.Name); err != nil {
+			if err := e.setHostname(context.WithoutCancel(ctx), sb, sb.Name); err != nil {
 				e.log.Warn("rename: set hostname", "sandbox", sb.ID, "err", err)
 			}
 		}

@@ -148,6 +148,9 @@ func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string,
 	if err := e.rt.Checkpoint(ctx, sb.ID, dir); err != nil {
 		return nil, fmt.Errorf("checkpoint the memory: %w", err)
 	}
+	if err := writeImageSpec(dir); err != nil {
+		return nil, err
+	}
 	c := &captured{dir: dir, disk: m, diskRef: ref, diskAdd: stats.AddedBytes, pausedMS: time.Since(pauseStart).Milliseconds()}
 	if hold {
 		held = true
@@ -255,9 +258,12 @@ func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.Sn
 }
 
 func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
-	class := errdefs.ErrSnapshotFailed
+	class, op := errdefs.ErrSnapshotFailed, "snapshot"
 	if fork {
-		class = errdefs.ErrForkFailed
+		class, op = errdefs.ErrForkFailed, "fork"
+	}
+	if derr := deletedDuring(sb, op, err); derr != nil {
+		return derr
 	}
 	class = failClass(err, class)
 	return fmt.Errorf("snapshot of %s: %v: %w", sb.Name, err, class)
@@ -374,6 +380,9 @@ func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
 // becomes sb's name. On failure what it made is left for the caller's
 // cleanup (removeAll).
 func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, imageDir string) error {
+	if err := checkImageSpec(imageDir); err != nil {
+		return err
+	}
 	if err := e.layers.Create(sb.ID); err != nil {
 		return err
 	}
@@ -405,7 +414,11 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))
-	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir, false); err != nil {
+	spec, err := e.spec(sb, netns)
+	if err != nil {
+		return err
+	}
+	if err := e.rt.Restore(ctx, spec, e.bundleDir(sb.ID), imageDir, false); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	// The restored agent closed its host socket before the save: wake it.
@@ -419,7 +432,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	if err := ag.WaitReady(wctx); err != nil {
 		return fmt.Errorf("agent of the restored sandbox: %w", err)
 	}
-	if err := ag.SetHostname(ctx, sb.Name); err != nil {
+	if err := e.setHostname(ctx, sb, sb.Name); err != nil {
 		return err
 	}
 	e.watch(sb.ID)

@@ -106,6 +106,9 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	}
 	start := time.Now()
 	failed := func(err error) error {
+		if derr := deletedDuring(sb, "suspend", err); derr != nil {
+			return derr
+		}
 		return fmt.Errorf("suspend %s: %v: %w", sb.Name, err, failClass(err, errdefs.ErrSuspendFailed))
 	}
 	ctx, release := e.withLease(ctx)
@@ -312,6 +315,10 @@ func (e *Engine) snapshotInputs(ctx context.Context, sb *store.Sandbox, sn *stor
 	if fetched {
 		release = func() { os.RemoveAll(imageDir) }
 	}
+	if err := checkImageSpec(imageDir); err != nil {
+		release()
+		return "", nil, nil, err
+	}
 	if diskM, err = e.snapshotDisk(ctx, sn); err != nil {
 		release()
 		return "", nil, nil, fmt.Errorf("its disk manifest: %w", err)
@@ -371,7 +378,11 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 		return err
 	}
 	tNet = time.Now()
-	if err := e.rt.Restore(ctx, e.spec(sb, netns), e.bundleDir(sb.ID), imageDir, e.cfg.BackgroundRestore); err != nil {
+	spec, err := e.spec(sb, netns)
+	if err != nil {
+		return err
+	}
+	if err := e.rt.Restore(ctx, spec, e.bundleDir(sb.ID), imageDir, e.cfg.BackgroundRestore); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	tRestore = time.Now()
@@ -386,7 +397,7 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 	}
 	// The memory image holds the hostname of its capture: the sandbox may
 	// have been renamed since.
-	if err := e.agentFor(sb).SetHostname(wctx, sb.Name); err != nil {
+	if err := e.setHostname(wctx, sb, sb.Name); err != nil {
 		return fmt.Errorf("set the hostname of the resumed sandbox: %w", err)
 	}
 	e.watch(sb.ID)

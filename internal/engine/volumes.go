@@ -17,7 +17,7 @@ func (e *Engine) volumeDir(name string) string {
 
 // sbxMounts are the files sbx mounts in every sandbox (see spec): a volume
 // may not be at one of them or at a directory above one.
-var sbxMounts = []string{"/.sbx/bin", "/.sbx/run", "/etc/resolv.conf"}
+var sbxMounts = []string{"/.sbx/bin", "/.sbx/run", "/etc/resolv.conf", "/etc/hostname"}
 
 // validateVolumes checks volume names and mount paths: names like sandbox
 // names, absolute clean paths outside sbx's reserved paths, each path once.

@@ -38,6 +38,9 @@ var (
 	ErrCaptureLimit = errors.New("capture limit")
 	// ErrPortUnreachable: nothing answers on a sandbox's TCP port.
 	ErrPortUnreachable = errors.New("port unreachable")
+	// ErrPortTimeout: a sandbox's TCP port did not connect or answer
+	// within its deadline.
+	ErrPortTimeout = errors.New("port timeout")
 
 	ErrSandboxNotFound    = fmt.Errorf("sandbox %w", ErrNotFound)
 	ErrImageNotFound      = fmt.Errorf("image %w", ErrNotFound)
@@ -114,6 +117,7 @@ var codes = []struct {
 	{ErrCapacity, api.CodeCapacity},
 	{ErrUnavailable, api.CodeUnavailable},
 	{ErrPortUnreachable, api.CodePortUnreachable},
+	{ErrPortTimeout, api.CodePortTimeout},
 	{ErrCaptureLimit, api.CodeCaptureLimit},
 	{ErrCheckpointFailed, api.CodeCheckpointFailed},
 	{ErrRestoreFailed, api.CodeRestoreFailed},

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -52,6 +54,9 @@ type preview struct {
 	// stripAuth: the Authorization header carried sbxd's key and must not
 	// reach the sandbox.
 	stripAuth bool
+	// cancel aborts the request to the sandbox (its response body went
+	// idle).
+	cancel context.CancelCauseFunc
 }
 
 // cookiePath is where the preview's cookie applies.
@@ -63,6 +68,22 @@ func (p *preview) cookiePath() string {
 }
 
 type previewKey struct{}
+
+// Deadlines of a preview request (Config.PreviewConnectTimeout, ...).
+const (
+	// DefaultPreviewConnectTimeout bounds opening the connection to the
+	// sandbox's port through its agent: 30 s.
+	DefaultPreviewConnectTimeout = 30 * time.Second
+	// DefaultPreviewResponseTimeout is how long a preview waits for the
+	// program to answer a request with its whole response head (status
+	// line and headers), trickled or not: 5 min, for a dev server whose
+	// first page compiles for a while.
+	DefaultPreviewResponseTimeout = 5 * time.Minute
+	// DefaultPreviewIdleTimeout is how long a response body (not an
+	// upgraded connection) may send nothing before sbxd cuts it: 2 min,
+	// above the keep-alive period of event streams.
+	DefaultPreviewIdleTimeout = 2 * time.Minute
+)
 
 // validTargetName reports whether s can be a sandbox name or id: names are
 // [a-z0-9-], ids sbx_ and hex.
@@ -93,10 +114,6 @@ func allDigits(s string) bool {
 // previewOf reports whether r is for a sandbox's port: by its Host
 // (<port>-<name>.<preview domain>), or by its path
 // (/v1/sandboxes/{name}/ports/{port}/...).
-// PreviewResponseTimeout is how long a preview waits for the sandbox's
-// server to start answering a request (its response head): 5 min.
-const PreviewResponseTimeout = 5 * time.Minute
-
 func (s *Server) previewOf(r *http.Request) (*preview, bool) {
 	if d := s.cfg.PreviewDomain; d != "" {
 		host := r.Host
@@ -176,7 +193,10 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview
 		return
 	}
 	p.port = port
-	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), previewKey{}, p)))
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), previewKey{}, p))
+	defer cancel(nil)
+	p.cancel = cancel
+	s.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // redirect sends the client to path with query q: 302 for GET and HEAD,
@@ -263,15 +283,25 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			if err != nil {
 				return nil, fmt.Errorf("bad preview address %q", addr)
 			}
-			return s.dial(ctx, rest[:i], port)
+			name := rest[:i]
+			// The agent's dial has its own deadline; this one also covers
+			// a sandbox too loaded to answer it.
+			dctx, cancel := context.WithTimeout(ctx, s.cfg.PreviewConnectTimeout)
+			defer cancel()
+			c, err := s.dial(dctx, name, port)
+			if err != nil && ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded) {
+				return nil, errdefs.New(errdefs.ErrPortTimeout, "port %d in sandbox %s: the connection did not open within %s",
+					port, name, s.cfg.PreviewConnectTimeout)
+			}
+			return c, err
 		},
 		Proxy:               nil,
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 		// A dev server's first page may compile for a while; one that
-		// accepts and never answers gets a 502 after this.
-		ResponseHeaderTimeout: PreviewResponseTimeout,
+		// accepts and never answers gets a 504 after this.
+		ResponseHeaderTimeout: s.cfg.PreviewResponseTimeout,
 	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -305,19 +335,62 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 		},
 		Transport:     tr,
 		FlushInterval: -1, // dev servers stream (event streams, hot reload)
-		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode != http.StatusSwitchingProtocols {
+				p := res.Request.Context().Value(previewKey{}).(*preview)
+				res.Body = newIdleBody(res.Body, s.cfg.PreviewIdleTimeout, p.cancel)
+			}
+			return nil
+		},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
+			p := r.Context().Value(previewKey{}).(*preview)
+			var ne net.Error
+			if !errdefs.Public(err) && errors.As(err, &ne) && ne.Timeout() {
+				// The transport's ResponseHeaderTimeout.
+				err = errdefs.New(errdefs.ErrPortTimeout, "port %d in sandbox %s: the program did not answer within %s",
+					p.port, p.name, s.cfg.PreviewResponseTimeout)
+			}
 			if !errdefs.Public(err) {
-				p := r.Context().Value(previewKey{}).(*preview)
 				s.log.Warn("preview", "request_id", requestID(r.Context()), "sandbox", p.name, "port", p.port, "err", err)
 				err = errdefs.New(errdefs.ErrPortUnreachable, "port %d in sandbox %s: the connection failed before an answer", p.port, p.name)
 			}
 			s.writeError(w, r, err)
 		},
 	}
+}
+
+// errPreviewIdle ends a preview's response whose body stayed silent past
+// the idle deadline.
+var errPreviewIdle = errors.New("the response body sent nothing within the idle deadline")
+
+// idleBody is a response body that cancels its request when a Read waits
+// longer than idle for data.
+type idleBody struct {
+	io.ReadCloser
+	idle  time.Duration
+	timer *time.Timer
+}
+
+func newIdleBody(body io.ReadCloser, idle time.Duration, cancel context.CancelCauseFunc) *idleBody {
+	return &idleBody{ReadCloser: body, idle: idle, timer: time.AfterFunc(idle, func() { cancel(errPreviewIdle) })}
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.idle)
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 || err != nil {
+		b.timer.Stop()
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	return b.ReadCloser.Close()
 }
 
 // listPorts answers GET /v1/sandboxes/{name}/ports.

@@ -52,6 +52,14 @@ type Config struct {
 	// MaxUploadBytes bounds the body of PUT .../files and PUT .../archive
 	// (default DefaultMaxUploadBytes).
 	MaxUploadBytes int64
+	// PreviewConnectTimeout, PreviewResponseTimeout and PreviewIdleTimeout
+	// bound a preview request (0: DefaultPreviewConnectTimeout, ...): the
+	// connection to the sandbox's port must open within the first, the
+	// program's response head arrive within the second, and its response
+	// body never stay silent longer than the third (upgraded connections,
+	// WebSockets, have no idle bound). Past one, the client gets
+	// 504 port_timeout.
+	PreviewConnectTimeout, PreviewResponseTimeout, PreviewIdleTimeout time.Duration
 }
 
 // DefaultMaxUploadBytes is the default bound of a file or archive upload:
@@ -73,6 +81,15 @@ type Server struct {
 func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 	if cfg.MaxUploadBytes == 0 {
 		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	if cfg.PreviewConnectTimeout <= 0 {
+		cfg.PreviewConnectTimeout = DefaultPreviewConnectTimeout
+	}
+	if cfg.PreviewResponseTimeout <= 0 {
+		cfg.PreviewResponseTimeout = DefaultPreviewResponseTimeout
+	}
+	if cfg.PreviewIdleTimeout <= 0 {
+		cfg.PreviewIdleTimeout = DefaultPreviewIdleTimeout
 	}
 	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux()}
 	s.dial = func(ctx context.Context, name string, port int) (net.Conn, error) {
@@ -276,7 +293,7 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 	} else if code.HTTPStatus() >= 500 {
 		body.RequestID = requestID(ctx)
 		level := slog.LevelWarn
-		if code == api.CodePortUnreachable {
+		if code == api.CodePortUnreachable || code == api.CodePortTimeout {
 			// A preview of a server not (yet) listening: the user's
 			// condition, not sbxd's; a broken connection is logged where
 			// it is seen.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,5 +185,88 @@ func TestConcurrentDelete(t *testing.T) {
 	}
 	if left := hostLeftovers(t, b.ID); len(left) > 0 {
 		t.Errorf("deleted sandbox %s left on the host: %v", b.ID, left)
+	}
+}
+
+// TestRecoverHungPaused: of three sandboxes left paused mid-snapshot by a
+// SIGKILL of sbxd, one hangs (its runsc-sandbox process stopped, SIGSTOP).
+// sbxd still starts; the two others are reattached before the hung one's
+// resume gives up (each runsc call has its deadline), run and answer; the
+// hung one is marked stopped, and is deleted cleanly once it runs again.
+func TestRecoverHungPaused(t *testing.T) {
+	ctx := ctxT(t)
+	var sbs []*client.Sandbox
+	for i := 0; i < 3; i++ {
+		sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox", Name: fmt.Sprintf("rh%d-%s", i, randomHex(3))})
+		mustSh(t, sb, fmt.Sprintf("echo before-%d > /workspace/f", i))
+		sbs = append(sbs, sb)
+	}
+	hung := sbs[0] // the oldest: handled first by an sbxd that goes one by one
+	off := h.logSize()
+	h.restartWith(t, "SBX_FAULTS=snapshot:paused=300s")
+	t.Cleanup(func() { h.restartWith(t) })
+	for _, sb := range sbs {
+		go func(sb *client.Sandbox) {
+			_, _ = sb.Snapshot(context.Background(), api.SnapshotRequest{Name: "cut"})
+		}(sb)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for strings.Count(logSince(off), "fault point reached") < len(sbs) {
+		if time.Now().After(deadline) {
+			t.Fatal("the snapshots did not reach their pause in 2 min")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pids := sandboxPIDs(t, hung.ID)
+	if len(pids) == 0 {
+		t.Fatalf("no runsc-sandbox process for %s", hung.ID)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	cont := func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer cont()
+	off = h.logSize()
+	start := time.Now()
+	h.restartWith(t)
+	t.Logf("sbxd answered %.1fs after a SIGKILL beside a hung paused sandbox", time.Since(start).Seconds())
+	log := logSince(off)
+	failed := strings.Index(log, "reconcile: resume failed\" sandbox="+hung.Name)
+	if failed < 0 {
+		t.Fatalf("sbxd's log has no failed resume of the hung sandbox %s:\n%s", hung.Name, log)
+	}
+	for _, sb := range sbs[1:] {
+		if i := strings.Index(log, "reconcile: reattached\" sandbox="+sb.Name); i < 0 || i > failed {
+			t.Errorf("%s was not reattached before the hung sandbox's resume gave up:\n%s", sb.Name, log)
+		}
+		got, err := h.c.Sandboxes.Get(ctx, sb.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != api.StateRunning {
+			t.Errorf("%s is %s after the restart", sb.Name, got.State)
+		}
+		if st := runscStatus(t, sb.ID); st != "running" {
+			t.Errorf("%s: runsc says %s after the restart", sb.Name, st)
+		}
+		mustSh(t, sb, "cat /workspace/f")
+	}
+	got, err := h.c.Sandboxes.Get(ctx, hung.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != api.StateStopped || !strings.Contains(got.StateReason, "did not resume") {
+		t.Errorf("the hung sandbox is %s (%q), want stopped saying it did not resume", got.State, got.StateReason)
+	}
+	cont()
+	if err := hung.Delete(ctx); err != nil {
+		t.Fatalf("delete the sandbox that hung: %v", err)
+	}
+	if left := hostLeftovers(t, hung.ID); len(left) > 0 {
+		t.Errorf("deleted sandbox %s left on the host: %v", hung.ID, left)
 	}
 }
