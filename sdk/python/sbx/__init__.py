@@ -15,9 +15,9 @@ are a convenience, not a security boundary: the sandbox is the boundary.
 
 from .classify import CHECKPOINT, FORK, GIT, KINDS, NONE, checkpoint_for
 from .client import DEFAULT_SOCKET, Client, ExecStream, ForkResult, Sandbox
-from .errors import (Capacity, CheckpointFailed, CheckpointNotFound, Conflict, ConnectionFailed, FileNotFound,
-                     ForkFailed, ImageNotFound, Internal, InvalidArgument, MethodNotAllowed, NameTaken,
-                     NotFound, PortUnreachable, ProcessNotFound, ProtocolError, QuotaExceeded,
+from .errors import (Capacity, CaptureLimit, CheckpointFailed, CheckpointNotFound, Conflict, ConnectionFailed, FileNotFound,
+                     EventNotFound, ForkFailed, ImageNotFound, Internal, InvalidArgument, MethodNotAllowed, NameTaken,
+                     NotFound, PortTimeout, PortUnreachable, ProcessNotFound, ProtocolError, QuotaExceeded,
                      RestoreFailed, ResumeFailed, SandboxHasVolume, SandboxNotFound, SbxError,
                      SnapshotFailed, SnapshotNotFound, SuspendFailed, TooLarge, Unauthorized,
                      Unavailable, error_for)
@@ -37,6 +37,7 @@ __all__ = [
     "NetworkCounts", "NetworkRefusal", "Event", "EventResult", "Image", "Health",
     "SbxError", "InvalidArgument", "Unauthorized", "NotFound", "SandboxNotFound",
     "CheckpointNotFound", "SnapshotNotFound", "ImageNotFound", "FileNotFound", "ProcessNotFound",
+    "EventNotFound", "CaptureLimit", "PortTimeout",
     "MethodNotAllowed", "NameTaken", "Conflict", "SandboxHasVolume", "TooLarge", "QuotaExceeded",
     "Capacity", "CheckpointFailed", "RestoreFailed", "SnapshotFailed", "ForkFailed", "SuspendFailed",
     "ResumeFailed", "Internal", "Unavailable", "PortUnreachable", "ProtocolError",

@@ -125,6 +125,12 @@ class ProcessNotFound(NotFound):
     CODE = "process_not_found"
 
 
+class EventNotFound(NotFound):
+    """404 ``event_not_found``: no pending event has that id."""
+
+    CODE = "event_not_found"
+
+
 class MethodNotAllowed(SbxError):
     """405 ``method_not_allowed``: the route exists for other methods."""
 
@@ -167,6 +173,15 @@ class Capacity(SbxError):
     limit; nothing was made."""
 
     CODE = "capacity"
+
+
+class CaptureLimit(SbxError):
+    """507 ``capture_limit``: capturing the sandbox's disk (a checkpoint,
+    snapshot, fork or suspend, or a diff of the live disk) passed a bound
+    (time, bytes read, or tree depth); the message names it. Nothing was
+    recorded and the sandbox runs on."""
+
+    CODE = "capture_limit"
 
 
 class CheckpointFailed(SbxError):
@@ -223,6 +238,13 @@ class PortUnreachable(SbxError):
     CODE = "port_unreachable"
 
 
+class PortTimeout(SbxError):
+    """504 ``port_timeout``: a request to a sandbox's port (a preview) got
+    no connection or no response head within its deadline."""
+
+    CODE = "port_timeout"
+
+
 class ProtocolError(SbxError):
     """The SDK could not understand an answer (bad JSON, a stream cut short).
 
@@ -245,16 +267,17 @@ _BY_CODE: Dict[str, Type[SbxError]] = {
     cls.CODE: cls
     for cls in (
         InvalidArgument, Unauthorized, NotFound, SandboxNotFound, CheckpointNotFound,
-        SnapshotNotFound, ImageNotFound, FileNotFound, ProcessNotFound, MethodNotAllowed,
-        NameTaken, Conflict, SandboxHasVolume, TooLarge, QuotaExceeded, Capacity, CheckpointFailed,
-        RestoreFailed, SnapshotFailed, ForkFailed, SuspendFailed, ResumeFailed, Internal,
-        Unavailable, PortUnreachable,
+        SnapshotNotFound, ImageNotFound, FileNotFound, ProcessNotFound, EventNotFound,
+        MethodNotAllowed, NameTaken, Conflict, SandboxHasVolume, TooLarge, QuotaExceeded, Capacity,
+        CaptureLimit, CheckpointFailed, RestoreFailed, SnapshotFailed, ForkFailed, SuspendFailed,
+        ResumeFailed, Internal, Unavailable, PortUnreachable, PortTimeout,
     )
 }
 
 _CODE_OF_STATUS = {400: "invalid_argument", 401: "unauthorized", 404: "not_found",
                    405: "method_not_allowed", 409: "conflict", 413: "too_large",
-                   429: "quota_exceeded", 502: "port_unreachable", 503: "unavailable"}
+                   429: "quota_exceeded", 502: "port_unreachable", 503: "unavailable",
+                   504: "port_timeout", 507: "capture_limit"}
 
 
 def error_for(code: Optional[str], status: int = 0, message: str = "", request_id: str = "") -> SbxError:

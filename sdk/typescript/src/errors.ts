@@ -25,6 +25,9 @@ export const codeStatus: Readonly<Record<string, number>> = {
   too_large: 413,
   quota_exceeded: 429,
   capacity: 429,
+  event_not_found: 404,
+  capture_limit: 507,
+  port_timeout: 504,
   checkpoint_failed: 500,
   restore_failed: 500,
   snapshot_failed: 500,
@@ -91,6 +94,8 @@ export class ImageNotFoundError extends NotFoundError {}
 export class FileNotFoundError extends NotFoundError {}
 /** `process_not_found` (404): no process started by exec has that pid. */
 export class ProcessNotFoundError extends NotFoundError {}
+/** `event_not_found` (404): no pending event has that id. */
+export class EventNotFoundError extends NotFoundError {}
 /** `method_not_allowed` (405). */
 export class MethodNotAllowedError extends SbxError {}
 /** `name_taken` (409): a sandbox with that name exists. */
@@ -105,6 +110,8 @@ export class TooLargeError extends SbxError {}
 export class QuotaExceededError extends SbxError {}
 /** `capacity` (429): the host admits no more sandboxes or snapshots, or their CPUs or memory together would pass its overcommit limit; nothing was made. */
 export class CapacityError extends SbxError {}
+/** `capture_limit` (507): capturing the sandbox's disk (a checkpoint, snapshot, fork, suspend, or a diff of the live disk) passed a bound (time, bytes read, tree depth); nothing was recorded. */
+export class CaptureLimitError extends SbxError {}
 /** `checkpoint_failed` (500): nothing was recorded. */
 export class CheckpointFailedError extends SbxError {}
 /** `restore_failed` (500): the disk is as it was. */
@@ -123,6 +130,8 @@ export class InternalError extends SbxError {}
 export class PortUnreachableError extends SbxError {}
 /** `unavailable` (503): sbxd or a dependency is not ready. */
 export class UnavailableError extends SbxError {}
+/** `port_timeout` (504): a request to a sandbox port got no connection or no response head within its deadline. */
+export class PortTimeoutError extends SbxError {}
 
 /** The class of each API error code. Unknown codes give a plain {@link SbxError}. */
 export const errorClasses: Readonly<Record<string, new (code: string, message: string, init?: SbxErrorInit) => SbxError>> = {
@@ -135,6 +144,7 @@ export const errorClasses: Readonly<Record<string, new (code: string, message: s
   image_not_found: ImageNotFoundError,
   file_not_found: FileNotFoundError,
   process_not_found: ProcessNotFoundError,
+  event_not_found: EventNotFoundError,
   method_not_allowed: MethodNotAllowedError,
   name_taken: NameTakenError,
   conflict: ConflictError,
@@ -142,6 +152,7 @@ export const errorClasses: Readonly<Record<string, new (code: string, message: s
   too_large: TooLargeError,
   quota_exceeded: QuotaExceededError,
   capacity: CapacityError,
+  capture_limit: CaptureLimitError,
   checkpoint_failed: CheckpointFailedError,
   restore_failed: RestoreFailedError,
   snapshot_failed: SnapshotFailedError,
@@ -150,6 +161,7 @@ export const errorClasses: Readonly<Record<string, new (code: string, message: s
   resume_failed: ResumeFailedError,
   internal: InternalError,
   port_unreachable: PortUnreachableError,
+  port_timeout: PortTimeoutError,
   unavailable: UnavailableError,
 };
 
@@ -171,6 +183,8 @@ export function codeOfStatus(status: number): string {
     case 429: return 'quota_exceeded';
     case 502: return 'port_unreachable';
     case 503: return 'unavailable';
+    case 504: return 'port_timeout';
+    case 507: return 'capture_limit';
     default: return 'internal';
   }
 }
