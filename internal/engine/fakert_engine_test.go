@@ -636,3 +636,122 @@ func TestFakeRecoverSuspendJournal(t *testing.T) {
 		}
 	})
 }
+
+// TestFakeLockTable: docs/api.md "Concurrent requests on one sandbox",
+// row by row, while a checkpoint holds the sandbox: checkpoint, restore,
+// snapshot, fork and stop answer conflict at once naming it; rename,
+// labels, network rules and suspend wait for it and then run; exec on a
+// running sandbox runs alongside; two deletes wait, one deletes and the
+// other answers sandbox_not_found.
+func TestFakeLockTable(t *testing.T) {
+	t.Parallel()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	ctx := context.Background()
+	f.create(t, "a")
+	op, err := f.e.BeginCheckpoint(ctx, "a", "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atOnce := map[string]func() error{
+		"checkpoint": func() error { _, err := f.e.BeginCheckpoint(ctx, "a", ""); return err },
+		"restore":    func() error { _, err := f.e.BeginRestore(ctx, "a", "v0"); return err },
+		"snapshot":   func() error { _, err := f.e.BeginSnapshot(ctx, "a", api.SnapshotRequest{}); return err },
+		"fork":       func() error { _, err := f.e.BeginFork(ctx, "a", api.ForkRequest{Name: "copy"}); return err },
+		"stop":       func() error { _, err := f.e.Stop(ctx, "a"); return err },
+	}
+	for what, call := range atOnce {
+		if err := call(); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), `sandbox "a": checkpoint is in progress`) {
+			t.Errorf("%s while a checkpoint holds the sandbox: %v, want conflict naming the checkpoint", what, err)
+		}
+	}
+	if out, _ := f.run(t, "a", "echo", "alongside"); out != "alongside\n" {
+		t.Fatalf("exec while a checkpoint holds the sandbox: %q", out)
+	}
+	type result struct {
+		what string
+		err  error
+	}
+	results := make(chan result, 5)
+	name := "b"
+	go func() {
+		_, err := f.e.Update(ctx, "a", api.UpdateSandboxRequest{Name: &name, Labels: map[string]string{"k": "v"}})
+		results <- result{"update", err}
+	}()
+	go func() {
+		_, err := f.e.SetNetwork(ctx, "a", api.NetworkRules{Internet: false, Allow: []string{}, Deny: []string{}, Connect: []string{}})
+		results <- result{"network", err}
+	}()
+	go func() {
+		_, err := f.e.Suspend(ctx, "a", api.SuspendRequest{}, nil)
+		results <- result{"suspend", err}
+	}()
+	for range 2 {
+		go func() { results <- result{"delete", f.e.Delete(ctx, "a")} }()
+	}
+	// Nothing that waits may answer before the checkpoint ends; whatever
+	// came back by now must not be a conflict.
+	f.waitLog(t, "delete: waiting for the operation in progress")
+	select {
+	case r := <-results:
+		t.Fatalf("%s answered while the checkpoint held the sandbox: %v", r.what, r.err)
+	default:
+	}
+	if _, err := op.Run(ctx, nil); err != nil {
+		t.Fatalf("the held checkpoint: %v", err)
+	}
+	var deleted, notFound int
+	for range 5 {
+		var r result
+		select {
+		case r = <-results:
+		case <-time.After(hangDeadline):
+			t.Fatal("a request waiting for the lock never ran")
+		}
+		switch {
+		case r.what == "delete" && r.err == nil:
+			deleted++
+		case r.what == "delete" && errdefs.IsNotFound(r.err):
+			notFound++
+		case r.what == "suspend" && (errors.Is(r.err, errdefs.ErrSuspendFailed) || errdefs.IsNotFound(r.err)):
+			// It ran (and failed: the fake cannot save memory), or the
+			// sandbox was deleted before its turn.
+		case r.what != "delete" && r.what != "suspend" && (r.err == nil || errdefs.IsNotFound(r.err)):
+		default:
+			t.Errorf("%s after the checkpoint ended: %v", r.what, r.err)
+		}
+		if errdefs.IsConflict(r.err) {
+			t.Errorf("%s answered conflict: it should have waited", r.what)
+		}
+	}
+	if deleted != 1 || notFound != 1 {
+		t.Fatalf("two deletes: %d deleted, %d sandbox_not_found; want one of each", deleted, notFound)
+	}
+}
+
+// TestFakeSnapshotForkUnsupported: the fake cannot save a process's
+// memory, so a memory snapshot fails (snapshot_failed) and a fork fails
+// (fork_failed); either way the sandbox runs on and nothing is recorded.
+func TestFakeSnapshotForkUnsupported(t *testing.T) {
+	t.Parallel()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	ctx := context.Background()
+	f.create(t, "a")
+	if _, err := f.e.Snapshot(ctx, "a", api.SnapshotRequest{}, nil); !errors.Is(err, errdefs.ErrSnapshotFailed) {
+		t.Fatalf("snapshot on the fake: %v, want snapshot_failed", err)
+	}
+	if _, err := f.e.Fork(ctx, "a", api.ForkRequest{Name: "copy"}, nil); !errors.Is(err, errdefs.ErrForkFailed) {
+		t.Fatalf("fork on the fake: %v, want fork_failed", err)
+	}
+	if out, _ := f.run(t, "a", "echo", "on"); out != "on\n" {
+		t.Fatalf("exec after the failed snapshot and fork: %q", out)
+	}
+	if sns, err := f.st.ListSnapshots(ctx, ""); err != nil || len(sns) != 0 {
+		t.Fatalf("snapshots recorded: %d %v, want none", len(sns), err)
+	}
+	if _, err := f.e.Get(ctx, "copy"); !errdefs.IsNotFound(err) {
+		t.Fatalf("the failed fork's copy: %v, want none", err)
+	}
+	if ops, err := f.st.ListOps(ctx); err != nil || len(ops) != 0 {
+		t.Fatalf("journal: %v %v, want empty", ops, err)
+	}
+}
