@@ -755,3 +755,95 @@ func TestFakeSnapshotForkUnsupported(t *testing.T) {
 		t.Fatalf("journal: %v %v, want empty", ops, err)
 	}
 }
+
+// TestFakeRecoverUnreadableSnapRestore: an in-place snapshot restore whose
+// journal entry cannot be read (which snapshot is lost) does not keep the
+// engine from starting: the sandbox is stopped, saying the restore could
+// not be finished, and the entry goes.
+func TestFakeRecoverUnreadableSnapRestore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	sb := f.create(t, "a")
+	f.writeFile(t, "a", "/f", "live")
+	f.e.Close()
+	if err := f.st.PutOp(ctx, &store.Op{ID: newOpID(), SandboxID: sb.ID, Kind: opSnapRestore, Data: []byte("{")}); err != nil {
+		t.Fatal(err)
+	}
+	g := startFakeEngine(t, f.dir, Config{})
+	if ops, err := g.st.ListOps(ctx); err != nil || len(ops) != 0 {
+		t.Fatalf("journal after recovery: %v %v, want empty", ops, err)
+	}
+	got, err := g.e.Get(ctx, "a")
+	if err != nil || got.State != api.StateStopped || !strings.Contains(got.StateReason, "could not be finished") {
+		t.Fatalf("after restart: %+v %v, want stopped, saying the restore could not be finished", got, err)
+	}
+	if got := g.state(t, sb.ID); got != runtime.StatusMissing {
+		t.Fatalf("container is %s, want missing", got)
+	}
+}
+
+// TestFakeRecoverWarmPool: warm sandboxes survive a restart of the engine
+// (the same ones are adopted, not booted anew), and go when the new engine
+// keeps no pool.
+func TestFakeRecoverWarmPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pooled := func(f *fakeEnv) []string {
+		all, err := f.st.ListSandboxes(ctx, storeAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, s := range all {
+			if s.Pooled {
+				ids = append(ids, s.ID)
+			}
+		}
+		return ids
+	}
+	waitWarm := func(f *fakeEnv, n int) {
+		deadline := time.Now().Add(hangDeadline)
+		for f.e.WarmSandboxes() != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d warm sandboxes, want %d; log:\n%s", f.e.WarmSandboxes(), n, f.logs.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	dir := newFakeDataDir(t)
+	f := startFakeEngine(t, dir, Config{PoolSize: 1})
+	waitWarm(f, 1)
+	warm := pooled(f)
+	f.e.Close()
+
+	g := startFakeEngine(t, dir, Config{PoolSize: 1})
+	if got := g.e.WarmSandboxes(); got != 1 {
+		t.Fatalf("after restart %d warm sandboxes, want the 1 adopted", got)
+	}
+	if got := pooled(g); len(got) != 1 || got[0] != warm[0] {
+		t.Fatalf("warm sandboxes after restart %v, want the same %v", got, warm)
+	}
+	if sb := g.create(t, "x"); sb.ID != warm[0] {
+		t.Fatalf("create after restart made %s, not the adopted warm %s", sb.ID, warm[0])
+	}
+	waitWarm(g, 1)
+	refill := pooled(g)
+	g.e.Close()
+
+	h := startFakeEngine(t, dir, Config{PoolSize: 0})
+	waitWarm(h, 0)
+	deadline := time.Now().Add(hangDeadline)
+	for len(pooled(h)) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("warm sandboxes of a pool no longer kept: %v", pooled(h))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := h.state(t, refill[0]); got != runtime.StatusMissing {
+		t.Fatalf("the dropped warm sandbox's container is %s, want missing", got)
+	}
+	if out, _ := h.run(t, "x", "echo", "kept"); out != "kept\n" {
+		t.Fatalf("the claimed sandbox after the pool went: %q", out)
+	}
+}

@@ -239,18 +239,23 @@ type snapRestoreOp struct {
 func (e *Engine) recoverSnapRestore(ctx context.Context, op *store.Op) error {
 	defer func() { _ = e.st.DeleteOp(ctx, op.ID) }()
 	var so snapRestoreOp
-	if err := json.Unmarshal(op.Data, &so); err != nil {
-		return fmt.Errorf("journal entry %s: %w", op.ID, err)
-	}
+	jerr := json.Unmarshal(op.Data, &so)
 	sb, err := e.st.GetSandbox(ctx, op.SandboxID)
 	if err != nil {
 		return nil // deleted meanwhile
 	}
-	e.log.Info("recover: finishing an interrupted snapshot restore", "sandbox", sb.Name, "snapshot", so.Snapshot)
 	_ = e.rt.Delete(ctx, sb.ID)
 	_ = e.net.Delete(sb.ID)
 	_ = e.layers.Unmount(sb.ID)
 	sb.State = api.StateStopped
+	if jerr != nil {
+		// Which snapshot it was is lost: the sandbox stays stopped on the
+		// disk it has, which the restore may have partly rebuilt.
+		e.log.Error("recover: unreadable snapshot restore journal entry; stopping the sandbox as it is", "sandbox", sb.Name, "op", op.ID, "err", jerr)
+		sb.StateReason = "restoring a snapshot in place was interrupted by a crash of sbxd and could not be finished: its journal entry was unreadable; the disk may be partly restored"
+		return e.st.UpdateSandbox(ctx, sb)
+	}
+	e.log.Info("recover: finishing an interrupted snapshot restore", "sandbox", sb.Name, "snapshot", so.Snapshot)
 	sn, err := e.st.GetSnapshot(ctx, so.Snapshot)
 	var diskM *disk.Manifest
 	if err == nil {
