@@ -30,6 +30,9 @@ type Layers struct {
 	legacy    map[string]bool
 	// fallback is why auto mode did not use btrfs.
 	fallback string
+	// unmounted: no overlayfs, the root filesystem is the upper dir
+	// (NewUnmountedLayers, for tests without root).
+	unmounted bool
 	// growMu serialises growths of the loop image; growErr is the last
 	// growth's failure.
 	growMu  sync.Mutex
@@ -45,6 +48,21 @@ type Layers struct {
 // (OpenLayers makes btrfs ones).
 func NewLayers(dir string) *Layers {
 	return &Layers{dir: dir, caches: map[string]cacheFile{}, legacy: map[string]bool{}}
+}
+
+// NewUnmountedLayers returns plain-directory layers rooted at dir that
+// make no mount, for tests that run without root (the engine's fake-runtime
+// tier); sbxd never uses them. A layer's root filesystem is its upper dir
+// itself: what the sandbox writes lands in the upper dir as it would
+// through overlayfs, but the image (the lowerdir) is not part of the root
+// filesystem, and nothing overlayfs does (whiteouts, copy-up) happens.
+// Mount and Unmount do nothing; Mounted reports whether the layer exists;
+// the mark of a swapped restore is the xattr user.sbx.restore (trusted.*
+// needs CAP_SYS_ADMIN), so the filesystem must support user xattrs.
+func NewUnmountedLayers(dir string) *Layers {
+	l := NewLayers(dir)
+	l.unmounted = true
+	return l
 }
 
 // Dir is the directory that holds every new layer.
@@ -69,6 +87,9 @@ type LayerPaths struct {
 // Paths returns the paths of the layer of sandbox id.
 func (l *Layers) Paths(id string) LayerPaths {
 	d := l.base(id)
+	if l.unmounted {
+		return LayerPaths{Upper: filepath.Join(d, "upper"), Work: filepath.Join(d, "work"), RootFS: filepath.Join(d, "upper")}
+	}
 	return LayerPaths{Upper: filepath.Join(d, "upper"), Work: filepath.Join(d, "work"), RootFS: filepath.Join(d, "rootfs")}
 }
 
@@ -99,8 +120,13 @@ func (l *Layers) Create(id string) error {
 
 const overlayfsMagic = 0x794c7630
 
-// Mounted reports whether id's overlayfs is mounted.
+// Mounted reports whether id's overlayfs is mounted (for unmounted
+// layers: whether id's upper dir, its root filesystem, exists).
 func (l *Layers) Mounted(id string) bool {
+	if l.unmounted {
+		st, err := os.Stat(l.Paths(id).Upper)
+		return err == nil && st.IsDir()
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(l.Paths(id).RootFS, &st); err != nil {
 		return false
@@ -111,7 +137,7 @@ func (l *Layers) Mounted(id string) bool {
 // Mount mounts id's overlayfs on its rootfs dir with lower (an image's
 // root filesystem) as lowerdir; it does nothing when already mounted.
 func (l *Layers) Mount(id, lower string) error {
-	if l.Mounted(id) {
+	if l.unmounted || l.Mounted(id) {
 		return nil
 	}
 	p := l.Paths(id)
@@ -128,6 +154,9 @@ func (l *Layers) Mount(id, lower string) error {
 
 // Unmount unmounts id's overlayfs (lazily if busy); not mounted is fine.
 func (l *Layers) Unmount(id string) error {
+	if l.unmounted {
+		return nil
+	}
 	rootfs := l.Paths(id).RootFS
 	for l.Mounted(id) {
 		err := unix.Unmount(rootfs, 0)
@@ -300,6 +329,18 @@ func (l *Layers) DropCache(id string) error {
 // happened. overlayfs ignores trusted.sbx.* names.
 const restoreXattr = "trusted.sbx.restore"
 
+// unmountedRestoreXattr marks a swapped restore on unmounted layers (see
+// NewUnmountedLayers).
+const unmountedRestoreXattr = "user.sbx.restore"
+
+// restoreMark is the xattr that marks a swapped restore on l.
+func (l *Layers) restoreMark() string {
+	if l.unmounted {
+		return unmountedRestoreXattr
+	}
+	return restoreXattr
+}
+
 // NewRestoreDir makes an empty directory beside id's upperdir for a
 // restore to build the new layer in, named by the operation id.
 func (l *Layers) NewRestoreDir(id, opID string) (string, error) {
@@ -324,11 +365,11 @@ func (l *Layers) RestoreDir(id, opID string) string {
 // upperdir, whole, whatever happens. The overlay must be unmounted. The
 // new upperdir is marked with opID until ClearSwapMark.
 func (l *Layers) Swap(id, opID string) error {
-	if l.Mounted(id) {
+	if !l.unmounted && l.Mounted(id) {
 		return fmt.Errorf("swap layer of %s: overlay still mounted", id)
 	}
 	newDir := l.RestoreDir(id, opID)
-	if err := unix.Setxattr(newDir, restoreXattr, []byte(opID), 0); err != nil {
+	if err := unix.Setxattr(newDir, l.restoreMark(), []byte(opID), 0); err != nil {
 		return fmt.Errorf("mark restored layer: %w", err)
 	}
 	if err := fsyncDir(newDir); err != nil {
@@ -344,7 +385,7 @@ func (l *Layers) Swap(id, opID string) error {
 // carries its mark.
 func (l *Layers) Swapped(id, opID string) bool {
 	buf := make([]byte, 128)
-	n, err := unix.Getxattr(l.Paths(id).Upper, restoreXattr, buf)
+	n, err := unix.Getxattr(l.Paths(id).Upper, l.restoreMark(), buf)
 	return err == nil && string(buf[:n]) == opID
 }
 
@@ -359,7 +400,7 @@ func (l *Layers) FinishSwap(id, opID string, later bool) error {
 	} else if err := os.RemoveAll(l.RestoreDir(id, opID)); err != nil {
 		return err
 	}
-	if err := unix.Removexattr(l.Paths(id).Upper, restoreXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+	if err := unix.Removexattr(l.Paths(id).Upper, l.restoreMark()); err != nil && !errors.Is(err, unix.ENODATA) {
 		return err
 	}
 	work := l.Paths(id).Work

@@ -21,7 +21,6 @@ import (
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
-	"github.com/sbxhq/sbx/internal/network"
 	"github.com/sbxhq/sbx/internal/runtime"
 	"github.com/sbxhq/sbx/internal/store"
 )
@@ -92,8 +91,12 @@ type Engine struct {
 	images *disk.Images
 	layers *disk.Layers
 	blobs  blob.Store
-	net    *network.Manager
+	net    Network
 	log    *slog.Logger
+	// mountRunDir makes a sandbox's /.sbx/run dir: disk.MountRunDir, a
+	// tmpfs. Only the engine's unit tests change it (a plain directory,
+	// without root).
+	mountRunDir func(dir string) error
 
 	sandboxesDir string
 	volumesDir   string
@@ -143,9 +146,10 @@ type Engine struct {
 	cancel context.CancelFunc
 }
 
-// New returns an engine. Call Start before serving requests and Close when
+// New returns an engine. netm makes the sandboxes' networks (sbxd passes
+// its *network.Manager). Call Start before serving requests and Close when
 // done.
-func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, netm *network.Manager, blobs blob.Store, log *slog.Logger) (*Engine, error) {
+func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, netm Network, blobs blob.Store, log *slog.Logger) (*Engine, error) {
 	if cfg.DefaultCPUs == 0 {
 		cfg.DefaultCPUs = 1
 	}
@@ -205,6 +209,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	e := &Engine{
 		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log, gcKick: make(chan struct{}, 1), gcRound: make(chan struct{}, 1),
 		layers:       layers,
+		mountRunDir:  disk.MountRunDir,
 		host:         host,
 		capacity:     hostCapacity(host, cfg),
 		sandboxesDir: filepath.Join(cfg.DataDir, "sandboxes"),

@@ -12,6 +12,35 @@ import (
 	"github.com/sbxhq/sbx/internal/store"
 )
 
+// Network is what the engine asks of the sandboxes' networks: a namespace
+// per running sandbox and the rules it enforces. *network.Manager is the
+// one sbxd uses; its methods document the errors. The engine's unit tests
+// use a fake that makes no namespace (the fake runtime ignores
+// runtime.Spec.NetNS).
+type Network interface {
+	// ResolvConf is the /etc/resolv.conf every sandbox gets.
+	ResolvConf() string
+	// Start enforces the rules of the attached sandboxes and removes
+	// what no attached sandbox owns; Create works only after it.
+	Start() error
+	// Create makes sandbox id's network and returns its namespace path.
+	Create(id, name string, rules *network.Rules) (string, error)
+	// Attach takes over the network of a sandbox that runs already.
+	Attach(id, name string, rules *network.Rules) error
+	// Update replaces a running sandbox's rules.
+	Update(id string, rules *network.Rules) error
+	// Rename tells the network a sandbox's new name.
+	Rename(id, name string)
+	// Delete removes sandbox id's network; a missing one is fine.
+	Delete(id string) error
+	// Check refuses rules that can never work on this host.
+	Check(r *network.Rules) error
+	// Log is the audit of a running sandbox's network.
+	Log(id string) (api.NetworkLog, error)
+}
+
+var _ Network = (*network.Manager)(nil)
+
 // defaultNetwork is what a sandbox gets when the request names no rules:
 // the API's default, internet on.
 func defaultNetwork() api.NetworkRules {

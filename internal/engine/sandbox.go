@@ -214,7 +214,7 @@ func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	if err := disk.MountRunDir(e.runDir(sb.ID)); err != nil {
+	if err := e.mountRunDir(e.runDir(sb.ID)); err != nil {
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))

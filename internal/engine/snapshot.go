@@ -410,7 +410,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	if err != nil {
 		return err
 	}
-	if err := disk.MountRunDir(e.runDir(sb.ID)); err != nil {
+	if err := e.mountRunDir(e.runDir(sb.ID)); err != nil {
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))

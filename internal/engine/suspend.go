@@ -370,7 +370,7 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 	if err != nil {
 		return err
 	}
-	if err := disk.MountRunDir(e.runDir(sb.ID)); err != nil {
+	if err := e.mountRunDir(e.runDir(sb.ID)); err != nil {
 		return err
 	}
 	_ = os.Remove(e.socketPath(sb.ID))
