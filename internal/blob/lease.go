@@ -92,6 +92,13 @@ func (le *Lease) Release() {
 	le.held = nil
 }
 
+// Released reports whether Release has run.
+func (le *Lease) Released() bool {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.done
+}
+
 // Store returns st seen through the lease: Put, Has and Get pin their
 // digest first, so that a blob found present stays present, and a blob an
 // operation reads (a snapshot it restores) is not swept under it.

@@ -252,6 +252,21 @@ func (l *Local) Delete(ctx context.Context, d Digest) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
+	// A blob put and never flushed (its capture failed) is a temp file:
+	// drop it, after any flush in progress (which would commit it).
+	l.mu.Lock()
+	_, busy := l.pending[d]
+	l.mu.Unlock()
+	if busy {
+		l.flushMu.Lock()
+		l.mu.Lock()
+		pb, still := l.pending[d]
+		l.mu.Unlock()
+		if still {
+			l.drop(d, pb.tmp)
+		}
+		l.flushMu.Unlock()
+	}
 	err := os.Remove(l.path(d))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -259,8 +274,33 @@ func (l *Local) Delete(ctx context.Context, d Digest) error {
 	return err
 }
 
-// Walk implements Store.
+// Walk implements Store. It reports blobs put and not yet flushed too
+// (with the size of their temp file), so that a collector can delete what
+// a failed capture put and never committed.
 func (l *Local) Walk(ctx context.Context, fn func(Digest, int64) error) error {
+	l.mu.Lock()
+	pending := make(map[Digest]int64, len(l.pending))
+	for d, pb := range l.pending {
+		pending[d] = int64(pb.n)
+	}
+	l.mu.Unlock()
+	for d, n := range pending {
+		if err := fn(d, n); err != nil {
+			return err
+		}
+	}
+	if err := l.walkCommitted(ctx, func(d Digest, size int64) error {
+		if _, ok := pending[d]; ok {
+			return nil // committed by a flush since: reported once
+		}
+		return fn(d, size)
+	}); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (l *Local) walkCommitted(ctx context.Context, fn func(Digest, int64) error) error {
 	root := filepath.Join(l.dir, "sha256")
 	subs, err := os.ReadDir(root)
 	if err != nil {

@@ -242,6 +242,8 @@ func (e *Engine) checkpointLocked(ctx context.Context, sb *store.Sandbox, commen
 	progress("capturing the disk")
 	m, ref, stats, err := e.storeLayer(ctx, sb.ID, freeze, thaw, progress)
 	if err != nil {
+		release()
+		e.freeFailedCapture(ctx)
 		if derr := deletedDuring(sb, "checkpoint", err); derr != nil {
 			return nil, derr
 		}
@@ -668,6 +670,12 @@ func (e *Engine) loadManifest(ctx context.Context, sandboxID string, seq int) (*
 // cache references and no operation in progress pins (blob.Leases): it
 // never waits for a capture, and no capture waits for it.
 func (e *Engine) collectGarbage(ctx context.Context) error {
+	select {
+	case e.gcRound <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-e.gcRound }()
 	round := e.leases.BeginRound()
 	defer round.End()
 	cps, err := e.st.ListCheckpoints(ctx, "")
@@ -734,6 +742,30 @@ func (e *Engine) collectImages(ctx context.Context) error {
 	}
 	return e.images.GC(ctx, keep, false)
 }
+
+// freeFailedCapture deletes the blobs that a failed capture stored and
+// nothing records, before the failure is answered: a capture that failed
+// because the blob store is full must not leave it full (the next one
+// would fail too). Its lease must be released; a lease of an enclosing
+// operation still pins them, and the periodic collection frees them
+// later. It waits at most FreeFailedCaptureWait, then leaves the work to
+// the collector.
+func (e *Engine) freeFailedCapture(ctx context.Context) {
+	if le := leaseOf(ctx); le != nil && !le.Released() {
+		e.kickGC()
+		return
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FreeFailedCaptureWait)
+	defer cancel()
+	if err := e.collectGarbage(gctx); err != nil {
+		e.log.Warn("blob gc after a failed capture", "err", err)
+		e.kickGC()
+	}
+}
+
+// FreeFailedCaptureWait bounds the collection a failed capture runs before
+// it answers.
+const FreeFailedCaptureWait = 30 * time.Second
 
 // kickGC asks the collector to run soon.
 func (e *Engine) kickGC() {

@@ -121,6 +121,9 @@ type Engine struct {
 	// collector, without either waiting for the other.
 	leases *blob.Leases
 	gcKick chan struct{}
+	// gcRound admits one blob collection round at a time (blob.Leases
+	// keeps the pins of one round).
+	gcRound chan struct{}
 	// captures cancel the capture in progress of a sandbox (by id), for
 	// a delete; guarded by mu.
 	captures map[string]context.CancelCauseFunc
@@ -204,7 +207,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		log.Warn("writable layers on plain directories, without disk quotas: btrfs is not available", "reason", fb)
 	}
 	e := &Engine{
-		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log, gcKick: make(chan struct{}, 1),
+		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log, gcKick: make(chan struct{}, 1), gcRound: make(chan struct{}, 1),
 		layers:       layers,
 		mountRunDir:  disk.MountRunDir,
 		host:         host,

@@ -296,6 +296,15 @@ func TestCheckpointDiskFull(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ID != "v0" {
 		t.Fatalf("after a failed checkpoint: %+v %v", list, err)
 	}
+	// What the failed checkpoint stored is gone once it has answered: it
+	// must not leave the store full.
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(tiny, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if free := int64(fs.Bavail) * fs.Bsize; free < 6<<20 {
+		t.Fatalf("the failed checkpoint left its chunks: %d bytes free of 8 MiB", free)
+	}
 	mustSh(t, sb, "rm /workspace/big; echo small > /workspace/small")
 	cp, err := sb.Checkpoint(ctx, "fits")
 	if err != nil || cp.ID != "v1" {
