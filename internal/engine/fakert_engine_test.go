@@ -17,10 +17,14 @@ import (
 )
 
 // waitLog waits (hangDeadline at most) for the engine's log to contain s.
-func (f *fakeEnv) waitLog(t *testing.T, s string) {
+func (f *fakeEnv) waitLog(t *testing.T, s string) { t.Helper(); f.waitLogN(t, s, 1) }
+
+// waitLogN waits (hangDeadline at most) for the engine's log to contain s
+// n times.
+func (f *fakeEnv) waitLogN(t *testing.T, s string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(hangDeadline)
-	for !strings.Contains(f.logs.String(), s) {
+	for strings.Count(f.logs.String(), s) < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("the log never says %q:\n%s", s, f.logs.String())
 		}
@@ -688,9 +692,10 @@ func TestFakeLockTable(t *testing.T) {
 	for range 2 {
 		go func() { results <- result{"delete", f.e.Delete(ctx, "a")} }()
 	}
-	// Nothing that waits may answer before the checkpoint ends; whatever
-	// came back by now must not be a conflict.
-	f.waitLog(t, "delete: waiting for the operation in progress")
+	// Nothing that waits may answer before the checkpoint ends. Both
+	// deletes must be waiting before it runs: a delete that comes during
+	// the capture cancels it (another row of the table).
+	f.waitLogN(t, "delete: waiting for the operation in progress", 2)
 	select {
 	case r := <-results:
 		t.Fatalf("%s answered while the checkpoint held the sandbox: %v", r.what, r.err)
