@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/sbxhq/sbx/internal/network"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sbxhq/sbx/api"
@@ -376,7 +377,7 @@ func (s *soak) inspectHost(ctx context.Context) (*hostView, error) {
 		}
 		return "?" + short
 	}
-	links, err := netlink.LinkList()
+	links, err := network.Consistent(netlink.LinkList)
 	if err != nil {
 		return nil, err
 	}
@@ -636,7 +637,7 @@ func (s *soak) cleanupHost() {
 		c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: s.d.netTag})
 		_ = c.Flush()
 	}
-	if links, err := netlink.LinkList(); err == nil {
+	if links, err := network.Consistent(netlink.LinkList); err == nil {
 		for _, l := range links {
 			if strings.HasPrefix(l.Attrs().Name, s.d.netTag+"-") {
 				_ = netlink.LinkDel(l)
