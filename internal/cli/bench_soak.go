@@ -20,12 +20,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sbxhq/sbx/internal/network"
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
+	"github.com/sbxhq/sbx/internal/network"
 )
 
 // soakOptions are the flags of sbx bench soak.

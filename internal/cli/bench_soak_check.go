@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/sbxhq/sbx/internal/network"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
+	"github.com/sbxhq/sbx/internal/network"
 )
 
 // check checks the invariants with the agents held: the sandboxes,
