@@ -80,14 +80,36 @@ ls -l "$PREFIX/sbxd" "$PREFIX/sbx" "$PREFIX/sbx-agent" | awk '{print $5, $9}'
 
 step "sbxd"
 mkdir -p /run/sbx /var/log
-if [ -f /run/sbx/sbxd.pid ] && kill -0 "$(cat /run/sbx/sbxd.pid)" 2>/dev/null; then
-  echo "stopping the running sbxd (its sandboxes keep running and are reattached)"
-  kill "$(cat /run/sbx/sbxd.pid)"
-  for _ in $(seq 50); do kill -0 "$(cat /run/sbx/sbxd.pid)" 2>/dev/null || break; sleep 0.2; done
+# The sbxd of the data dir holds the flock of its sbxd.lock and wrote its pid
+# there, however it was started (this script, or by hand after a crash).
+lockfile=/var/lib/sbx/sbxd.lock
+if [ -f "$lockfile" ] && ! flock -n "$lockfile" true 2>/dev/null; then
+  pid=$(tr -dc 0-9 <"$lockfile")
+  # An sbxd from before the pid was written there: the pid file of the last start.
+  [ -n "$pid" ] || pid=$(tr -dc 0-9 2>/dev/null </run/sbx/sbxd.pid || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    echo "stopping the running sbxd, pid $pid (its sandboxes keep running and are reattached)"
+    kill "$pid"
+  fi
+  if ! flock -w 15 "$lockfile" true; then
+    echo "the running sbxd (pid ${pid:-unknown}) did not stop within 15 s; stop it and run this again" >&2
+    exit 1
+  fi
 fi
 setsid "$PREFIX/sbxd" >>/var/log/sbxd.log 2>&1 </dev/null &
-echo $! >/run/sbx/sbxd.pid
-for _ in $(seq 100); do sbx version >/dev/null 2>&1 && break; sleep 0.1; done
+pid=$!
+echo "$pid" >/run/sbx/sbxd.pid
+up=""
+for _ in $(seq 1200); do
+  if ! kill -0 "$pid" 2>/dev/null; then break; fi
+  if sbx version >/dev/null 2>&1; then up=1; break; fi
+  sleep 0.1
+done
+if [ -z "$up" ]; then
+  echo "sbxd (pid $pid) did not come up; the end of /var/log/sbxd.log:" >&2
+  tail -n 20 /var/log/sbxd.log >&2
+  exit 1
+fi
 sbx version
 echo "log: /var/log/sbxd.log"
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
+	"github.com/sbxhq/sbx/internal/network"
 )
 
 // check checks the invariants with the agents held: the sandboxes,
@@ -376,7 +377,7 @@ func (s *soak) inspectHost(ctx context.Context) (*hostView, error) {
 		}
 		return "?" + short
 	}
-	links, err := netlink.LinkList()
+	links, err := network.Consistent(netlink.LinkList)
 	if err != nil {
 		return nil, err
 	}
@@ -636,7 +637,7 @@ func (s *soak) cleanupHost() {
 		c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: s.d.netTag})
 		_ = c.Flush()
 	}
-	if links, err := netlink.LinkList(); err == nil {
+	if links, err := network.Consistent(netlink.LinkList); err == nil {
 		for _, l := range links {
 			if strings.HasPrefix(l.Attrs().Name, s.d.netTag+"-") {
 				_ = netlink.LinkDel(l)

@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -357,10 +358,14 @@ func findAgent(configured string) (string, error) {
 	return "", errors.New("sbx-agent not found next to sbxd or in PATH (go install ./cmd/... with CGO_ENABLED=0)")
 }
 
-// lockDataDir takes an exclusive lock on the data dir, so that two sbxd
-// never manage the same sandboxes.
+// lockDataDir takes an exclusive flock on DIR/sbxd.lock, so that two sbxd
+// never manage the same sandboxes, and writes this process's pid into it
+// ("1234\n"): whoever holds the lock is the data dir's sbxd, however it
+// was started (scripts/install.sh stops it by that pid). Errors: another
+// live process holds it after 10 s (the error gives its pid).
 func lockDataDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "sbxd.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	path := filepath.Join(dir, "sbxd.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -368,14 +373,22 @@ func lockDataDir(dir string) (*os.File, error) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return f, nil
+			break
 		}
 		if time.Now().After(deadline) {
 			f.Close()
-			return nil, fmt.Errorf("data dir %s is in use by another sbxd", dir)
+			holder := ""
+			if b, err := os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) > 0 {
+				holder = fmt.Sprintf(" (pid %s)", bytes.TrimSpace(b))
+			}
+			return nil, fmt.Errorf("data dir %s is in use by another sbxd%s", dir, holder)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }
 
 // ShutdownTimeout bounds how long Run waits, once ctx is cancelled, for

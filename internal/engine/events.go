@@ -204,6 +204,21 @@ func (e *Engine) deliverPending(ctx context.Context, sb *store.Sandbox) {
 	}
 }
 
+// deliverAllPending gives every suspended sandbox with a wake key the
+// events pending for it (at start, after recovery).
+func (e *Engine) deliverAllPending(ctx context.Context) {
+	sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		e.log.Warn("deliver pending events", "err", err)
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State == api.StateSuspended && sb.WakeOn != "" {
+			e.deliverPending(ctx, sb)
+		}
+	}
+}
+
 // resumeAsync resumes sandbox id in the background.
 func (e *Engine) resumeAsync(id, why string) {
 	e.bg.Add(1)

@@ -575,12 +575,15 @@ func TestFakeRecoverSuspendJournal(t *testing.T) {
 		t.Parallel()
 		f, sb := setup(t)
 		f.plantSuspendSnapshot(t, sb, "snap_stored")
-		f.plantOp(t, sb.ID, "suspend", suspendOp{Snapshot: "snap_stored"})
+		f.plantOp(t, sb.ID, "suspend", suspendOp{Snapshot: "snap_stored", WakeOn: "k1"})
 		g := startFakeEngine(t, f.dir, Config{})
 		noOps(t, g)
 		got, err := g.e.Get(ctx, "a")
 		if err != nil || got.State != api.StateSuspended || got.SuspendSnapshot != "snap_stored" {
 			t.Fatalf("after restart: %+v %v, want suspended on snap_stored", got, err)
+		}
+		if got.WakeOn != "k1" {
+			t.Errorf("wake key after the recovered suspend: %q, want k1 (an event could never wake it)", got.WakeOn)
 		}
 		released(t, g, sb)
 	})

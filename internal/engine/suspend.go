@@ -39,6 +39,9 @@ func validateWakeKey(field, key string) error {
 // suspendOp is the journal entry of a suspend or a resume.
 type suspendOp struct {
 	Snapshot string `json:"snapshot"`
+	// WakeOn is the suspend's wake key: a recovery that completes the
+	// suspend records it (entries written before it existed have none).
+	WakeOn string `json:"wake_on,omitempty"`
 }
 
 func (e *Engine) suspendCache(id string) string {
@@ -115,7 +118,7 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	defer release()
 	id := newSnapshotID()
 	opID := "suspend-" + sb.ID
-	data, _ := json.Marshal(suspendOp{Snapshot: id})
+	data, _ := json.Marshal(suspendOp{Snapshot: id, WakeOn: wakeOn})
 	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "suspend", Data: data}); err != nil {
 		return nil, failed(err)
 	}
@@ -439,7 +442,11 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 			// Memory and disk are stored: the suspend completes (the
 			// container, paused since the capture, goes).
 			e.log.Info("recover: completing a suspend whose memory and disk were stored", "sandbox", sb.Name)
-			if err := e.finishSuspend(ctx, sb, so.Snapshot, sb.WakeOn); err != nil {
+			wakeOn := so.WakeOn
+			if wakeOn == "" {
+				wakeOn = sb.WakeOn
+			}
+			if err := e.finishSuspend(ctx, sb, so.Snapshot, wakeOn); err != nil {
 				return err
 			}
 		default:

@@ -195,7 +195,7 @@ func systemResolver() string {
 // defaultRouteMTU is the MTU of the interface of the host's default route
 // (a veth bigger than the path out would break large packets), or 1500.
 func defaultRouteMTU() int {
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := Consistent(func() ([]netlink.Route, error) { return netlink.RouteList(nil, netlink.FAMILY_V4) })
 	if err == nil {
 		for _, r := range routes {
 			if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
@@ -254,7 +254,7 @@ func (m *Manager) Attach(id, name string, rules *Rules) error {
 	if err != nil {
 		return fmt.Errorf("network of %s: interface %s: %w", name, ifn, err)
 	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+	addrs, err := Consistent(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
 	if err != nil || len(addrs) == 0 {
 		return fmt.Errorf("network of %s: no address on %s", name, ifn)
 	}
@@ -318,7 +318,7 @@ func (m *Manager) Start() error {
 	if err := m.syncLocked(); err != nil {
 		return err
 	}
-	links, err := netlink.LinkList()
+	links, err := Consistent(netlink.LinkList)
 	if err != nil {
 		return err
 	}
