@@ -25,7 +25,6 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
-	"github.com/sbxhq/sbx/internal/network"
 )
 
 // soakOptions are the flags of sbx bench soak.
@@ -309,18 +308,18 @@ func findSbxd(flag string) (string, error) {
 // freeNetwork picks a network tag and a /20 that no interface, route or
 // nftables table of the host uses, so the soak's sbxd cannot meet another.
 func freeNetwork(tag, cidr string) (string, string, error) {
-	links, err := network.Consistent(netlink.LinkList)
+	links, err := linkList()
 	if err != nil {
 		return "", "", err
 	}
 	var used []netip.Prefix
-	addrs, _ := network.Consistent(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
+	addrs, _ := netlink.AddrList(nil, netlink.FAMILY_V4)
 	for _, a := range addrs {
 		if p, err := netip.ParsePrefix(a.IPNet.String()); err == nil {
 			used = append(used, p.Masked())
 		}
 	}
-	routes, _ := network.Consistent(func() ([]netlink.Route, error) { return netlink.RouteList(nil, netlink.FAMILY_V4) })
+	routes, _ := netlink.RouteList(nil, netlink.FAMILY_V4)
 	for _, r := range routes {
 		if r.Dst != nil {
 			if p, err := netip.ParsePrefix(r.Dst.String()); err == nil && p.Bits() > 0 {

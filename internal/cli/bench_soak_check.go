@@ -20,7 +20,6 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
-	"github.com/sbxhq/sbx/internal/network"
 )
 
 // check checks the invariants with the agents held: the sandboxes,
@@ -377,7 +376,7 @@ func (s *soak) inspectHost(ctx context.Context) (*hostView, error) {
 		}
 		return "?" + short
 	}
-	links, err := network.Consistent(netlink.LinkList)
+	links, err := linkList()
 	if err != nil {
 		return nil, err
 	}
@@ -637,11 +636,25 @@ func (s *soak) cleanupHost() {
 		c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: s.d.netTag})
 		_ = c.Flush()
 	}
-	if links, err := network.Consistent(netlink.LinkList); err == nil {
+	if links, err := linkList(); err == nil {
 		for _, l := range links {
 			if strings.HasPrefix(l.Attrs().Name, s.d.netTag+"-") {
 				_ = netlink.LinkDel(l)
 			}
 		}
+	}
+}
+
+// linkList is netlink.LinkList read again while the kernel reports that
+// the list changed during the read (netlink.ErrDumpInterrupted: sandboxes
+// boot and go meanwhile), at most 20 times. The CLI imports no internal
+// package, so this is not sbxd's network.Consistent.
+func linkList() ([]netlink.Link, error) {
+	for i := 1; ; i++ {
+		links, err := netlink.LinkList()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || i == 20 {
+			return links, err
+		}
+		time.Sleep(time.Duration(i) * 10 * time.Millisecond)
 	}
 }
