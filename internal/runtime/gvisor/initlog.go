@@ -44,14 +44,17 @@ func newInitLog(bundle string) (l *initLog, stdin, stdout *os.File, err error) {
 	if err := unix.Mkfifo(p, 0o600); err != nil {
 		return nil, nil, nil, err
 	}
-	l, err = attachInitLog(bundle)
+	l, err = openInitLog(bundle)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// The drain starts once a writer holds the FIFO: a read with no
+	// writer yet is EOF, which would end it before the container wrote.
 	if l.hold, err = os.OpenFile(p, os.O_WRONLY, 0); err != nil {
-		l.close()
+		l.pipe.Close()
 		return nil, nil, nil, err
 	}
+	go l.drain()
 	if stdin, err = os.OpenFile(p, os.O_RDONLY, 0); err != nil {
 		l.close()
 		return nil, nil, nil, err
@@ -67,6 +70,16 @@ func newInitLog(bundle string) (l *initLog, stdin, stdout *os.File, err error) {
 // attachInitLog drains an existing bundle/init.pipe (a container started
 // by an earlier sbxd) until its last writer goes.
 func attachInitLog(bundle string) (*initLog, error) {
+	l, err := openInitLog(bundle)
+	if err != nil {
+		return nil, err
+	}
+	go l.drain()
+	return l, nil
+}
+
+// openInitLog opens bundle/init.pipe's read end, without draining it yet.
+func openInitLog(bundle string) (*initLog, error) {
 	// O_NONBLOCK: opening a FIFO's read end does not wait for a writer,
 	// and reads go through Go's poller.
 	pipe, err := os.OpenFile(initPipe(bundle), os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
@@ -77,9 +90,7 @@ func attachInitLog(bundle string) (*initLog, error) {
 		pipe.Close()
 		return nil, errors.New("init.pipe is not a FIFO")
 	}
-	l := &initLog{dir: bundle, pipe: pipe, done: make(chan struct{})}
-	go l.drain()
-	return l, nil
+	return &initLog{dir: bundle, pipe: pipe, done: make(chan struct{})}, nil
 }
 
 func (l *initLog) drain() {
