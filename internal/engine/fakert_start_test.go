@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/network"
+	"github.com/sbxhq/sbx/internal/runtime"
 	"github.com/sbxhq/sbx/internal/store"
 )
 
@@ -198,5 +200,54 @@ func TestFakeStartNetworkAttachFails(t *testing.T) {
 	}
 	if _, err := f.e.Create(ctx, CreateOptions{CreateSandboxRequest: api.CreateSandboxRequest{Name: "a"}}); err != nil {
 		t.Fatalf("create once the network attaches: %v", err)
+	}
+}
+
+// TestFakeStartRestoreChecksAndCleansUp: the restore branch of start, as
+// far as the fake goes (it cannot restore memory). A memory image of
+// another container layout is refused (errImageLayout) before anything is
+// changed: the disk is not rebuilt, no network is attached. An image of
+// this layout that the runtime fails to restore leaves nothing started
+// (no container, no network), and the sandbox boots on its disk after.
+func TestFakeStartRestoreChecksAndCleansUp(t *testing.T) {
+	t.Parallel()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	ctx := context.Background()
+	f.create(t, "a")
+	f.writeFile(t, "a", "/kept", "disk")
+	if _, err := f.e.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := f.e.Get(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := t.TempDir() // an image without the layout record
+	err = f.e.start(ctx, sb, startFrom{image: old, disk: &disk.Manifest{}, what: "resumed"})
+	if !errors.Is(err, errImageLayout) {
+		t.Fatalf("start from an image of another layout: %v, want errImageLayout", err)
+	}
+	if f.net.has(sb.ID) {
+		t.Error("a refused image attached the network")
+	}
+	if b, err := os.ReadFile(filepath.Join(f.e.layers.Paths(sb.ID).Upper, "kept")); err != nil || string(b) != "disk" {
+		t.Errorf("the disk after a refused image: %q %v, want it untouched", b, err)
+	}
+	img := t.TempDir()
+	if err := writeImageSpec(img); err != nil {
+		t.Fatal(err)
+	}
+	err = f.e.start(ctx, sb, startFrom{image: img, what: "resumed"})
+	if !errors.Is(err, runtime.ErrUnsupported) || !strings.HasPrefix(err.Error(), "restore: ") {
+		t.Fatalf("start from an image the fake cannot restore: %v, want restore: ... unsupported", err)
+	}
+	if f.net.has(sb.ID) {
+		t.Error("a failed restore left the network attached")
+	}
+	if cs, err := f.rt.List(ctx); err != nil || len(cs) != 0 {
+		t.Errorf("containers after the failed restore: %v %v, want none", cs, err)
+	}
+	if got := f.readFile(t, "a", "/kept"); got != "disk" {
+		t.Fatalf("/kept after booting again: %q", got)
 	}
 }
