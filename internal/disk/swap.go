@@ -259,3 +259,25 @@ func (l *Layers) EmptyTrash(id string) error {
 	}
 	return nil
 }
+
+// Build makes layer id (Create) and builds target in its upperdir, which
+// must be empty (a new layer: a sandbox restored from a snapshot, or one
+// whose layer was removed to be built again), with the chunks in blobs.
+// The capture cache then describes it (when the rescan fails, the layer
+// has none and its next capture reads every file). On an error the
+// half-built layer is left for the caller's removal (Remove); a chunk
+// missing from or corrupt in blobs is an error wrapping blob.ErrNotFound
+// or blob.ErrCorrupt.
+func (l *Layers) Build(ctx context.Context, id string, target *Manifest, blobs blob.Store) error {
+	if err := l.Create(id); err != nil {
+		return err
+	}
+	upper := l.Paths(id).Upper
+	if _, err := Materialize(ctx, MaterializeOptions{Target: target, Dst: upper, Store: blobs}); err != nil {
+		return fmt.Errorf("build the disk: %w", err)
+	}
+	if cache, err := Rescan(upper, target); err == nil {
+		_ = l.SaveCache(id, cache)
+	}
+	return nil
+}

@@ -332,3 +332,25 @@ func TestStoreBoundAndFaults(t *testing.T) {
 		t.Fatalf("ended %v, points %v", ended, points)
 	}
 }
+
+func TestBuildMakesTheLayerFromAManifest(t *testing.T) {
+	l, st, s, stored, _ := storedLayer(t)
+	ctx := context.Background()
+	if err := l.Build(ctx, "copy", s.Manifest, st); err != nil {
+		t.Fatal(err)
+	}
+	if got := treeOf(t, l.Paths("copy").Upper); got != stored {
+		t.Fatalf("the built layer:\n%s\nwant:\n%s", got, stored)
+	}
+	if c := l.LoadCache("copy"); c == nil || len(c.Entries) != len(s.Manifest.Entries) {
+		t.Fatal("the built layer has no cache")
+	}
+	for _, d := range s.Manifest.Chunks() {
+		if err := st.Delete(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Build(ctx, "copy2", s.Manifest, st); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("a build without its chunks: %v, want blob.ErrNotFound", err)
+	}
+}

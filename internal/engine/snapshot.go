@@ -382,15 +382,8 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	if err := checkImageSpec(imageDir); err != nil {
 		return err
 	}
-	if err := e.layers.Create(sb.ID); err != nil {
+	if err := e.layers.Build(ctx, sb.ID, diskM, e.blobsFor(ctx)); err != nil {
 		return err
-	}
-	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
-		return fmt.Errorf("build the disk: %w", err)
-	}
-	if cache, err := disk.Rescan(upper, diskM); err == nil {
-		_ = e.layers.SaveCache(sb.ID, cache)
 	}
 	files, size := diskM.Stats()
 	if err := e.st.AddCheckpoint(ctx, &store.Checkpoint{

@@ -475,15 +475,8 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 // rebuildDisk replaces sb's writable layer with one built from diskM.
 func (e *Engine) rebuildDisk(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest) error {
 	_ = e.layers.Remove(sb.ID)
-	if err := e.layers.Create(sb.ID); err != nil {
+	if err := e.layers.Build(ctx, sb.ID, diskM, e.blobsFor(ctx)); err != nil {
 		return err
-	}
-	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
-		return fmt.Errorf("build the disk: %w", err)
-	}
-	if cache, err := disk.Rescan(upper, diskM); err == nil {
-		_ = e.layers.SaveCache(sb.ID, cache)
 	}
 	return e.applyQuota(sb)
 }
