@@ -270,6 +270,42 @@ type ExecRequest struct {
 	// RollbackOnFailure puts the undo back when the command exits non-zero
 	// (a timeout too). Needs Undo.
 	RollbackOnFailure bool `json:"rollback_on_failure,omitempty"`
+	// TTY runs the command on a pseudo-terminal of this size: only on the
+	// terminal route (GET .../exec?tty=1, a WebSocket), where input is
+	// typed and the output is one stream.
+	TTY *Winsize `json:"tty,omitempty"`
+}
+
+// TTYMessage is a text message of the terminal WebSocket (GET
+// /v1/sandboxes/{name}/exec?tty=1). From the client: "resize" (Rows,
+// Cols) and "signal" (Signal, to the command's process group). From sbxd:
+// "start" (PID), then at the end "exit" (ExitCode, DurationMS, TimedOut)
+// or "error" (Error, Code). The terminal's bytes travel as binary
+// messages both ways.
+type TTYMessage struct {
+	Type       string `json:"type"`
+	PID        int    `json:"pid,omitempty"`
+	Rows       uint16 `json:"rows,omitempty"`
+	Cols       uint16 `json:"cols,omitempty"`
+	Signal     int    `json:"signal,omitempty"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Code       Code   `json:"code,omitempty"`
+}
+
+// Types of TTYMessage from the client (sbxd's are the ExecEvent types
+// start, exit and error).
+const (
+	TTYResize = "resize"
+	TTYSignal = "signal"
+)
+
+// Winsize is a terminal's size in character cells (each 1..1000).
+type Winsize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // Values of ExecRequest.Undo and UndoResult.Kind.

@@ -466,6 +466,16 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*Exit, error) {
 	}
 }
 
+// Resize sets the terminal size of a process started with TTY (rows and
+// columns, both > 0); it is ignored for one without.
+func (p *Process) Resize(rows, cols uint16) error {
+	if p.o == nil {
+		return errors.New("resize: the process is not attached")
+	}
+	b, _ := json.Marshal(Winsize{Rows: rows, Cols: cols})
+	return writeFrameNoDeadline(p.o, FrameResize, b)
+}
+
 // Close abandons the process: the agent kills its process group if it
 // still runs (not for an attach, which only detaches).
 func (p *Process) Close() {

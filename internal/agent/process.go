@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/creack/pty"
 	"io/fs"
 	"os"
 	"os/signal"
@@ -327,39 +328,56 @@ func (s *Server) exec(c *conn, req *Request) error {
 		return c.fail(err)
 	}
 
-	var stdinR, stdinW *os.File
-	if req.Stdin {
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
+	var stdinR, stdinW, outR, outW, errR, errW *os.File
+	attr := &os.ProcAttr{Dir: cwd, Env: req.Env, Sys: &syscall.SysProcAttr{Setpgid: true}}
+	if req.TTY {
+		// One terminal for stdin, stdout and stderr; the process leads a
+		// new session whose controlling terminal it is (job control,
+		// Ctrl-C as SIGINT to its foreground group).
+		ptm, pts, err := pty.Open()
+		if err != nil {
 			return c.fail(err)
 		}
-	} else if stdinR, err = devNull(); err != nil {
-		return c.fail(err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return c.fail(err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return c.fail(err)
-	}
-	attr := &os.ProcAttr{
-		Dir:   cwd,
-		Env:   req.Env,
-		Files: []*os.File{stdinR, outW, errW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		if req.Size != nil {
+			_ = pty.Setsize(ptm, &pty.Winsize{Rows: req.Size.Rows, Cols: req.Size.Cols})
+		}
+		stdinR, stdinW, outR, outW = pts, ptm, ptm, pts
+		attr.Files = []*os.File{pts, pts, pts}
+		attr.Sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		if envValue(attr.Env, "TERM") == "" {
+			attr.Env = append(attr.Env, "TERM=xterm-256color")
+		}
+	} else {
+		if req.Stdin {
+			if stdinR, stdinW, err = os.Pipe(); err != nil {
+				return c.fail(err)
+			}
+		} else if stdinR, err = devNull(); err != nil {
+			return c.fail(err)
+		}
+		if outR, outW, err = os.Pipe(); err != nil {
+			return c.fail(err)
+		}
+		if errR, errW, err = os.Pipe(); err != nil {
+			return c.fail(err)
+		}
+		attr.Files = []*os.File{stdinR, outW, errW}
 	}
 	start := time.Now()
 	pid, waitc, err := s.reaper.start(path, req.Cmd, attr)
-	if req.Stdin {
+	if req.Stdin || req.TTY {
 		stdinR.Close()
 	}
 	outW.Close()
-	errW.Close()
+	if errW != nil {
+		errW.Close()
+	}
 	if err != nil {
 		outR.Close()
-		errR.Close()
-		if stdinW != nil {
+		if errR != nil {
+			errR.Close()
+		}
+		if stdinW != nil && !req.TTY {
 			stdinW.Close()
 		}
 		return c.fail(err)
@@ -384,9 +402,12 @@ func (s *Server) exec(c *conn, req *Request) error {
 			}
 		}
 	}
-	pumps.Add(2)
+	pumps.Add(1)
 	go pump(outR, FrameStdout)
-	go pump(errR, FrameStderr)
+	if errR != nil {
+		pumps.Add(1)
+		go pump(errR, FrameStderr)
+	}
 
 	// The process's life: timeout, exit, the end of its output.
 	go func() {
@@ -412,7 +433,9 @@ func (s *Server) exec(c *conn, req *Request) error {
 		// Drain what is left in the pipes, but do not wait for background
 		// children that inherited them.
 		_ = outR.SetReadDeadline(time.Now().Add(outputGrace))
-		_ = errR.SetReadDeadline(time.Now().Add(outputGrace))
+		if errR != nil {
+			_ = errR.SetReadDeadline(time.Now().Add(outputGrace))
+		}
 		pumps.Wait()
 		ex := Exit{DurationMS: dur.Milliseconds(), TimedOut: timedOut}
 		switch {
@@ -435,7 +458,7 @@ func (s *Server) exec(c *conn, req *Request) error {
 		return err
 	}
 	if req.Detach {
-		if stdinW != nil {
+		if stdinW != nil && !req.TTY {
 			stdinW.Close()
 		}
 		return nil
@@ -448,7 +471,7 @@ func (s *Server) exec(c *conn, req *Request) error {
 		var buf []byte
 		stdinOpen := stdinW != nil
 		defer func() {
-			if stdinOpen {
+			if stdinOpen && !req.TTY {
 				stdinW.Close()
 			}
 		}()
@@ -464,13 +487,24 @@ func (s *Server) exec(c *conn, req *Request) error {
 					continue
 				}
 				if len(b) == 0 {
-					stdinW.Close()
+					// On a terminal the end of input is typed (Ctrl-D);
+					// the terminal stays: it carries the output too.
+					if !req.TTY {
+						stdinW.Close()
+					}
 					stdinOpen = false
 					continue
 				}
 				if _, err := stdinW.Write(b); err != nil {
-					stdinW.Close()
+					if !req.TTY {
+						stdinW.Close()
+					}
 					stdinOpen = false
+				}
+			case FrameResize:
+				var ws Winsize
+				if req.TTY && json.Unmarshal(b, &ws) == nil && ws.Rows > 0 && ws.Cols > 0 {
+					_ = pty.Setsize(stdinW, &pty.Winsize{Rows: ws.Rows, Cols: ws.Cols})
 				}
 			case FrameSignal:
 				var sig struct {

@@ -42,7 +42,10 @@ const (
 	// the operation (scanning a sparse file, sizing an archive) though it
 	// has nothing to send yet; the host skips it and restarts its stall
 	// deadline.
-	FrameBusy     byte = 'B'
+	FrameBusy byte = 'B'
+	// FrameResize (host → agent, JSON Winsize) sets the terminal size of
+	// an exec started with TTY.
+	FrameResize   byte = 'Z'
 	MaxFrame           = 1 << 20
 	frameHeaderSz      = 5
 )
@@ -85,6 +88,11 @@ type Request struct {
 	// Stdin is true when the host sends FrameStdin frames; otherwise the
 	// process's stdin is /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
+	// TTY runs the process on a new pseudo-terminal of Size (its session
+	// leader, the terminal its controlling one): stdin frames are typed
+	// on it, its output comes as FrameStdout only, FrameResize resizes it.
+	TTY  bool     `json:"tty,omitempty"`
+	Size *Winsize `json:"size,omitempty"`
 	// File fields.
 	Path      string `json:"path,omitempty"`
 	Mode      uint32 `json:"mode,omitempty"`
@@ -107,6 +115,12 @@ type Request struct {
 	// any data; an archive that grows past it while streaming is cut
 	// (no EOF frame). 0: no bound.
 	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// Winsize is a terminal's size in character cells.
+type Winsize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // TarOutResult is the result frame of a tar_out, sent before the archive.

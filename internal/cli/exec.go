@@ -18,6 +18,7 @@ import (
 func (a *app) execCmd() *cobra.Command {
 	var (
 		interactive bool
+		tty         bool
 		detach      bool
 		cwd         string
 		env         []string
@@ -43,6 +44,12 @@ func (a *app) execCmd() *cobra.Command {
 				Undo: undoKind, RollbackOnFailure: rollback}
 			if timeout < 0 {
 				return fmt.Errorf("--timeout %v must be positive", timeout)
+			}
+			if tty {
+				if detach || undoKind != "" || interactive {
+					return fmt.Errorf("-t runs the command on a terminal: leave out -d, -i and --undo")
+				}
+				return a.terminal(cmd.Context(), args[0], client.TerminalOptions{Cmd: args[1:], Cwd: cwd, Env: e, TimeoutMS: timeout.Milliseconds()})
 			}
 			if interactive {
 				b, err := readStdin(cmd.Context(), a.stdin, maxStdin)
@@ -89,6 +96,7 @@ func (a *app) execCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "run it on a terminal, as sbx shell does (input typed, one output stream)")
 	f.BoolVarP(&detach, "detach", "d", false, "start it and print its pid; follow it with sbx attach")
 	f.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment KEY=VALUE (repeatable)")

@@ -184,6 +184,14 @@ func (p *Process) suspended() error {
 		cur.Name, p.p.PID, p.p.Offset, p.p.PID, p.p.Offset, p.p.Offset, cur.Name, p.p.PID)
 }
 
+// Resize sets the terminal size of a process started with a TTY.
+func (p *Process) Resize(rows, cols uint16) error {
+	if rows == 0 || cols == 0 || rows > 1000 || cols > 1000 {
+		return errdefs.Invalid("size", "%dx%d: rows and cols are 1..1000", rows, cols)
+	}
+	return p.p.Resize(rows, cols)
+}
+
 // Close abandons the process; it is killed if it still runs.
 func (p *Process) Close() {
 	p.p.Close()
@@ -227,6 +235,14 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	if err := validateEnv("env", req.Env); err != nil {
 		return nil, err
 	}
+	if t := req.TTY; t != nil {
+		if t.Rows == 0 || t.Cols == 0 || t.Rows > 1000 || t.Cols > 1000 {
+			return nil, errdefs.Invalid("tty", "%dx%d: rows and cols are 1..1000", t.Rows, t.Cols)
+		}
+		if req.Detach {
+			return nil, errdefs.Invalid("tty", "a terminal is not detached: leave out detach")
+		}
+	}
 	timeout := req.TimeoutMS
 	switch {
 	case timeout == 0 && req.Detach:
@@ -253,7 +269,11 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 		actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	}
 	epoch := e.quiesceEpoch(sb.ID)
-	p, err := e.agentFor(sb).Start(actx, &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout, Detach: req.Detach}, stdin)
+	areq := &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout, Detach: req.Detach}
+	if req.TTY != nil {
+		areq.TTY, areq.Size = true, &agent.Winsize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+	}
+	p, err := e.agentFor(sb).Start(actx, areq, stdin)
 	if err != nil {
 		cancel()
 		return nil, e.sandboxErr(ctx, sb, errAgent(err, "cmd"))

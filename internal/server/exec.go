@@ -25,6 +25,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if req.TTY != nil {
+		s.writeError(w, r, errdefs.Invalid("tty", "a terminal is a WebSocket: GET .../exec?tty=1 with Upgrade: websocket"))
+		return
+	}
 	var stdin io.Reader
 	switch {
 	case req.Stdin != "" && req.StdinBase64 != "":

@@ -123,6 +123,7 @@ func (s *Server) routes() {
 	m.HandleFunc("DELETE /v1/events", s.cancelEvents)
 	m.HandleFunc("DELETE /v1/events/{id}", s.cancelEvent)
 	m.HandleFunc("POST /v1/sandboxes/{name}/exec", s.exec)
+	m.HandleFunc("GET /v1/sandboxes/{name}/exec", s.execTTY)
 	m.HandleFunc("GET /v1/sandboxes/{name}/files", s.getFile)
 	m.HandleFunc("PUT /v1/sandboxes/{name}/files", s.putFile)
 	m.HandleFunc("DELETE /v1/sandboxes/{name}/files", s.deleteFile)

@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
+)
+
+// screen collects what a terminal shows, for tests to wait on.
+type screen struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *screen) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+// waitFor waits until the screen shows want after mark (bytes seen before
+// the call), or fails after timeout.
+func (s *screen) waitFor(t *testing.T, mark int, want string, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s.mu.Lock()
+		seen := s.buf.String()
+		s.mu.Unlock()
+		if i := strings.Index(seen[mark:], want); i >= 0 {
+			return mark + i + len(want)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the terminal did not show %q within %v; it showed:\n%q", want, timeout, seen[mark:])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *screen) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Len()
+}
+
+// TestTerminal: a shell on a pseudo-terminal, as docker exec -it: it is a
+// tty of the size asked, follows a resize, Ctrl-C interrupts the
+// foreground command and not the shell, and the exit code comes back.
+func TestTerminal(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "default"})
+	term, err := sb.Terminal(ctx, client.TerminalOptions{Rows: 30, Cols: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	scr := &screen{}
+	go func() { _, _ = copyAll(scr, term) }()
+	type_ := func(s string) {
+		t.Helper()
+		if _, err := term.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type_("tty; stty size; echo shell-$((6*7))\r")
+	m := scr.waitFor(t, 0, "/dev/pts/", 30*time.Second)
+	m = scr.waitFor(t, m, "30 100", 10*time.Second)
+	m = scr.waitFor(t, m, "shell-42", 10*time.Second)
+
+	if err := term.Resize(40, 120); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	type_("stty size\r")
+	m = scr.waitFor(t, m, "40 120", 10*time.Second)
+
+	// Ctrl-C stops the foreground sleep; the shell answers at once.
+	type_("sleep 100; echo not-$((2+3))-interrupted\r")
+	time.Sleep(time.Second)
+	type_("\x03")
+	type_("echo after-$((1+1))\r")
+	m = scr.waitFor(t, m, "after-2", 15*time.Second)
+	if strings.Contains(scr.buf.String(), "not-5-interrupted") {
+		t.Fatal("Ctrl-C did not interrupt the foreground command")
+	}
+
+	type_("exit 7\r")
+	done := make(chan struct{})
+	var code int
+	go func() { code, err = term.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("exit 7 did not end the terminal; it showed:\n%q", scr.buf.String()[m:])
+	}
+	if err != nil || code != 7 {
+		t.Fatalf("the terminal's exit: %d, %v; want 7", code, err)
+	}
+}
+
+func copyAll(dst *screen, src *client.Terminal) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			_, _ = dst.Write(buf[:k])
+			n += int64(k)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// TestTerminalBadInput: a size out of range, a missing sandbox, a POST
+// exec asking for a terminal, and a cross-origin WebSocket (a page in a
+// browser) are refused, and nothing runs.
+func TestTerminalBadInput(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	_, err := sb.Terminal(ctx, client.TerminalOptions{Rows: 5000, Cols: 80})
+	wantCode(t, err, api.CodeInvalidArgument)
+	missing := *sb
+	missing.Name = "no-such-" + randomHex(3)
+	_, err = missing.Terminal(ctx, client.TerminalOptions{})
+	wantCode(t, err, api.CodeSandboxNotFound)
+	_, err = sb.Run(ctx, api.ExecRequest{Cmd: []string{"true"}, TTY: &api.Winsize{Rows: 24, Cols: 80}})
+	wantCode(t, err, api.CodeInvalidArgument)
+
+	// A cross-origin upgrade, with a valid key: 403, and no process starts.
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+h.listen+"/v1/sandboxes/"+sb.Name+"/exec?tty=1&cmd=touch&cmd=/tmp/ran", nil)
+	req.Header.Set("Authorization", "Bearer "+h.apiKey)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	req.Header.Set("Origin", "http://evil.example")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a cross-origin terminal answered %d, want 403", resp.StatusCode)
+	}
+	if out := mustSh(t, sb, "ls /tmp/ran 2>&1 || true"); !strings.Contains(out, "No such file") && !strings.Contains(out, "can't access") {
+		t.Fatalf("the refused terminal ran its command: %s", out)
+	}
+}
+
+// TestCLIExecTTY: sbx exec -t runs the command on a terminal even when
+// sbx's own input is not one, and exits with its code.
+func TestCLIExecTTY(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	cmd := exec.CommandContext(context.Background(), h.binDir+"/sbx", "--socket", h.sock, "exec", "-t", sb.Name, "--",
+		"sh", "-c", "test -t 0 && test -t 1 && echo on-a-tty && exit 3")
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 3 || !strings.Contains(string(out), "on-a-tty") {
+		t.Fatalf("sbx exec -t: %v\n%s", err, out)
+	}
+}
