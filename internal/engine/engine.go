@@ -102,8 +102,11 @@ type Engine struct {
 	volumesDir   string
 	agentDir     string
 
-	mu    sync.Mutex
-	locks map[string]*opLock
+	// mu guards captures.
+	mu sync.Mutex
+	// instMu guards insts, the in-memory instance of each sandbox (by id).
+	instMu sync.Mutex
+	insts  map[string]*instance
 
 	pool *pool
 
@@ -215,7 +218,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		sandboxesDir: filepath.Join(cfg.DataDir, "sandboxes"),
 		volumesDir:   filepath.Join(cfg.DataDir, "volumes"),
 		agentDir:     filepath.Join(cfg.DataDir, "bin"),
-		locks:        map[string]*opLock{},
+		insts:        map[string]*instance{},
 		leases:       blob.NewLeases(),
 		captures:     map[string]context.CancelCauseFunc{},
 		monitors:     map[string]context.CancelFunc{},
@@ -339,72 +342,6 @@ func (e *Engine) resolvConf() string          { return filepath.Join(e.cfg.DataD
 func (e *Engine) bundleDir(id string) string  { return filepath.Join(e.sandboxDir(id), "bundle") }
 func (e *Engine) runDir(id string) string     { return filepath.Join(e.sandboxDir(id), "run") }
 func (e *Engine) socketPath(id string) string { return filepath.Join(e.runDir(id), "agent.sock") }
-
-// opLock serialises lifecycle operations on one sandbox. It is a channel
-// semaphore so that a waiter can give up with its context.
-type opLock struct {
-	ch chan struct{}
-	op string // what holds it, for conflict messages
-}
-
-func (e *Engine) lockFor(id string) *opLock {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	l, ok := e.locks[id]
-	if !ok {
-		l = &opLock{ch: make(chan struct{}, 1)}
-		e.locks[id] = l
-	}
-	return l
-}
-
-// tryLock takes id's lock for op, or fails with ErrConflict naming the
-// operation in progress.
-func (e *Engine) tryLock(id, name, op string) (func(), error) {
-	l := e.lockFor(id)
-	select {
-	case l.ch <- struct{}{}:
-		e.mu.Lock()
-		l.op = op
-		e.mu.Unlock()
-		return func() { <-l.ch }, nil
-	default:
-		e.mu.Lock()
-		cur := l.op
-		e.mu.Unlock()
-		return nil, errdefs.Conflictf("sandbox %q: %s is in progress", name, cur)
-	}
-}
-
-// waitLock takes id's lock for op, waiting for the operation in progress.
-func (e *Engine) waitLock(ctx context.Context, id, op string) (func(), error) {
-	l := e.lockFor(id)
-	select {
-	case l.ch <- struct{}{}:
-		e.mu.Lock()
-		l.op = op
-		e.mu.Unlock()
-		return func() { <-l.ch }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// lockHolder names the operation that holds (or last held) id's lock.
-func (e *Engine) lockHolder(id string) string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if l, ok := e.locks[id]; ok {
-		return l.op
-	}
-	return "another operation"
-}
-
-func (e *Engine) forgetLock(id string) {
-	e.mu.Lock()
-	delete(e.locks, id)
-	e.mu.Unlock()
-}
 
 // cleanup is a stack of undo steps for a half-done operation.
 type cleanup []func()

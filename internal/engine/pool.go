@@ -161,7 +161,7 @@ func (p *pool) ready1(ctx context.Context, sb *store.Sandbox) {
 	defer unlock()
 	cur, err := p.e.st.GetSandbox(ctx, sb.ID)
 	if errdefs.IsNotFound(err) {
-		p.e.forgetLock(sb.ID)
+		p.e.forgetInstance(sb.ID)
 		return
 	}
 	if err != nil || !cur.Pooled {

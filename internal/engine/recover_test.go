@@ -102,7 +102,7 @@ func (s *syncBuffer) String() string {
 }
 
 func lockTestEngine(w io.Writer) *Engine {
-	return &Engine{locks: map[string]*opLock{}, captures: map[string]context.CancelCauseFunc{},
+	return &Engine{captures: map[string]context.CancelCauseFunc{},
 		log: slog.New(slog.NewTextHandler(w, nil))}
 }
 

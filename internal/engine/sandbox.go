@@ -403,7 +403,7 @@ func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox, wait time
 	if errdefs.IsNotFound(err) {
 		// Another delete ended while this one waited; the lock it took
 		// (made anew after that delete forgot the old one) goes too.
-		e.forgetLock(sb.ID)
+		e.forgetInstance(sb.ID)
 		return errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted", sb.Name)
 	}
 	if err != nil {
@@ -464,7 +464,7 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
 		return err
 	}
-	e.forgetLock(sb.ID)
+	e.forgetInstance(sb.ID)
 	e.releaseForkSnapshot(ctx, sb.SourceSnapshot)
 	if sb.SuspendSnapshot != "" {
 		_ = e.st.DeleteSnapshot(ctx, sb.SuspendSnapshot)

@@ -536,7 +536,7 @@ func (e *Engine) startCopy(ctx context.Context, sb *store.Sandbox, sn *store.Sna
 	if err := e.restoreInto(ctx, sb, sn, diskM, dir); err != nil {
 		e.removeAll(ctx, sb.ID)
 		_ = e.st.DeleteSandbox(ctx, sb.ID)
-		e.forgetLock(sb.ID)
+		e.forgetInstance(sb.ID)
 		return fmt.Errorf("start %s from %s: %v: %w", sb.Name, sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
 	sb.State = api.StateRunning

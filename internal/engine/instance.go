@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sbxhq/sbx/internal/errdefs"
+)
+
+// instance is what sbxd keeps in memory of one sandbox (by id) besides its
+// record: its lifecycle lock and the state of its requests in flight. The
+// engine makes it on first use and forgets it when the sandbox is deleted
+// (forgetInstance); what reads it without changing it (peekInstance) does
+// not make one.
+type instance struct {
+	id   string
+	lock *opLock
+}
+
+// opLock serialises lifecycle operations on one sandbox and names the one
+// that holds it, for conflict messages. It is a channel semaphore so that
+// a waiter can give up with its context; waiters are served in the order
+// they came. (A lock shared by several sbxd nodes would be a lease with
+// the same three calls.)
+type opLock struct {
+	ch chan struct{}
+	mu sync.Mutex
+	op string // what holds it (or last held it)
+}
+
+func newOpLock() *opLock { return &opLock{ch: make(chan struct{}, 1)} }
+
+// try takes the lock for op, or reports false and the operation holding it.
+func (l *opLock) try(op string) (release func(), holder string, ok bool) {
+	select {
+	case l.ch <- struct{}{}:
+		l.setHolder(op)
+		return l.release, "", true
+	default:
+		return nil, l.holder(), false
+	}
+}
+
+// wait takes the lock for op, waiting for the operation that holds it;
+// it fails with ctx's error when ctx ends first.
+func (l *opLock) wait(ctx context.Context, op string) (release func(), err error) {
+	select {
+	case l.ch <- struct{}{}:
+		l.setHolder(op)
+		return l.release, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *opLock) release() { <-l.ch }
+
+func (l *opLock) setHolder(op string) {
+	l.mu.Lock()
+	l.op = op
+	l.mu.Unlock()
+}
+
+// holder names the operation that holds (or last held) the lock.
+func (l *opLock) holder() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.op == "" {
+		return "another operation"
+	}
+	return l.op
+}
+
+// instance returns sandbox id's instance, made on first use.
+func (e *Engine) instance(id string) *instance {
+	e.instMu.Lock()
+	defer e.instMu.Unlock()
+	in, ok := e.insts[id]
+	if !ok {
+		if e.insts == nil {
+			e.insts = map[string]*instance{}
+		}
+		in = &instance{id: id, lock: newOpLock()}
+		e.insts[id] = in
+	}
+	return in
+}
+
+// peekInstance returns sandbox id's instance, or nil when it has none.
+func (e *Engine) peekInstance(id string) *instance {
+	e.instMu.Lock()
+	defer e.instMu.Unlock()
+	return e.insts[id]
+}
+
+// forgetInstance drops sandbox id's instance (it was deleted). Holders of
+// it keep using it; its lock, still held by the delete, is then handed to
+// its waiters, which find the record gone.
+func (e *Engine) forgetInstance(id string) {
+	e.instMu.Lock()
+	delete(e.insts, id)
+	e.instMu.Unlock()
+}
+
+// instanceCount is the number of sandboxes sbxd keeps an instance of.
+func (e *Engine) instanceCount() int {
+	e.instMu.Lock()
+	defer e.instMu.Unlock()
+	return len(e.insts)
+}
+
+// tryLock takes id's lock for op, or fails with ErrConflict naming the
+// operation in progress.
+func (e *Engine) tryLock(id, name, op string) (func(), error) {
+	release, holder, ok := e.instance(id).lock.try(op)
+	if !ok {
+		return nil, errdefs.Conflictf("sandbox %q: %s is in progress", name, holder)
+	}
+	return release, nil
+}
+
+// waitLock takes id's lock for op, waiting for the operation in progress.
+func (e *Engine) waitLock(ctx context.Context, id, op string) (func(), error) {
+	return e.instance(id).lock.wait(ctx, op)
+}
+
+// lockHolder names the operation that holds (or last held) id's lock.
+func (e *Engine) lockHolder(id string) string {
+	if in := e.peekInstance(id); in != nil {
+		return in.lock.holder()
+	}
+	return "another operation"
+}
