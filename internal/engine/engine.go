@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sbxhq/sbx/internal/agent"
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
@@ -102,23 +101,11 @@ type Engine struct {
 	volumesDir   string
 	agentDir     string
 
-	// mu guards captures.
-	mu sync.Mutex
 	// instMu guards insts, the in-memory instance of each sandbox (by id).
 	instMu sync.Mutex
 	insts  map[string]*instance
 
 	pool *pool
-
-	monMu    sync.Mutex
-	monitors map[string]context.CancelFunc
-
-	agentsMu sync.Mutex
-	agents   map[string]*agent.Client
-
-	// ports holds the open connections of DialPort, closed with their
-	// sandbox.
-	ports portConns
 
 	// leases pin the blobs of operations in progress against the
 	// collector, without either waiting for the other.
@@ -127,17 +114,8 @@ type Engine struct {
 	// gcRound admits one blob collection round at a time (blob.Leases
 	// keeps the pins of one round).
 	gcRound chan struct{}
-	// captures cancel the capture in progress of a sandbox (by id), for
-	// a delete; guarded by mu.
-	captures map[string]context.CancelCauseFunc
-
-	qmu sync.Mutex
 	// eventsMu makes an event's cap checks and its insert one step.
 	eventsMu sync.Mutex
-	quiesces map[string]*quiesce
-
-	act activity
-
 	// host and capacity are the host's resources and what sandboxes may
 	// have of them; adm holds admitted demands not yet recorded.
 	host     runtime.Host
@@ -220,10 +198,6 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		agentDir:     filepath.Join(cfg.DataDir, "bin"),
 		insts:        map[string]*instance{},
 		leases:       blob.NewLeases(),
-		captures:     map[string]context.CancelCauseFunc{},
-		monitors:     map[string]context.CancelFunc{},
-		agents:       map[string]*agent.Client{},
-		quiesces:     map[string]*quiesce{},
 	}
 	// The agent's socket path on the host must fit in sun_path (108 bytes).
 	if n := len(e.socketPath("sbx_0123456789abcdef")); n >= 108 {

@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"sync"
+	"time"
 
+	"github.com/sbxhq/sbx/internal/agent"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
@@ -15,6 +17,26 @@ import (
 type instance struct {
 	id   string
 	lock *opLock
+
+	mu sync.Mutex // guards the fields below
+	// agent is the client of its agent, kept while it runs (agentFor).
+	agent *agent.Client
+	// monitor stops the watch of its host process (watch, unwatch).
+	monitor context.CancelFunc
+	// capture cancels the capture of its disk in progress, for a delete
+	// (captureContext, cancelCapture).
+	capture context.CancelCauseFunc
+	// quiesce counts its captures; execs that outlive one attach again
+	// (beginQuiesce, quiesceEpoch, waitQuiesce).
+	quiesce quiesce
+	// inflight counts requests in flight (exec, files, ports) and
+	// lastActive is when the last one began or ended: what the idle
+	// timeout measures (busy, idleFor).
+	inflight   int
+	lastActive time.Time
+	// ports are the open connections of DialPort, closed when it stops
+	// (trackPortConn, closePortConns).
+	ports map[*portConn]bool
 }
 
 // opLock serialises lifecycle operations on one sandbox and names the one
@@ -130,4 +152,16 @@ func (e *Engine) lockHolder(id string) string {
 		return in.lock.holder()
 	}
 	return "another operation"
+}
+
+// quiesceOf returns sandbox id's capture count (zero when it has no
+// instance).
+func (e *Engine) quiesceOf(id string) quiesce {
+	in := e.peekInstance(id)
+	if in == nil {
+		return quiesce{}
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.quiesce
 }

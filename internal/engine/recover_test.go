@@ -102,7 +102,7 @@ func (s *syncBuffer) String() string {
 }
 
 func lockTestEngine(w io.Writer) *Engine {
-	return &Engine{captures: map[string]context.CancelCauseFunc{},
+	return &Engine{
 		log: slog.New(slog.NewTextHandler(w, nil))}
 }
 

@@ -471,7 +471,6 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	}
 	_ = os.RemoveAll(e.suspendCache(sb.ID))
 	_ = e.st.DeleteEvents(ctx, sb.ID)
-	e.act.forget(sb.ID)
 	if !sb.Pooled {
 		e.bg.Add(1)
 		go func() {

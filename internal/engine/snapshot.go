@@ -53,6 +53,8 @@ func (e *Engine) snapshotsDir() string { return filepath.Join(e.cfg.DataDir, "sn
 
 // --- quiesce epochs: execs that outlive a capture attach again ---
 
+// quiesce is the capture count of a sandbox (guarded by its instance's
+// mu).
 type quiesce struct {
 	epoch int
 	done  chan struct{} // closed when the current capture ends
@@ -61,35 +63,30 @@ type quiesce struct {
 // beginQuiesce marks sandbox id as being captured (its agent drops its
 // host connections); the returned func ends it.
 func (e *Engine) beginQuiesce(id string) func() {
-	e.qmu.Lock()
-	q := e.quiesces[id]
-	if q == nil {
-		q = &quiesce{}
-		e.quiesces[id] = q
-	}
-	q.epoch++
+	in := e.instance(id)
+	in.mu.Lock()
+	in.quiesce.epoch++
 	done := make(chan struct{})
-	q.done = done
-	e.qmu.Unlock()
+	in.quiesce.done = done
+	in.mu.Unlock()
 	return func() { close(done) }
 }
 
 func (e *Engine) quiesceEpoch(id string) int {
-	e.qmu.Lock()
-	defer e.qmu.Unlock()
-	if q := e.quiesces[id]; q != nil {
-		return q.epoch
+	in := e.peekInstance(id)
+	if in == nil {
+		return 0
 	}
-	return 0
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.quiesce.epoch
 }
 
 // waitQuiesce reports whether a capture of id began since epoch, after
 // waiting for it to end.
 func (e *Engine) waitQuiesce(ctx context.Context, id string, epoch int) bool {
-	e.qmu.Lock()
-	q := e.quiesces[id]
-	e.qmu.Unlock()
-	if q == nil || q.epoch == epoch {
+	q := e.quiesceOf(id)
+	if q.epoch == epoch {
 		return false
 	}
 	select {
