@@ -80,7 +80,7 @@ func (e *Engine) idleLoop() {
 			if sb.KeepAlive && e.hasRunning(sb.ID) {
 				continue
 			}
-			unlock, err := e.tryLock(sb.ID, sb.Name, "suspend")
+			unlock, err := e.lockID(e.ctx, sb.ID, sb.Name, "suspend", lockOrConflict)
 			if err != nil {
 				continue // an operation runs: not idle
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sbxhq/sbx/internal/agent"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
 )
 
 // instance is what sbxd keeps in memory of one sandbox (by id) besides its
@@ -131,21 +132,6 @@ func (e *Engine) instanceCount() int {
 	return len(e.insts)
 }
 
-// tryLock takes id's lock for op, or fails with ErrConflict naming the
-// operation in progress.
-func (e *Engine) tryLock(id, name, op string) (func(), error) {
-	release, holder, ok := e.instance(id).lock.try(op)
-	if !ok {
-		return nil, errdefs.Conflictf("sandbox %q: %s is in progress", name, holder)
-	}
-	return release, nil
-}
-
-// waitLock takes id's lock for op, waiting for the operation in progress.
-func (e *Engine) waitLock(ctx context.Context, id, op string) (func(), error) {
-	return e.instance(id).lock.wait(ctx, op)
-}
-
 // lockHolder names the operation that holds (or last held) id's lock.
 func (e *Engine) lockHolder(id string) string {
 	if in := e.peekInstance(id); in != nil {
@@ -164,4 +150,84 @@ func (e *Engine) quiesceOf(id string) quiesce {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.quiesce
+}
+
+// lockMode is what an operation does when another one holds the sandbox's
+// lock.
+type lockMode int
+
+const (
+	// lockOrConflict answers ErrConflict at once, naming the operation in
+	// progress (`sandbox "x": snapshot is in progress`).
+	lockOrConflict lockMode = iota
+	// lockOrWait waits for it, as long as the caller's ctx lasts.
+	lockOrWait
+)
+
+// lockSandbox finds sandbox idOrName and takes its lock for op (see
+// lockFound).
+func (e *Engine) lockSandbox(ctx context.Context, idOrName, op string, mode lockMode) (*store.Sandbox, func(), error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e.lockFound(ctx, sb, op, mode)
+}
+
+// lockFound takes the lock of sb, found by the caller, for op, and
+// returns its record read again under the lock; a sandbox deleted
+// meanwhile is ErrSandboxNotFound. Every lifecycle operation on an
+// existing sandbox takes its lock this way. Which ones wait for the
+// operation in progress and which answer 409 (docs/api.md, "Concurrent
+// requests on one sandbox", says the same to users):
+//
+//	operation                                       mode
+//	checkpoint, restore, snapshot, fork, stop       lockOrConflict
+//	suspend, resume, PATCH (rename, labels, idle),  lockOrWait
+//	  network rules, a guarded exec's rollback
+//	  (restore a snapshot in place)
+//	exec, files, process list on a stopped or       lockOrWait ("boot"; ensureRunning)
+//	  suspended sandbox
+//	exec, files, ports, logs on a running one       no lock
+//	delete                                          lockOrConflict; then, after cancelling
+//	                                                a capture in progress, lockOrWait for
+//	                                                DeleteWait at most (lockForDelete)
+//	automatic idle suspend                          lockOrConflict: skips a busy sandbox
+//
+// sbxd's own work takes the lock of an id directly (lockID): a create (a
+// new id), a claim of a warm sandbox (lockOrConflict); the monitor's
+// record of an exit, the warm pool's check of a booted sandbox, the
+// connect rules dropped after a delete (lockOrWait).
+func (e *Engine) lockFound(ctx context.Context, sb *store.Sandbox, op string, mode lockMode) (*store.Sandbox, func(), error) {
+	unlock, err := e.lockID(ctx, sb.ID, sb.Name, op, mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	cur, err := e.Get(ctx, sb.ID)
+	if err != nil {
+		unlock()
+		if errdefs.IsNotFound(err) {
+			// A delete ended while this one waited; the instance it
+			// took (made anew after that delete forgot the old one)
+			// goes too.
+			e.forgetInstance(sb.ID)
+			return nil, nil, errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted", sb.Name)
+		}
+		return nil, nil, err
+	}
+	return cur, unlock, nil
+}
+
+// lockID takes the lock of sandbox id (name is for messages) for op, in
+// mode; the caller reads the record under it.
+func (e *Engine) lockID(ctx context.Context, id, name, op string, mode lockMode) (func(), error) {
+	in := e.instance(id)
+	if mode == lockOrWait {
+		return in.lock.wait(ctx, op)
+	}
+	release, holder, ok := in.lock.try(op)
+	if !ok {
+		return nil, errdefs.Conflictf("sandbox %q: %s is in progress", name, holder)
+	}
+	return release, nil
 }

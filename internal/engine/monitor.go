@@ -83,7 +83,7 @@ func (e *Engine) handleExit(ctx context.Context, id string) {
 // its cgroup are removed). It returns the sandbox as recorded afterwards;
 // nil if it is gone (deleted).
 func (e *Engine) noteExit(ctx context.Context, id string) *store.Sandbox {
-	unlock, err := e.waitLock(ctx, id, "stop")
+	unlock, err := e.lockID(ctx, id, id, "stop", lockOrWait)
 	if err != nil {
 		return nil
 	}

@@ -124,14 +124,11 @@ func (e *Engine) SetNetwork(ctx context.Context, idOrName string, rules api.Netw
 		return api.NetworkRules{}, err
 	}
 	parsed, _ := network.ParseRules(rules)
-	unlock, err := e.waitLock(ctx, sb.ID, "network")
+	sb, unlock, err := e.lockFound(ctx, sb, "network", lockOrWait)
 	if err != nil {
 		return api.NetworkRules{}, err
 	}
 	defer unlock()
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return api.NetworkRules{}, err
-	}
 	sb.Network = rules
 	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
 		return api.NetworkRules{}, err
@@ -168,7 +165,7 @@ func (e *Engine) dropConnectTo(ctx context.Context, name string) {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, time.Minute)
-		unlock, err := e.waitLock(lctx, x.ID, "network")
+		unlock, err := e.lockID(lctx, x.ID, x.Name, "network", lockOrWait)
 		cancel()
 		if err != nil {
 			e.log.Warn("connect rules of a deleted sandbox stay", "sandbox", x.Name, "target", name, "err", err)

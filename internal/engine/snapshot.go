@@ -210,7 +210,7 @@ func (e *Engine) BeginSnapshot(ctx context.Context, idOrName string, req api.Sna
 	if err := e.admitSnapshot(ctx); err != nil {
 		return nil, err
 	}
-	sb, unlock, err := e.lockSandbox(ctx, idOrName, "snapshot")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "snapshot", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}
@@ -521,7 +521,7 @@ func (e *Engine) imageDirExists(id string) bool {
 // startCopy records sb (creating), restores it from the image dir and the
 // disk, and marks it running; on failure it leaves nothing.
 func (e *Engine) startCopy(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, dir string) error {
-	unlock, err := e.tryLock(sb.ID, sb.Name, "create")
+	unlock, err := e.lockID(ctx, sb.ID, sb.Name, "create", lockOrConflict)
 	if err != nil {
 		return err
 	}
@@ -564,7 +564,7 @@ func (e *Engine) BeginFork(ctx context.Context, idOrName string, req api.ForkReq
 	if err := e.validateNetwork(ctx, req.Network, ""); err != nil {
 		return nil, err
 	}
-	sb, unlock, err := e.lockSandbox(ctx, idOrName, "fork")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "fork", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}

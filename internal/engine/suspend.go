@@ -71,18 +71,11 @@ func (e *Engine) Suspend(ctx context.Context, idOrName string, req api.SuspendRe
 			return nil, err
 		}
 	}
-	sb, err := e.Get(ctx, idOrName)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := e.waitLock(ctx, sb.ID, "suspend")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "suspend", lockOrWait)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	if sb.State == api.StateSuspended {
 		// A retried suspend keeps the key it was suspended with; a new key
 		// replaces it.
@@ -227,14 +220,11 @@ func (e *Engine) Resume(ctx context.Context, idOrName string, progress func(stri
 	if sb.State == api.StateRunning {
 		return sb, nil
 	}
-	unlock, err := e.waitLock(ctx, sb.ID, "resume")
+	sb, unlock, err := e.lockFound(ctx, sb, "resume", lockOrWait)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	switch sb.State {
 	case api.StateRunning:
 		return sb, nil
