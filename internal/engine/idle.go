@@ -84,7 +84,7 @@ func (e *Engine) idleLoop() {
 			if err != nil {
 				continue // an operation runs: not idle
 			}
-			cur, err := e.st.GetSandbox(e.ctx, sb.ID)
+			cur, err := e.getLocked(e.ctx, sb.ID)
 			if err == nil && cur.State == api.StateRunning && len(cur.Volumes) == 0 {
 				e.log.Info("idle: suspending", "sandbox", cur.Name, "timeout_ms", cur.TimeoutMS)
 				if _, err := e.suspendLocked(context.WithoutCancel(e.ctx), cur, cur.WakeOn, nil); err != nil {

@@ -65,8 +65,12 @@ func (l *opLock) try(op string) (release func(), holder string, ok bool) {
 }
 
 // wait takes the lock for op, waiting for the operation that holds it;
-// it fails with ctx's error when ctx ends first.
+// it fails with ctx's error when ctx ends first. A free lock is taken
+// even when ctx has ended.
 func (l *opLock) wait(ctx context.Context, op string) (release func(), err error) {
+	if release, _, ok := l.try(op); ok {
+		return release, nil
+	}
 	select {
 	case l.ch <- struct{}{}:
 		l.setHolder(op)
@@ -203,14 +207,13 @@ func (e *Engine) lockFound(ctx context.Context, sb *store.Sandbox, op string, mo
 	if err != nil {
 		return nil, nil, err
 	}
-	cur, err := e.Get(ctx, sb.ID)
+	cur, err := e.getLocked(ctx, sb.ID)
+	if err == nil && cur.Pooled {
+		err = errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox named %q", sb.ID)
+	}
 	if err != nil {
 		unlock()
 		if errdefs.IsNotFound(err) {
-			// A delete ended while this one waited; the instance it
-			// took (made anew after that delete forgot the old one)
-			// goes too.
-			e.forgetInstance(sb.ID)
 			return nil, nil, errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted", sb.Name)
 		}
 		return nil, nil, err
@@ -218,9 +221,26 @@ func (e *Engine) lockFound(ctx context.Context, sb *store.Sandbox, op string, mo
 	return cur, unlock, nil
 }
 
+// getLocked reads sandbox id's record; the caller holds its lock. When
+// the sandbox is gone (deleted while the caller waited, or before it
+// asked), the instance the lock made is forgotten too: nothing of a
+// deleted sandbox stays in memory.
+func (e *Engine) getLocked(ctx context.Context, id string) (*store.Sandbox, error) {
+	sb, err := e.st.GetSandbox(ctx, id)
+	if errdefs.IsNotFound(err) {
+		e.forgetInstance(id)
+	}
+	return sb, err
+}
+
 // lockID takes the lock of sandbox id (name is for messages) for op, in
 // mode; the caller reads the record under it.
 func (e *Engine) lockID(ctx context.Context, id, name, op string, mode lockMode) (func(), error) {
+	if err := ctx.Err(); err != nil && mode == lockOrWait {
+		// Nothing to wait for: no instance is made (a monitor stopped
+		// by a delete must not make one after it).
+		return nil, err
+	}
 	in := e.instance(id)
 	if mode == lockOrWait {
 		return in.lock.wait(ctx, op)

@@ -88,7 +88,7 @@ func (e *Engine) noteExit(ctx context.Context, id string) *store.Sandbox {
 		return nil
 	}
 	defer unlock()
-	sb, err := e.st.GetSandbox(context.WithoutCancel(ctx), id)
+	sb, err := e.getLocked(context.WithoutCancel(ctx), id)
 	if err != nil {
 		return nil
 	}

@@ -171,7 +171,7 @@ func (e *Engine) dropConnectTo(ctx context.Context, name string) {
 			e.log.Warn("connect rules of a deleted sandbox stay", "sandbox", x.Name, "target", name, "err", err)
 			continue
 		}
-		if cur, err := e.st.GetSandbox(ctx, x.ID); err == nil {
+		if cur, err := e.getLocked(ctx, x.ID); err == nil {
 			cur.Network.Connect = slices.DeleteFunc(slices.Clone(cur.Network.Connect), func(n string) bool { return n == name })
 			if err := e.st.UpdateSandbox(ctx, cur); err == nil {
 				_ = e.net.Update(cur.ID, e.rulesOf(cur))

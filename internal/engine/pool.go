@@ -159,11 +159,7 @@ func (p *pool) ready1(ctx context.Context, sb *store.Sandbox) {
 		return
 	}
 	defer unlock()
-	cur, err := p.e.st.GetSandbox(ctx, sb.ID)
-	if errdefs.IsNotFound(err) {
-		p.e.forgetInstance(sb.ID)
-		return
-	}
+	cur, err := p.e.getLocked(ctx, sb.ID)
 	if err != nil || !cur.Pooled {
 		return
 	}

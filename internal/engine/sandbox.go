@@ -399,11 +399,9 @@ func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox, wait time
 		return err
 	}
 	defer unlock()
-	cur, err := e.st.GetSandbox(ctx, sb.ID)
+	cur, err := e.getLocked(ctx, sb.ID)
 	if errdefs.IsNotFound(err) {
-		// Another delete ended while this one waited; the lock it took
-		// (made anew after that delete forgot the old one) goes too.
-		e.forgetInstance(sb.ID)
+		// Another delete ended while this one waited.
 		return errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted", sb.Name)
 	}
 	if err != nil {
