@@ -46,9 +46,10 @@ type instance struct {
 // they came. (A lock shared by several sbxd nodes would be a lease with
 // the same three calls.)
 type opLock struct {
-	ch chan struct{}
-	mu sync.Mutex
-	op string // what holds it (or last held it)
+	ch      chan struct{}
+	mu      sync.Mutex
+	op      string // what holds it (or last held it)
+	waiting int    // how many wait for it
 }
 
 func newOpLock() *opLock { return &opLock{ch: make(chan struct{}, 1)} }
@@ -71,6 +72,14 @@ func (l *opLock) wait(ctx context.Context, op string) (release func(), err error
 	if release, _, ok := l.try(op); ok {
 		return release, nil
 	}
+	l.mu.Lock()
+	l.waiting++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.waiting--
+		l.mu.Unlock()
+	}()
 	select {
 	case l.ch <- struct{}{}:
 		l.setHolder(op)
@@ -86,6 +95,13 @@ func (l *opLock) setHolder(op string) {
 	l.mu.Lock()
 	l.op = op
 	l.mu.Unlock()
+}
+
+// waiters is how many wait for the lock.
+func (l *opLock) waiters() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiting
 }
 
 // holder names the operation that holds (or last held) the lock.

@@ -110,6 +110,7 @@ func TestFakeLockWaitGetsCurrentRecord(t *testing.T) {
 		_, err := f.e.Suspend(cctx, "a", api.SuspendRequest{}, nil)
 		gaveUp <- err
 	}()
+	waitWaiters(t, f.e, held.ID, 1)
 	cancel()
 	select {
 	case err := <-gaveUp:
@@ -126,8 +127,12 @@ func TestFakeLockWaitGetsCurrentRecord(t *testing.T) {
 		err    error
 	}
 	waited := make(chan got, 1)
+	before, err := f.e.Get(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		sb, unlock, err := f.e.lockSandbox(ctx, "a", "update", lockOrWait)
+		sb, unlock, err := f.e.lockFound(ctx, before, "update", lockOrWait)
 		if err != nil {
 			waited <- got{err: err}
 			return
@@ -139,6 +144,7 @@ func TestFakeLockWaitGetsCurrentRecord(t *testing.T) {
 	if err := f.e.st.UpdateSandbox(ctx, held); err != nil {
 		t.Fatal(err)
 	}
+	waitWaiters(t, f.e, held.ID, 1)
 	select {
 	case g := <-waited:
 		t.Fatalf("the waiter returned while the lock was held: %+v", g)
@@ -152,5 +158,18 @@ func TestFakeLockWaitGetsCurrentRecord(t *testing.T) {
 		}
 	case <-time.After(hangDeadline):
 		t.Fatal("the waiter did not return once the holder ended")
+	}
+}
+
+// waitWaiters waits (hangDeadline at most) until n requests wait for
+// sandbox id's lock.
+func waitWaiters(t *testing.T, e *Engine, id string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(hangDeadline)
+	for e.instance(id).lock.waiters() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests wait for the lock of %s, want %d", e.instance(id).lock.waiters(), id, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
