@@ -125,7 +125,6 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
 	c, err := e.captureLive(ctx, sb, dir, progress, true)
 	if err != nil {
-		os.RemoveAll(dir)
 		_ = e.st.DeleteOp(ctx, opID)
 		return nil, failed(err)
 	}
@@ -133,25 +132,12 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	undo := func() {
 		e.runOn(ctx, sb, true, "a failed suspend")
 		os.RemoveAll(dir)
-		_ = e.st.DeleteSnapshot(ctx, id)
+		_ = e.removeSnapshot(ctx, id)
 		_ = e.st.DeleteOp(ctx, opID)
 	}
 	progress(fmt.Sprintf("captured (paused %d ms); storing memory and disk", c.pausedMS))
-	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Network: sb.Network})
-	_, diskBytes := c.disk.Stats()
-	sn := &store.Snapshot{
-		ID: id, Name: "suspend", SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
-		Shape: shape, Disk: refStrings(c.diskRef), DiskBytes: diskBytes, StoredBytes: c.diskAdd,
-		Suspend: true, State: "ready", CreateTime: time.Now().UTC(),
-	}
-	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), dir)
-	if err != nil {
-		undo()
-		return nil, failed(fmt.Errorf("store the memory image: %w", err))
-	}
-	sn.Memory, _ = json.Marshal(im)
-	sn.MemoryBytes, sn.StoredBytes = mstats.Bytes, sn.StoredBytes+mstats.AddedBytes
-	if err := e.st.AddSnapshot(ctx, sn); err != nil {
+	sn := newSnapshotRecord(sb, id, c, snapshotKind{name: "suspend", suspend: true})
+	if err := e.storeSnapshot(ctx, sn, c); err != nil {
 		undo()
 		return nil, failed(err)
 	}
@@ -297,9 +283,8 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	}
 	e.touch(sb.ID)
 	_ = os.RemoveAll(e.suspendCache(sb.ID))
-	_ = e.st.DeleteSnapshot(ctx, sn.ID)
+	_ = e.removeSnapshot(ctx, sn.ID)
 	_ = e.st.DeleteOp(ctx, opID)
-	e.kickGC()
 	e.log.Info("resumed", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
 		"image_ms", tImage.Sub(start).Milliseconds(), "from_cache", imageDir == e.suspendCache(sb.ID))
 	progress(fmt.Sprintf("resumed in %d ms", time.Since(start).Milliseconds()))
@@ -318,7 +303,7 @@ func (e *Engine) snapshotInputs(ctx context.Context, sb *store.Sandbox, sn *stor
 	if fetched {
 		release = func() { os.RemoveAll(imageDir) }
 	}
-	if err := checkImageSpec(imageDir); err != nil {
+	if err := snapshot.CheckSpec(imageDir, imageSpecVersion); err != nil {
 		release()
 		return "", nil, nil, err
 	}
@@ -420,7 +405,7 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 	sb, err := e.st.GetSandbox(ctx, op.SandboxID)
 	if err != nil {
 		if so.Snapshot != "" && op.Kind == "suspend" {
-			_ = e.st.DeleteSnapshot(ctx, so.Snapshot)
+			_ = e.removeSnapshot(ctx, so.Snapshot)
 		}
 		return done()
 	}
@@ -465,7 +450,7 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 				return err
 			}
 		} else if so.Snapshot != "" {
-			_ = e.st.DeleteSnapshot(ctx, so.Snapshot)
+			_ = e.removeSnapshot(ctx, so.Snapshot)
 			_ = os.RemoveAll(e.suspendCache(sb.ID))
 		}
 	}
