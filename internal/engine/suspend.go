@@ -397,9 +397,7 @@ func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.
 func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 	var so suspendOp
 	if err := json.Unmarshal(op.Data, &so); err != nil {
-		// Without its snapshot id, the suspend is rolled back as one that
-		// stored nothing: the sandbox stays as runsc has it.
-		e.log.Error("recover: unreadable suspend journal entry", "op", op.ID, "err", err)
+		return e.recoverDamagedSuspend(ctx, op, err)
 	}
 	done := func() error { return e.st.DeleteOp(ctx, op.ID) }
 	sb, err := e.st.GetSandbox(ctx, op.SandboxID)
@@ -455,6 +453,46 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 		}
 	}
 	return done()
+}
+
+// recoverDamagedSuspend finishes a suspend or resume whose journal entry
+// cannot be read (derr): which snapshot it was is lost. The sandbox stays
+// as its record has it: suspended on its snapshot (what the host still
+// holds of it goes), or running (reconcile resumes a paused container and
+// wakes its agent). Its suspend snapshots that the record does not name
+// (stored by the cut suspend, or left by the cut resume) are removed: no
+// sandbox uses them, and they would pin their blobs for ever.
+func (e *Engine) recoverDamagedSuspend(ctx context.Context, op *store.Op, derr error) error {
+	e.log.Error("recover: unreadable journal entry; the sandbox stays as recorded", "op", op.ID, "kind", op.Kind, "err", derr)
+	keep := ""
+	if sb, err := e.st.GetSandbox(ctx, op.SandboxID); err == nil {
+		if sb.State == api.StateSuspended {
+			keep = sb.SuspendSnapshot
+			e.log.Info("recover: the sandbox stays suspended", "sandbox", sb.Name)
+			_ = e.rt.Delete(ctx, sb.ID)
+			if err := e.net.Delete(sb.ID); err != nil {
+				return err
+			}
+			if err := e.layers.Remove(sb.ID); err != nil {
+				return err
+			}
+		} else {
+			_ = os.RemoveAll(e.suspendCache(sb.ID))
+		}
+	}
+	sns, err := e.st.ListSnapshots(ctx, op.SandboxID)
+	if err != nil {
+		return err
+	}
+	for _, sn := range sns {
+		if sn.Suspend && sn.ID != keep && sn.SandboxID == op.SandboxID {
+			e.log.Info("recover: removing a suspend snapshot no sandbox uses", "snapshot", sn.ID)
+			if err := e.removeSnapshot(ctx, sn.ID); err != nil && !errdefs.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	return e.st.DeleteOp(ctx, op.ID)
 }
 
 // rebuildDisk replaces sb's writable layer with one built from diskM.
