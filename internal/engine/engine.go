@@ -21,6 +21,7 @@ import (
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/gc"
 	"github.com/sbxhq/sbx/internal/runtime"
 	"github.com/sbxhq/sbx/internal/store"
 )
@@ -120,10 +121,8 @@ type Engine struct {
 	// leases pin the blobs of operations in progress against the
 	// collector, without either waiting for the other.
 	leases *blob.Leases
-	gcKick chan struct{}
-	// gcRound admits one blob collection round at a time (blob.Leases
-	// keeps the pins of one round).
-	gcRound chan struct{}
+	// collector deletes the blobs that nothing records or pins.
+	collector *gc.Collector
 	// captures cancel the capture in progress of a sandbox (by id), for
 	// a delete; guarded by mu.
 	captures map[string]context.CancelCauseFunc
@@ -207,7 +206,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		log.Warn("writable layers on plain directories, without disk quotas: btrfs is not available", "reason", fb)
 	}
 	e := &Engine{
-		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log, gcKick: make(chan struct{}, 1), gcRound: make(chan struct{}, 1),
+		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log,
 		layers:       layers,
 		mountRunDir:  disk.MountRunDir,
 		host:         host,
@@ -240,6 +239,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	if err := e.installAgent(); err != nil {
 		return nil, err
 	}
+	e.collector = e.newCollector()
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.pool = newPool(e, cfg.PoolSize)
 	images.OnChange = func(name string) {

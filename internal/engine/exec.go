@@ -76,7 +76,8 @@ func (e *Engine) ListProcesses(ctx context.Context, idOrName string) ([]api.Proc
 
 // AttachProcess attaches to the output of a process started by exec, from
 // byte offset (of stdout and stderr together): in the sandbox it started
-// in, after a snapshot, or in a copy made from one. Closing the process
+// in, after a snapshot, or in a copy made from one. A suspended sandbox is
+// resumed first (its processes are kept with it). Closing the process
 // only detaches. An unknown pid is ErrNotFound (process).
 func (e *Engine) AttachProcess(ctx context.Context, idOrName string, pid int, offset int64) (*Process, error) {
 	if offset < 0 {
@@ -85,6 +86,13 @@ func (e *Engine) AttachProcess(ctx context.Context, idOrName string, pid int, of
 	sb, err := e.Get(ctx, idOrName)
 	if err != nil {
 		return nil, err
+	}
+	if sb.State == api.StateSuspended {
+		// Its processes are kept with it: attaching wakes it, as an exec
+		// does. (A stopped sandbox has no processes left to attach to.)
+		if sb, err = e.ensureRunning(ctx, sb.ID); err != nil {
+			return nil, err
+		}
 	}
 	if sb.State != api.StateRunning {
 		return nil, stateForbids(sb, "attach to a process")
@@ -154,8 +162,26 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 			}
 			err = aerr
 		}
+		if serr := p.suspended(); serr != nil {
+			return nil, serr
+		}
 		return nil, p.e.sandboxErr(p.ctx, p.Sandbox, err)
 	}
+}
+
+// suspended is the error for a wait cut because the sandbox was suspended
+// while the process ran: the process is not gone, it is kept with the
+// sandbox's memory and goes on after a resume, where it can be attached
+// again from the output offset reached. Nil when the sandbox (same id) is
+// not suspended.
+func (p *Process) suspended() error {
+	cur, err := p.e.st.GetSandbox(context.WithoutCancel(p.ctx), p.Sandbox.ID)
+	if err != nil || cur.State != api.StateSuspended {
+		return nil
+	}
+	return errdefs.Conflictf("sandbox %q was suspended while process %d ran: the process is kept with it and goes on after a resume; "+
+		"attach to it from offset %d to resume the sandbox and read on (GET .../processes/%d/output?offset=%d, sbx attach --offset %d %s %d)",
+		cur.Name, p.p.PID, p.p.Offset, p.p.PID, p.p.Offset, p.p.Offset, cur.Name, p.p.PID)
 }
 
 // Close abandons the process; it is killed if it still runs.

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -760,43 +759,6 @@ func (e *Engine) expireSnapshots(ctx context.Context) error {
 			}
 		case sn.Fork:
 			e.releaseForkSnapshot(ctx, sn.ID)
-		}
-	}
-	return nil
-}
-
-// snapshotLive adds every blob the snapshots use to live.
-func (e *Engine) snapshotLive(ctx context.Context, live map[blob.Digest]bool) error {
-	all, err := e.st.ListSnapshots(ctx, "")
-	if err != nil {
-		return err
-	}
-	for _, sn := range all {
-		if sn.State != "ready" {
-			continue
-		}
-		var im snapshot.Image
-		if err := json.Unmarshal(sn.Memory, &im); err != nil {
-			return fmt.Errorf("snapshot %s: %w", sn.ID, err)
-		}
-		for _, d := range im.Digests() {
-			live[d] = true
-		}
-		ref := make(disk.ManifestRef, len(sn.Disk))
-		for i, d := range sn.Disk {
-			ref[i] = blob.Digest(d)
-			live[ref[i]] = true
-		}
-		m, err := disk.GetManifest(ctx, e.blobs, ref)
-		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
-			e.log.Error("gc: snapshot without a readable disk manifest", "snapshot", sn.ID, "err", err)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		for _, d := range m.Chunks() {
-			live[d] = true
 		}
 	}
 	return nil

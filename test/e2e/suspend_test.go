@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -256,6 +257,65 @@ func TestSuspendRenameAndRetry(t *testing.T) {
 	}
 	if got := strings.TrimSpace(mustSh(t, sb, "hostname")); got != name {
 		t.Fatalf("hostname after the resume %q, want %q", got, name)
+	}
+}
+
+// TestExecAcrossSuspend: an exec streaming when its sandbox is suspended
+// ends with a conflict that says the process is kept and how to attach
+// again; attaching resumes the sandbox, and the process goes on from where
+// the stream stopped, to its exit.
+func TestExecAcrossSuspend(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	st, err := sb.Stream(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo line $i; sleep 0.1; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before strings.Builder
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Wait(&before, nil)
+		done <- err
+	}()
+	time.Sleep(800 * time.Millisecond)
+	if err := sb.Suspend(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	var werr error
+	select {
+	case werr = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the exec's stream did not end after its sandbox was suspended")
+	}
+	ae := wantCode(t, werr, api.CodeConflict)
+	pid := strconv.Itoa(st.PID)
+	if !strings.Contains(ae.Message, "suspended while process "+pid) || !strings.Contains(ae.Message, "attach") {
+		t.Fatalf("the cut exec's error does not say the process is kept and how to attach: %s", ae.Message)
+	}
+	got := strings.Count(before.String(), "line ")
+	if got == 0 || got >= 40 {
+		t.Fatalf("%d lines before the suspend: the test did not cut the exec", got)
+	}
+	at, err := sb.Attach(ctx, st.PID, int64(before.Len()), "")
+	if err != nil {
+		t.Fatalf("attach to the kept process of a suspended sandbox: %v", err)
+	}
+	var after strings.Builder
+	code, err := at.Wait(&after, nil)
+	if err != nil || code != 0 {
+		t.Fatalf("attach after the suspend: exit %d, %v", code, err)
+	}
+	lines := strings.Fields(strings.ReplaceAll(before.String()+after.String(), "line ", "line_"))
+	if len(lines) != 40 {
+		t.Fatalf("%d lines across the suspend, want 40 (none lost or repeated): %v", len(lines), lines)
+	}
+	for i, l := range lines {
+		if l != "line_"+strconv.Itoa(i+1) {
+			t.Fatalf("line %d is %q", i+1, l)
+		}
+	}
+	if err := sb.Refresh(ctx); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("after the attach the sandbox is %s (%v), want running", sb.State, err)
 	}
 }
 

@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/blob"
+	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/gc"
+	"github.com/sbxhq/sbx/internal/snapshot"
+)
+
+// gcInterval is how often the background collection runs without a kick.
+const gcInterval = time.Minute
+
+// newCollector is the engine's blob collector: it keeps what checkpoints,
+// snapshots and capture caches use, and what the engine's leases pin.
+func (e *Engine) newCollector() *gc.Collector {
+	return gc.New(e.blobs, e.leases, e.log,
+		gc.RootsFunc(e.markCheckpoints),
+		gc.RootsFunc(e.markSnapshots),
+		gc.RootsFunc(e.markCaptureCaches))
+}
+
+// markCheckpoints marks every blob a checkpoint uses: its manifest and the
+// chunks the manifest lists. A checkpoint whose manifest is lost or
+// corrupt is marked damaged (it cannot be restored, and what it used
+// cannot be known; other checkpoints keep their chunks); any other read
+// error aborts the round.
+func (e *Engine) markCheckpoints(ctx context.Context, mark func(blob.Digest)) error {
+	cps, err := e.st.ListCheckpoints(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, cp := range cps {
+		ref := manifestRef(cp)
+		for _, d := range ref {
+			mark(d)
+		}
+		m, err := disk.GetManifest(ctx, e.blobs, ref)
+		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
+			e.log.Error("gc: checkpoint without a readable manifest is damaged", "sandbox", cp.SandboxID, "id", CheckpointID(cp.Seq), "err", err)
+			_ = e.st.SetCheckpointHealth(ctx, cp.SandboxID, cp.Seq, api.HealthDamaged)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("gc: read manifest of %s/%s: %w", cp.SandboxID, CheckpointID(cp.Seq), err)
+		}
+		for _, d := range m.Chunks() {
+			mark(d)
+		}
+	}
+	return nil
+}
+
+// markSnapshots marks every blob a ready snapshot uses: its memory image,
+// its disk manifest and the manifest's chunks. A lost or corrupt disk
+// manifest is logged and skipped; any other error aborts the round.
+func (e *Engine) markSnapshots(ctx context.Context, mark func(blob.Digest)) error {
+	all, err := e.st.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, sn := range all {
+		if sn.State != "ready" {
+			continue
+		}
+		var im snapshot.Image
+		if err := json.Unmarshal(sn.Memory, &im); err != nil {
+			return fmt.Errorf("snapshot %s: %w", sn.ID, err)
+		}
+		for _, d := range im.Digests() {
+			mark(d)
+		}
+		ref := make(disk.ManifestRef, len(sn.Disk))
+		for i, d := range sn.Disk {
+			ref[i] = blob.Digest(d)
+			mark(ref[i])
+		}
+		m, err := disk.GetManifest(ctx, e.blobs, ref)
+		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
+			e.log.Error("gc: snapshot without a readable disk manifest", "snapshot", sn.ID, "err", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, d := range m.Chunks() {
+			mark(d)
+		}
+	}
+	return nil
+}
+
+// markCaptureCaches marks the chunks of every sandbox layer's capture
+// cache: it lets the next capture reuse the chunk lists of unchanged files
+// without reading them, so those chunks must stay even when the snapshot
+// that stored them is gone (a fork's, a resumed suspend's, an expired one).
+func (e *Engine) markCaptureCaches(ctx context.Context, mark func(blob.Digest)) error {
+	sbs, err := e.st.ListSandboxes(ctx, storeAll)
+	if err != nil {
+		return err
+	}
+	for _, sb := range sbs {
+		if m := e.layers.LoadCache(sb.ID); m != nil {
+			for _, d := range m.Chunks() {
+				mark(d)
+			}
+		}
+	}
+	return nil
+}
+
+// gcLoop is the background collection: every gcInterval or on a kick, it
+// expires snapshots, collects blobs, then collects images.
+func (e *Engine) gcLoop() {
+	defer e.bg.Done()
+	e.collector.Run(e.ctx, gcInterval, func(ctx context.Context) {
+		if err := e.expireSnapshots(ctx); err != nil && ctx.Err() == nil {
+			e.log.Error("expire snapshots", "err", err)
+		}
+	}, func(ctx context.Context) {
+		if err := e.collectImages(ctx); err != nil && ctx.Err() == nil {
+			e.log.Error("image gc", "err", err)
+		}
+	})
+}
+
+// collectImages removes unpacked images that no image name and no sandbox
+// uses any more (an image replaced while sandboxes used the old one).
+func (e *Engine) collectImages(ctx context.Context) error {
+	sbs, err := e.st.ListSandboxes(ctx, storeAll)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, sb := range sbs {
+		keep[sb.ImageID] = true
+	}
+	return e.images.GC(ctx, keep, false)
+}
+
+// kickGC asks the background collection to run soon.
+func (e *Engine) kickGC() { e.collector.Kick() }
+
+// freeFailedCapture frees the blobs a failed capture under ctx's lease
+// stored and nothing records, before the failure is answered (see
+// gc.Collector.FreeFailedCapture). Release the lease first.
+func (e *Engine) freeFailedCapture(ctx context.Context) {
+	e.collector.FreeFailedCapture(ctx, leaseOf(ctx))
+}
+
+// GC runs one blob collection round now (for tests and operators),
+// waiting for a round in progress no longer than ctx allows. It returns
+// the first error of a root provider (then nothing is deleted) or of the
+// store.
+func (e *Engine) GC(ctx context.Context) error {
+	_, _, err := e.collector.Collect(ctx)
+	return err
+}
