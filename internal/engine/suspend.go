@@ -440,11 +440,7 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 	case "resume":
 		if sb.State == api.StateSuspended {
 			e.log.Info("recover: rolling back a resume; the sandbox stays suspended", "sandbox", sb.Name)
-			_ = e.rt.Delete(ctx, sb.ID)
-			if err := e.net.Delete(sb.ID); err != nil {
-				return err
-			}
-			if err := e.layers.Remove(sb.ID); err != nil {
+			if err := e.dropSuspendedHost(ctx, sb.ID); err != nil {
 				return err
 			}
 		} else if so.Snapshot != "" {
@@ -453,6 +449,16 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 		}
 	}
 	return done()
+}
+
+// dropSuspendedHost removes what a cut resume may have made on the host
+// for suspended sandbox id (container, network namespace, writable layer).
+func (e *Engine) dropSuspendedHost(ctx context.Context, id string) error {
+	_ = e.rt.Delete(ctx, id)
+	if err := e.net.Delete(id); err != nil {
+		return err
+	}
+	return e.layers.Remove(id)
 }
 
 // recoverDamagedSuspend finishes a suspend or resume whose journal entry
@@ -469,11 +475,7 @@ func (e *Engine) recoverDamagedSuspend(ctx context.Context, op *store.Op, derr e
 		if sb.State == api.StateSuspended {
 			keep = sb.SuspendSnapshot
 			e.log.Info("recover: the sandbox stays suspended", "sandbox", sb.Name)
-			_ = e.rt.Delete(ctx, sb.ID)
-			if err := e.net.Delete(sb.ID); err != nil {
-				return err
-			}
-			if err := e.layers.Remove(sb.ID); err != nil {
+			if err := e.dropSuspendedHost(ctx, sb.ID); err != nil {
 				return err
 			}
 		} else {
