@@ -204,11 +204,7 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 		return failed(err)
 	}
 	e.fault("snaprestore:stopped")
-	if err := e.resumeInto(ctx, sb, diskM, imageDir); err != nil {
-		e.unwatch(sb.ID)
-		e.dropAgent(sb.ID)
-		_ = e.rt.Delete(ctx, sb.ID)
-		_ = e.net.Delete(sb.ID)
+	if err := e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, background: e.cfg.BackgroundRestore, what: "resumed"}); err != nil {
 		sb.State, sb.StateReason = api.StateStopped, "restoring snapshot "+snapID+" failed: "+err.Error()
 		_ = e.st.UpdateSandbox(ctx, sb)
 		return failed(err)

@@ -154,84 +154,28 @@ func (e *Engine) createCold(ctx context.Context, sb *store.Sandbox) error {
 	if err := e.st.CreateSandbox(ctx, sb); err != nil {
 		return err
 	}
-	var undo cleanup
-	undo.add(func() {
-		if err := e.st.DeleteSandbox(context.WithoutCancel(ctx), sb.ID); err != nil {
-			e.log.Error("create: remove record", "sandbox", sb.ID, "err", err)
-		}
-	})
-	undo.add(func() { e.removeAll(context.WithoutCancel(ctx), sb.ID) })
-	if err := e.layers.Create(sb.ID); err != nil {
-		undo.run()
+	fail := func(err error) error {
+		e.discard(context.WithoutCancel(ctx), sb.ID)
 		return err
+	}
+	if err := e.layers.Create(sb.ID); err != nil {
+		return fail(err)
 	}
 	if !sb.Pooled {
 		if err := e.recordV0(ctx, sb); err != nil {
-			undo.run()
-			return err
+			return fail(err)
 		}
 	}
-	if err := e.boot(ctx, sb); err != nil {
-		undo.run()
-		return err
+	if err := e.start(ctx, sb, startFrom{what: "boot"}); err != nil {
+		return fail(err)
 	}
 	if !sb.Pooled {
 		e.fault("create:booted")
 	}
 	sb.State = api.StateRunning
 	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
-		undo.run()
-		return err
+		return fail(err)
 	}
-	return nil
-}
-
-// boot starts sb's runsc container on its layer: mount the overlay, make
-// the network namespace, run runsc, wait for the agent. The caller holds
-// sb's lock and records the new state. On failure what boot made is undone.
-func (e *Engine) boot(ctx context.Context, sb *store.Sandbox) error {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
-	defer cancel()
-	// A stale container of this id (a sandbox that died) must go first.
-	if err := e.rt.Delete(ctx, sb.ID); err != nil {
-		return err
-	}
-	if err := e.applyQuota(sb); err != nil {
-		return err
-	}
-	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
-		return err
-	}
-	// /tmp stays on the writable layer without a bind mount (see spec).
-	if err := e.layers.KeepTmp(sb.ID); err != nil {
-		return err
-	}
-	if err := e.makeVolumes(sb.Volumes); err != nil {
-		return err
-	}
-	netns, err := e.net.Create(sb.ID, sb.Name, e.rulesOf(sb))
-	if err != nil {
-		return err
-	}
-	if err := e.mountRunDir(e.runDir(sb.ID)); err != nil {
-		return err
-	}
-	_ = os.Remove(e.socketPath(sb.ID))
-	spec, err := e.spec(sb, netns)
-	if err != nil {
-		return err
-	}
-	if err := e.rt.Start(ctx, spec, e.bundleDir(sb.ID)); err != nil {
-		return fmt.Errorf("boot sandbox %s: %w", sb.Name, err)
-	}
-	e.dropAgent(sb.ID)
-	if err := e.agentFor(sb).WaitReady(ctx); err != nil {
-		_ = e.rt.Delete(context.WithoutCancel(ctx), sb.ID)
-		return fmt.Errorf("boot sandbox %s: %w", sb.Name, err)
-	}
-	e.watch(sb.ID)
-	e.log.Debug("booted", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds())
 	return nil
 }
 
@@ -315,6 +259,17 @@ func (e *Engine) stopLocked(ctx context.Context, sb *store.Sandbox, reason strin
 	sb.State = api.StateStopped
 	sb.StateReason = reason
 	return e.st.UpdateSandbox(ctx, sb)
+}
+
+// discard removes sandbox id whose create failed (the caller holds its
+// lock): everything it owns on the host (removeAll), its record (its
+// checkpoints go with it) and its lock's entry. Errors are logged.
+func (e *Engine) discard(ctx context.Context, id string) {
+	e.removeAll(ctx, id)
+	if err := e.st.DeleteSandbox(ctx, id); err != nil {
+		e.log.Error("create: remove record", "sandbox", id, "err", err)
+	}
+	e.forgetLock(id)
 }
 
 // removeAll deletes everything sandbox id owns on the host: its container,
@@ -510,7 +465,7 @@ func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.San
 	case api.StateRunning:
 		return sb, nil
 	case api.StateStopped:
-		if err := e.boot(ctx, sb); err != nil {
+		if err := e.start(ctx, sb, startFrom{what: "boot"}); err != nil {
 			return nil, err
 		}
 		sb.State, sb.StateReason = api.StateRunning, ""

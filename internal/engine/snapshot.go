@@ -12,7 +12,6 @@ import (
 	goruntime "runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -387,25 +386,12 @@ func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 // restoreInto boots sb (a record in state creating) from a memory image in
-// imageDir and the disk of manifest diskM: it builds the writable layer,
-// records v0 (the copied disk, source "<sandbox>/<snapshot>"), and starts
-// the sandbox with runsc restore; the agent listens again and the hostname
-// becomes sb's name. On failure what it made is left for the caller's
-// cleanup (removeAll).
+// imageDir and the disk of manifest diskM: it records v0 (the copied disk,
+// source "<sandbox>/<snapshot>") and starts the sandbox (start: the disk
+// is built, runsc restores, the agent listens again and the hostname
+// becomes sb's name). On failure what it made is left for the caller's
+// cleanup (removeAll; v0 goes with the record).
 func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, imageDir string) error {
-	if err := snapshot.CheckSpec(imageDir, imageSpecVersion); err != nil {
-		return err
-	}
-	if err := e.layers.Create(sb.ID); err != nil {
-		return err
-	}
-	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
-		return fmt.Errorf("build the disk: %w", err)
-	}
-	if cache, err := disk.Rescan(upper, diskM); err == nil {
-		_ = e.layers.SaveCache(sb.ID, cache)
-	}
 	files, size := diskM.Stats()
 	if err := e.st.AddCheckpoint(ctx, &store.Checkpoint{
 		SandboxID: sb.ID, Seq: 0, SourceID: sn.SandboxName + "/" + sn.ID, Health: api.HealthOK, Manifest: sn.Disk,
@@ -413,43 +399,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	}); err != nil {
 		return err
 	}
-	if err := e.applyQuota(sb); err != nil {
-		return err
-	}
-	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
-		return err
-	}
-	netns, err := e.net.Create(sb.ID, sb.Name, e.rulesOf(sb))
-	if err != nil {
-		return err
-	}
-	if err := e.mountRunDir(e.runDir(sb.ID)); err != nil {
-		return err
-	}
-	_ = os.Remove(e.socketPath(sb.ID))
-	spec, err := e.spec(sb, netns)
-	if err != nil {
-		return err
-	}
-	if err := e.rt.Restore(ctx, spec, e.bundleDir(sb.ID), imageDir, false); err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	// The restored agent closed its host socket before the save: wake it.
-	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
-		return err
-	}
-	e.dropAgent(sb.ID)
-	wctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
-	defer cancel()
-	ag := e.agentFor(sb)
-	if err := ag.WaitReady(wctx); err != nil {
-		return fmt.Errorf("agent of the restored sandbox: %w", err)
-	}
-	if err := e.setHostname(ctx, sb, sb.Name); err != nil {
-		return err
-	}
-	e.watch(sb.ID)
-	return nil
+	return e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, what: "restored"})
 }
 
 // snapshotDisk loads a snapshot's disk manifest.
@@ -547,9 +497,7 @@ func (e *Engine) startCopy(ctx context.Context, sb *store.Sandbox, sn *store.Sna
 	}
 	ctx = context.WithoutCancel(ctx)
 	if err := e.restoreInto(ctx, sb, sn, diskM, dir); err != nil {
-		e.removeAll(ctx, sb.ID)
-		_ = e.st.DeleteSandbox(ctx, sb.ID)
-		e.forgetLock(sb.ID)
+		e.discard(ctx, sb.ID)
 		return fmt.Errorf("start %s from %s: %v: %w", sb.Name, sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
 	sb.State = api.StateRunning

@@ -255,10 +255,7 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 		return failed(err)
 	}
 	undo := func() {
-		e.unwatch(sb.ID)
-		e.dropAgent(sb.ID)
-		_ = e.rt.Delete(ctx, sb.ID)
-		_ = e.net.Delete(sb.ID)
+		e.teardown(ctx, sb.ID)
 		_ = e.layers.Remove(sb.ID)
 		_ = e.st.DeleteOp(ctx, opID)
 	}
@@ -270,7 +267,7 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	defer release()
 	tImage := time.Now()
 	progress("restoring")
-	if err := e.resumeInto(ctx, sb, diskM, imageDir); err != nil {
+	if err := e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, background: e.cfg.BackgroundRestore, what: "resumed"}); err != nil {
 		undo()
 		return failed(err)
 	}
@@ -332,64 +329,6 @@ func (e *Engine) suspendImage(ctx context.Context, sb *store.Sandbox, sn *store.
 		return "", false, fmt.Errorf("fetch its memory image: %w", err)
 	}
 	return dir, true, nil
-}
-
-// resumeInto rebuilds sb's writable layer from diskM and restores its
-// memory from imageDir in a new network namespace; the agent listens
-// again. On failure the caller removes what was made.
-func (e *Engine) resumeInto(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest, imageDir string) error {
-	t0 := time.Now()
-	var tDisk, tNet, tRestore time.Time
-	defer func() {
-		if !tRestore.IsZero() {
-			e.log.Debug("resume phases", "sandbox", sb.Name, "disk_ms", tDisk.Sub(t0).Milliseconds(),
-				"netns_ms", tNet.Sub(tDisk).Milliseconds(), "restore_ms", tRestore.Sub(tNet).Milliseconds(),
-				"agent_ms", time.Since(tRestore).Milliseconds())
-		}
-	}()
-	if err := e.rebuildDisk(ctx, sb, diskM); err != nil {
-		return err
-	}
-	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
-		return err
-	}
-	tDisk = time.Now()
-	netns, err := e.net.Create(sb.ID, sb.Name, e.rulesOf(sb))
-	if err != nil {
-		return err
-	}
-	if err := e.mountRunDir(e.runDir(sb.ID)); err != nil {
-		return err
-	}
-	_ = os.Remove(e.socketPath(sb.ID))
-	if err := e.rt.Delete(ctx, sb.ID); err != nil {
-		return err
-	}
-	tNet = time.Now()
-	spec, err := e.spec(sb, netns)
-	if err != nil {
-		return err
-	}
-	if err := e.rt.Restore(ctx, spec, e.bundleDir(sb.ID), imageDir, e.cfg.BackgroundRestore); err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	tRestore = time.Now()
-	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
-		return err
-	}
-	e.dropAgent(sb.ID)
-	wctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
-	defer cancel()
-	if err := e.agentFor(sb).WaitReady(wctx); err != nil {
-		return fmt.Errorf("agent of the resumed sandbox: %w", err)
-	}
-	// The memory image holds the hostname of its capture: the sandbox may
-	// have been renamed since.
-	if err := e.setHostname(wctx, sb, sb.Name); err != nil {
-		return fmt.Errorf("set the hostname of the resumed sandbox: %w", err)
-	}
-	e.watch(sb.ID)
-	return nil
 }
 
 // recoverSuspend finishes or rolls back a suspend or resume that a crash
@@ -495,20 +434,4 @@ func (e *Engine) recoverDamagedSuspend(ctx context.Context, op *store.Op, derr e
 		}
 	}
 	return e.st.DeleteOp(ctx, op.ID)
-}
-
-// rebuildDisk replaces sb's writable layer with one built from diskM.
-func (e *Engine) rebuildDisk(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest) error {
-	_ = e.layers.Remove(sb.ID)
-	if err := e.layers.Create(sb.ID); err != nil {
-		return err
-	}
-	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
-		return fmt.Errorf("build the disk: %w", err)
-	}
-	if cache, err := disk.Rescan(upper, diskM); err == nil {
-		_ = e.layers.SaveCache(sb.ID, cache)
-	}
-	return e.applyQuota(sb)
 }
