@@ -64,6 +64,8 @@ func TestLayering(t *testing.T) {
 		}, "the CLI talks to sbxd only through client/"},
 		{"client", false, func(d string) bool { return !strings.HasPrefix(d, module+"/internal/") },
 			"the public SDK imports only api and the standard library"},
+		{"mcp", false, func(d string) bool { return !strings.HasPrefix(d, module+"/internal/") },
+			"the MCP tools act through the public client, like any other program"},
 		{"api", false, func(d string) bool { return strings.HasPrefix(d, "std:") || d == module+"/api" },
 			"the wire contract is standard library only"},
 		// Direct imports (which carry no "std:" mark): the engine reaches

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -77,47 +76,38 @@ func (e *Engine) faultCtx(ctx context.Context, point string) {
 // and a delete of the sandbox cancels it. The caller holds a blob lease
 // (withLease): every chunk stored or reused is pinned until it is recorded.
 func (e *Engine) storeLayer(ctx context.Context, id string, freeze, thaw func(context.Context) error, progress func(string)) (*disk.Manifest, disk.ManifestRef, *disk.CaptureStats, error) {
-	bs := e.blobsFor(ctx)
-	t0 := time.Now()
-	cache := e.layers.LoadCache(id)
-	if le := leaseOf(ctx); le != nil && cache != nil {
-		le.Pin(cache.Chunks()...) // extents of unchanged files are reused unread
-	}
-	t1 := time.Now()
 	limit := e.captureMaxBytes(ctx, id)
-	cctx, done := e.captureContext(ctx, id)
-	m, stats, err := disk.Capture(cctx, disk.CaptureOptions{
-		Upper: e.layers.Paths(id).Upper, Cache: cache,
-		Freeze: freeze, Thaw: thaw, Store: bs, Progress: progress, MaxBytes: limit,
-	})
-	if err == nil {
-		e.faultCtx(cctx, "capture:"+id)
-		err = context.Cause(cctx)
+	o := disk.StoreOptions{
+		Blobs: e.blobsFor(ctx), Freeze: freeze, Thaw: thaw, MaxBytes: limit, Progress: progress,
+		Bound: func(ctx context.Context) (context.Context, func(error) error) {
+			cctx, done := e.captureContext(ctx, id)
+			return cctx, func(err error) error {
+				if err != nil {
+					err = e.captureErr(cctx, err, limit)
+				}
+				done()
+				return err
+			}
+		},
+		Fault: func(ctx context.Context, point string) {
+			switch point {
+			case disk.StoreCapturing:
+				e.faultCtx(ctx, "capture:"+id)
+			case disk.StoreCaptured:
+				e.fault("checkpoint:captured")
+			}
+		},
 	}
+	if le := leaseOf(ctx); le != nil {
+		o.Pin = le.Pin // extents of unchanged files are reused unread
+	}
+	s, err := e.layers.Store(ctx, id, o)
 	if err != nil {
-		err = e.captureErr(cctx, err, limit)
-		done()
 		return nil, nil, nil, err
 	}
-	done()
-	t2 := time.Now()
-	e.fault("checkpoint:captured")
-	ref, added, err := disk.PutManifest(ctx, bs, m)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	stats.AddedBytes += added
-	t3 := time.Now()
-	if err := bs.Flush(ctx, append(append([]blob.Digest(nil), stats.Chunks...), ref...)); err != nil {
-		return nil, nil, nil, err
-	}
-	t4 := time.Now()
-	if err := e.layers.SaveCache(id, m); err != nil {
-		return nil, nil, nil, err
-	}
-	e.log.Debug("store layer", "sandbox", id, "load_cache_ms", t1.Sub(t0).Milliseconds(), "capture_ms", t2.Sub(t1).Milliseconds(),
-		"manifest_ms", t3.Sub(t2).Milliseconds(), "flush_ms", t4.Sub(t3).Milliseconds(), "save_cache_ms", time.Since(t4).Milliseconds())
-	return m, ref, stats, nil
+	e.log.Debug("store layer", "sandbox", id, "load_cache_ms", s.LoadCache.Milliseconds(), "capture_ms", s.Capture.Milliseconds(),
+		"manifest_ms", s.PutManifest.Milliseconds(), "flush_ms", s.Flush.Milliseconds(), "save_cache_ms", s.SaveCache.Milliseconds())
+	return s.Manifest, s.Ref, s.Stats, nil
 }
 
 // recordV0 records the sandbox's fresh disk as v0. The sandbox must not run
@@ -408,34 +398,20 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 		}
 	}
 	stopped := time.Now()
-	// The overlay goes before the disk is read, so that nothing writes.
-	if err := e.layers.Unmount(sb.ID); err != nil {
-		return failed(err)
-	}
 	opID := newOpID()
 	data, _ := json.Marshal(restoreOp{Seq: seq})
 	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "restore", Data: data}); err != nil {
 		return failed(err)
 	}
-	// The restore builds the new layer beside the old one, in the same
-	// subvolume: it may need up to twice the quota until the old layer
-	// goes. The guest is stopped; the next boot sets the quota again.
-	if err := e.layers.SetQuota(sb.ID, 0); err != nil {
-		e.abandonRestore(ctx, sb.ID, opID)
-		return failed(err)
-	}
-	dst, err := e.layers.NewRestoreDir(sb.ID, opID)
-	if err != nil {
-		e.abandonRestore(ctx, sb.ID, opID)
-		return failed(err)
-	}
+	// The new layer is built beside the old one and swapped in (with the
+	// quota lifted: the guest is stopped, the next boot sets it again).
 	progress(fmt.Sprintf("building the disk of %s: %d entries", id, len(target.Entries)))
-	mstats, err := disk.Materialize(ctx, disk.MaterializeOptions{
-		Target: target, Dst: dst, Store: e.blobsFor(ctx),
-		Current: e.layers.Paths(sb.ID).Upper, CurrentCache: e.layers.LoadCache(sb.ID),
+	mstats, err := e.layers.Restore(ctx, sb.ID, opID, target, disk.RestoreOptions{
+		Blobs: e.blobsFor(ctx),
+		Fault: func(point string) { e.fault("restore:" + point) },
 	})
 	if err != nil {
-		e.abandonRestore(ctx, sb.ID, opID)
+		e.deleteOp(ctx, sb.ID, opID)
 		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrCorrupt) {
 			e.chunkLost(err)
 			_ = e.st.SetCheckpointHealth(ctx, sb.ID, seq, api.HealthDamaged)
@@ -444,68 +420,103 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	}
 	progress(fmt.Sprintf("%d files: %d kept, %d patched, %d written; %d bytes from the store",
 		mstats.Files, mstats.LinkedFiles, mstats.PatchedFiles, mstats.WrittenFiles, mstats.WrittenBytes))
-	built := time.Now()
-	e.fault("restore:built")
-	if err := e.layers.Swap(sb.ID, opID); err != nil {
-		e.abandonRestore(ctx, sb.ID, opID)
+	if err := e.recordRestore(ctx, sb, opID, seq); err != nil {
 		return failed(err)
 	}
-	e.fault("restore:swapped")
-	if err := e.finishRestore(ctx, sb, opID, seq, target, mstats.LinkedFiles > 0); err != nil {
+	later, err := e.layers.FinishRestore(sb.ID, opID, target, mstats.LinkedFiles > 0)
+	if later {
+		e.emptyTrash(sb)
+	}
+	if err != nil {
 		return failed(err)
 	}
 	e.log.Info("restored", "sandbox", sb.Name, "to", id, "ms", time.Since(start).Milliseconds(),
-		"stop_ms", stopped.Sub(start).Milliseconds(), "build_ms", built.Sub(stopped).Milliseconds(),
+		"stop_ms", stopped.Sub(start).Milliseconds(), "build_ms", mstats.Duration.Milliseconds(),
 		"linked", mstats.LinkedFiles, "patched", mstats.PatchedFiles, "written", mstats.WrittenFiles, "written_bytes", mstats.WrittenBytes)
 	return sb, nil
 }
 
-// finishRestore completes a restore whose swap happened: the record names
-// the new disk's source, the old layer goes, and the cache describes the new
-// one (target; nil when unknown, after a crash). When the new layer shares
-// no inode with the old one (linked false), the old one is deleted in the
-// background: its deletion cannot move the new files' ctimes.
-func (e *Engine) finishRestore(ctx context.Context, sb *store.Sandbox, opID string, seq int, target *disk.Manifest, linked bool) error {
+// recordRestore records a restore of sb to checkpoint seq whose swap
+// happened: the record names the new disk's source, and the journal entry
+// goes. The layer's finish (disk.Layers.FinishRestore) comes after.
+func (e *Engine) recordRestore(ctx context.Context, sb *store.Sandbox, opID string, seq int) error {
 	sb.DiskSource = CheckpointID(seq)
 	sb.State, sb.StateReason = api.StateStopped, ""
 	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
 		return err
 	}
+	return e.st.DeleteOp(ctx, opID)
+}
+
+// emptyTrash deletes the old layer a restore of sb moved aside, in the
+// background (its deletion cannot move the new files' ctimes).
+func (e *Engine) emptyTrash(sb *store.Sandbox) {
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		if err := e.layers.EmptyTrash(sb.ID); err != nil {
+			e.log.Error("delete the old layer", "sandbox", sb.Name, "err", err)
+		}
+	}()
+}
+
+// deleteOp deletes the journal entry of an operation on sandbox id that
+// did nothing (or whose effects are undone), logging a failure.
+func (e *Engine) deleteOp(ctx context.Context, id, opID string) {
 	if err := e.st.DeleteOp(ctx, opID); err != nil {
-		return err
+		e.log.Error("delete journal entry", "sandbox", id, "op", opID, "err", err)
 	}
-	later := !linked && target != nil
-	if err := e.layers.FinishSwap(sb.ID, opID, later); err != nil {
-		return err
-	}
-	if later {
-		e.bg.Add(1)
-		go func() {
-			defer e.bg.Done()
-			if err := e.layers.EmptyTrash(sb.ID); err != nil {
-				e.log.Error("delete the old layer", "sandbox", sb.Name, "err", err)
-			}
-		}()
-	}
-	if target == nil {
-		return e.layers.DropCache(sb.ID)
-	}
-	cache, err := disk.Rescan(e.layers.Paths(sb.ID).Upper, target)
-	if err != nil {
-		return err
-	}
-	return e.layers.SaveCache(sb.ID, cache)
 }
 
 // abandonRestore rolls back a restore that did not swap: its half-built
-// layer goes; the disk is as it was.
+// layer and its journal entry go; the disk is as it was.
 func (e *Engine) abandonRestore(ctx context.Context, id, opID string) {
-	if err := removeDir(e.layers.RestoreDir(id, opID)); err != nil {
+	if err := e.layers.AbandonRestore(id, opID); err != nil {
 		e.log.Error("abandon restore", "sandbox", id, "err", err)
 	}
-	if err := e.st.DeleteOp(ctx, opID); err != nil {
-		e.log.Error("abandon restore", "sandbox", id, "err", err)
+	e.deleteOp(ctx, id, opID)
+}
+
+// recoverRestore finishes or rolls back a restore that a crash of sbxd
+// cut short, as the layer shows it: swapped, the sandbox is on the
+// checkpoint's disk; else on the disk it had.
+func (e *Engine) recoverRestore(ctx context.Context, op *store.Op) error {
+	var ro restoreOp
+	sb, err := e.st.GetSandbox(ctx, op.SandboxID)
+	if err != nil {
+		e.abandonRestore(ctx, op.SandboxID, op.ID)
+		return nil
 	}
+	_ = e.rt.Delete(ctx, sb.ID)
+	if err := json.Unmarshal(op.Data, &ro); err != nil {
+		// Which checkpoint it was is lost; the disk is whole either
+		// way (old, or swapped to the new one), only not recorded.
+		e.log.Error("recover: unreadable restore journal entry; keeping the disk as it is", "sandbox", sb.Name, "op", op.ID, "err", err)
+		_ = e.layers.Unmount(sb.ID)
+		e.abandonRestore(ctx, sb.ID, op.ID)
+		sb.State, sb.StateReason = api.StateStopped, "a restore was interrupted and its journal entry was unreadable; the disk is whole but may be the old one or the checkpoint's"
+		return e.st.UpdateSandbox(ctx, sb)
+	}
+	var recErr error
+	swapped, err := e.layers.RecoverRestore(sb.ID, op.ID, func(swapped bool) error {
+		if swapped {
+			e.log.Info("recover: finishing a restore that swapped the disk", "sandbox", sb.Name, "to", CheckpointID(ro.Seq))
+			recErr = e.recordRestore(ctx, sb, op.ID, ro.Seq)
+			return recErr
+		}
+		e.log.Info("recover: rolling back a restore that did not swap the disk", "sandbox", sb.Name)
+		e.deleteOp(ctx, sb.ID, op.ID)
+		sb.State, sb.StateReason = api.StateStopped, "a restore was interrupted; the disk is as it was"
+		recErr = e.st.UpdateSandbox(ctx, sb)
+		return recErr
+	})
+	if recErr != nil || (err != nil && swapped) {
+		return err
+	}
+	if err != nil {
+		e.log.Error("abandon restore", "sandbox", sb.ID, "err", err)
+	}
+	return nil
 }
 
 // recoverOps finishes or rolls back journalled operations after a crash.
@@ -517,39 +528,8 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 	for _, op := range ops {
 		switch op.Kind {
 		case "restore":
-			var ro restoreOp
-			sb, err := e.st.GetSandbox(ctx, op.SandboxID)
-			if err != nil {
-				e.abandonRestore(ctx, op.SandboxID, op.ID)
-				continue
-			}
-			if err := json.Unmarshal(op.Data, &ro); err != nil {
-				// Which checkpoint it was is lost; the disk is whole either
-				// way (old, or swapped to the new one), only not recorded.
-				e.log.Error("recover: unreadable restore journal entry; keeping the disk as it is", "sandbox", sb.Name, "op", op.ID, "err", err)
-				_ = e.rt.Delete(ctx, sb.ID)
-				_ = e.layers.Unmount(sb.ID)
-				e.abandonRestore(ctx, sb.ID, op.ID)
-				sb.State, sb.StateReason = api.StateStopped, "a restore was interrupted and its journal entry was unreadable; the disk is whole but may be the old one or the checkpoint's"
-				if err := e.st.UpdateSandbox(ctx, sb); err != nil {
-					return err
-				}
-				continue
-			}
-			_ = e.rt.Delete(ctx, sb.ID)
-			_ = e.layers.Unmount(sb.ID)
-			if e.layers.Swapped(sb.ID, op.ID) {
-				e.log.Info("recover: finishing a restore that swapped the disk", "sandbox", sb.Name, "to", CheckpointID(ro.Seq))
-				if err := e.finishRestore(ctx, sb, op.ID, ro.Seq, nil, true); err != nil {
-					return err
-				}
-			} else {
-				e.log.Info("recover: rolling back a restore that did not swap the disk", "sandbox", sb.Name)
-				e.abandonRestore(ctx, sb.ID, op.ID)
-				sb.State, sb.StateReason = api.StateStopped, "a restore was interrupted; the disk is as it was"
-				if err := e.st.UpdateSandbox(ctx, sb); err != nil {
-					return err
-				}
+			if err := e.recoverRestore(ctx, op); err != nil {
+				return err
 			}
 		case "suspend", "resume":
 			if err := e.recoverSuspend(ctx, op); err != nil {
@@ -667,5 +647,3 @@ func (e *Engine) loadManifest(ctx context.Context, sandboxID string, seq int) (*
 }
 
 func newOpID() string { return "op_" + newID()[4:] }
-
-func removeDir(p string) error { return os.RemoveAll(p) }

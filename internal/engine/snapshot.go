@@ -389,8 +389,8 @@ func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
 // imageDir and the disk of manifest diskM: it records v0 (the copied disk,
 // source "<sandbox>/<snapshot>") and starts the sandbox (start: the disk
 // is built, runsc restores, the agent listens again and the hostname
-// becomes sb's name). On failure what it made is left for the caller's
-// cleanup (removeAll; v0 goes with the record).
+// becomes sb's name). On failure start has stopped what it started; the
+// layer and the records are left for the caller's cleanup (discard).
 func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, imageDir string) error {
 	files, size := diskM.Stats()
 	if err := e.st.AddCheckpoint(ctx, &store.Checkpoint{

@@ -155,17 +155,7 @@ func (e *Engine) teardown(ctx context.Context, id string) {
 // without a quota (the caller sets it).
 func (e *Engine) buildDisk(ctx context.Context, sb *store.Sandbox, diskM *disk.Manifest) error {
 	_ = e.layers.Remove(sb.ID)
-	if err := e.layers.Create(sb.ID); err != nil {
-		return err
-	}
-	upper := e.layers.Paths(sb.ID).Upper
-	if _, err := disk.Materialize(ctx, disk.MaterializeOptions{Target: diskM, Dst: upper, Store: e.blobsFor(ctx)}); err != nil {
-		return fmt.Errorf("build the disk: %w", err)
-	}
-	if cache, err := disk.Rescan(upper, diskM); err == nil {
-		_ = e.layers.SaveCache(sb.ID, cache)
-	}
-	return nil
+	return e.layers.Build(ctx, sb.ID, diskM, e.blobsFor(ctx))
 }
 
 // rebuildDisk replaces sb's writable layer with one built from diskM and

@@ -109,7 +109,8 @@ func (c *Collector) Kick() {
 	}
 }
 
-// Run collects every interval and after each Kick until ctx is done.
+// Run collects every interval (which must be positive) and after each
+// Kick until ctx is done.
 // Each time, it calls before (if not nil), runs a round, then calls after
 // (if not nil): the engine expires snapshots before, so that their blobs
 // go in the same round, and collects images after. A failed round is
@@ -165,6 +166,9 @@ type roundLock struct{ ch chan struct{} }
 func newRoundLock() roundLock { return roundLock{ch: make(chan struct{}, 1)} }
 
 func (l roundLock) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case l.ch <- struct{}{}:
 		return nil

@@ -360,3 +360,25 @@ func TestRunKicked(t *testing.T) {
 		t.Fatalf("Run called %v, want [before after] around one sweep", order)
 	}
 }
+
+// TestCollectCancelledRunsNoRound: a Collect whose context is already done
+// returns its error without marking, even when no round is in progress.
+func TestCollectCancelledRunsNoRound(t *testing.T) {
+	st := newStore(t)
+	dead := put(t, st, "garbage")
+	var calls atomic.Int32
+	c := New(st, blob.NewLeases(), quiet(), RootsFunc(func(ctx context.Context, mark func(blob.Digest)) error {
+		calls.Add(1)
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 {
+		if _, _, err := c.Collect(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Collect with a cancelled context = %v, want context.Canceled", err)
+		}
+	}
+	if n := calls.Load(); n != 0 || !has(t, st, dead) {
+		t.Fatalf("a cancelled Collect ran %d rounds", n)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -75,6 +76,10 @@ type Server struct {
 	// dial connects to a sandbox's TCP port (the engine's DialPort).
 	dial  func(ctx context.Context, name string, port int) (net.Conn, error)
 	proxy *httputil.ReverseProxy
+	// selfLn serve this API in process to the MCP tools (serveMCP),
+	// without auth [0] and with it [1].
+	selfOnce [2]sync.Once
+	selfLn   [2]*pipeListener
 }
 
 // New returns the API server.
@@ -188,6 +193,8 @@ func (s *Server) Handler(auth bool) http.Handler {
 			s.servePreview(sw, r, p, auth)
 		} else if auth && !s.authorized(r) {
 			s.writeError(sw, r, errdefs.New(errdefs.ErrUnauthorized, "missing or wrong API key (Authorization: Bearer <key>)"))
+		} else if r.URL.Path == mcpPath {
+			s.serveMCP(sw, r, auth)
 		} else {
 			s.route(sw, r)
 		}
