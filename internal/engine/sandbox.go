@@ -420,7 +420,7 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	e.forgetInstance(sb.ID)
 	e.releaseForkSnapshot(ctx, sb.SourceSnapshot)
 	if sb.SuspendSnapshot != "" {
-		_ = e.st.DeleteSnapshot(ctx, sb.SuspendSnapshot)
+		_ = e.removeSnapshot(ctx, sb.SuspendSnapshot)
 	}
 	_ = os.RemoveAll(e.suspendCache(sb.ID))
 	_ = e.st.DeleteEvents(ctx, sb.ID)
