@@ -169,7 +169,7 @@ func (e *Engine) BeginCheckpoint(ctx context.Context, idOrName, comment string) 
 	if len(comment) > api.MaxCommentBytes {
 		return nil, errdefs.Invalid("comment", "%d bytes, at most %d", len(comment), api.MaxCommentBytes)
 	}
-	sb, unlock, err := e.lockSandbox(ctx, idOrName, "checkpoint")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "checkpoint", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}
@@ -193,25 +193,6 @@ func (e *Engine) Checkpoint(ctx context.Context, idOrName, comment string, progr
 		return nil, err
 	}
 	return res.(*store.Checkpoint), nil
-}
-
-// lockSandbox finds a sandbox and takes its lock for op, failing with
-// ErrConflict if another operation holds it; the record is reread under
-// the lock.
-func (e *Engine) lockSandbox(ctx context.Context, idOrName, op string) (*store.Sandbox, func(), error) {
-	sb, err := e.Get(ctx, idOrName)
-	if err != nil {
-		return nil, nil, err
-	}
-	unlock, err := e.tryLock(sb.ID, sb.Name, op)
-	if err != nil {
-		return nil, nil, err
-	}
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		unlock()
-		return nil, nil, err
-	}
-	return sb, unlock, nil
 }
 
 // checkpointLocked captures sb's disk: what is on it when asked (a running
@@ -340,7 +321,7 @@ func (e *Engine) BeginRestore(ctx context.Context, idOrName, id string) (*Op, er
 	if err != nil {
 		return nil, err
 	}
-	sb, unlock, err := e.lockSandbox(ctx, idOrName, "restore")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "restore", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sbxhq/sbx/internal/agent"
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
@@ -103,37 +102,19 @@ type Engine struct {
 	volumesDir   string
 	agentDir     string
 
-	mu    sync.Mutex
-	locks map[string]*opLock
+	// instMu guards insts, the in-memory instance of each sandbox (by id).
+	instMu sync.Mutex
+	insts  map[string]*instance
 
 	pool *pool
-
-	monMu    sync.Mutex
-	monitors map[string]context.CancelFunc
-
-	agentsMu sync.Mutex
-	agents   map[string]*agent.Client
-
-	// ports holds the open connections of DialPort, closed with their
-	// sandbox.
-	ports portConns
 
 	// leases pin the blobs of operations in progress against the
 	// collector, without either waiting for the other.
 	leases *blob.Leases
 	// collector deletes the blobs that nothing records or pins.
 	collector *gc.Collector
-	// captures cancel the capture in progress of a sandbox (by id), for
-	// a delete; guarded by mu.
-	captures map[string]context.CancelCauseFunc
-
-	qmu sync.Mutex
 	// eventsMu makes an event's cap checks and its insert one step.
 	eventsMu sync.Mutex
-	quiesces map[string]*quiesce
-
-	act activity
-
 	// host and capacity are the host's resources and what sandboxes may
 	// have of them; adm holds admitted demands not yet recorded.
 	host     runtime.Host
@@ -214,12 +195,8 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		sandboxesDir: filepath.Join(cfg.DataDir, "sandboxes"),
 		volumesDir:   filepath.Join(cfg.DataDir, "volumes"),
 		agentDir:     filepath.Join(cfg.DataDir, "bin"),
-		locks:        map[string]*opLock{},
+		insts:        map[string]*instance{},
 		leases:       blob.NewLeases(),
-		captures:     map[string]context.CancelCauseFunc{},
-		monitors:     map[string]context.CancelFunc{},
-		agents:       map[string]*agent.Client{},
-		quiesces:     map[string]*quiesce{},
 	}
 	// The agent's socket path on the host must fit in sun_path (108 bytes).
 	if n := len(e.socketPath("sbx_0123456789abcdef")); n >= 108 {
@@ -340,70 +317,16 @@ func (e *Engine) bundleDir(id string) string  { return filepath.Join(e.sandboxDi
 func (e *Engine) runDir(id string) string     { return filepath.Join(e.sandboxDir(id), "run") }
 func (e *Engine) socketPath(id string) string { return filepath.Join(e.runDir(id), "agent.sock") }
 
-// opLock serialises lifecycle operations on one sandbox. It is a channel
-// semaphore so that a waiter can give up with its context.
-type opLock struct {
-	ch chan struct{}
-	op string // what holds it, for conflict messages
-}
+// cleanup is a stack of undo steps for a half-done operation.
+type cleanup []func()
 
-func (e *Engine) lockFor(id string) *opLock {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	l, ok := e.locks[id]
-	if !ok {
-		l = &opLock{ch: make(chan struct{}, 1)}
-		e.locks[id] = l
+func (c *cleanup) add(f func()) { *c = append(*c, f) }
+
+func (c *cleanup) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
 	}
-	return l
-}
-
-// tryLock takes id's lock for op, or fails with ErrConflict naming the
-// operation in progress.
-func (e *Engine) tryLock(id, name, op string) (func(), error) {
-	l := e.lockFor(id)
-	select {
-	case l.ch <- struct{}{}:
-		e.mu.Lock()
-		l.op = op
-		e.mu.Unlock()
-		return func() { <-l.ch }, nil
-	default:
-		e.mu.Lock()
-		cur := l.op
-		e.mu.Unlock()
-		return nil, errdefs.Conflictf("sandbox %q: %s is in progress", name, cur)
-	}
-}
-
-// waitLock takes id's lock for op, waiting for the operation in progress.
-func (e *Engine) waitLock(ctx context.Context, id, op string) (func(), error) {
-	l := e.lockFor(id)
-	select {
-	case l.ch <- struct{}{}:
-		e.mu.Lock()
-		l.op = op
-		e.mu.Unlock()
-		return func() { <-l.ch }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// lockHolder names the operation that holds (or last held) id's lock.
-func (e *Engine) lockHolder(id string) string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if l, ok := e.locks[id]; ok {
-		return l.op
-	}
-	return "another operation"
-}
-
-func (e *Engine) forgetLock(id string) {
-	e.mu.Lock()
-	delete(e.locks, id)
-	e.mu.Unlock()
+	*c = nil
 }
 
 // stateForbids is the error for a request that the sandbox's state does not

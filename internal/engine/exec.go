@@ -319,25 +319,28 @@ const agentSpare = 2
 
 // agentFor returns the client of sb's agent, kept while sb runs.
 func (e *Engine) agentFor(sb *store.Sandbox) *agent.Client {
-	e.agentsMu.Lock()
-	defer e.agentsMu.Unlock()
-	cl, ok := e.agents[sb.ID]
-	if !ok {
-		cl = agent.NewClient(e.socketPath(sb.ID), agentSpare)
-		e.agents[sb.ID] = cl
+	in := e.instance(sb.ID)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.agent == nil {
+		in.agent = agent.NewClient(e.socketPath(sb.ID), agentSpare)
 	}
-	return cl
+	return in.agent
 }
 
 // dropAgent forgets the client of sandbox id's agent (it stopped or
 // reboots), closing its spare connections and its port connections.
 func (e *Engine) dropAgent(id string) {
 	e.closePortConns(id)
-	e.agentsMu.Lock()
-	cl, ok := e.agents[id]
-	delete(e.agents, id)
-	e.agentsMu.Unlock()
-	if ok {
+	in := e.peekInstance(id)
+	if in == nil {
+		return
+	}
+	in.mu.Lock()
+	cl := in.agent
+	in.agent = nil
+	in.mu.Unlock()
+	if cl != nil {
 		cl.Close()
 	}
 }

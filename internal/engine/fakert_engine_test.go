@@ -625,6 +625,75 @@ func TestFakeRecoverSuspendJournal(t *testing.T) {
 			t.Fatalf("cat f: %q", out)
 		}
 	})
+	// A journal entry that cannot be read loses which snapshot it was: the
+	// sandbox stays as its record has it, and the suspend snapshots it
+	// does not use (stored by the cut suspend, or left by the cut resume)
+	// are removed instead of pinning their blobs for ever.
+	damaged := func(t *testing.T, f *fakeEnv, sb *store.Sandbox, kind string) {
+		t.Helper()
+		if err := f.st.PutOp(ctx, &store.Op{ID: newOpID(), SandboxID: sb.ID, Kind: kind, Data: []byte(`{"snapshot":`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("suspend, unreadable entry, stored", func(t *testing.T) {
+		t.Parallel()
+		f, sb := setup(t)
+		f.plantSuspendSnapshot(t, sb, "snap_cut")
+		damaged(t, f, sb, "suspend")
+		g := startFakeEngine(t, f.dir, Config{})
+		noOps(t, g)
+		if got, err := g.e.Get(ctx, "a"); err != nil || got.State != api.StateRunning {
+			t.Fatalf("after restart: %+v %v, want running", got, err)
+		}
+		if out, _ := g.run(t, "a", "cat", "f"); out != "live" {
+			t.Fatalf("cat f: %q", out)
+		}
+		if _, err := g.st.GetSnapshot(ctx, "snap_cut"); !errdefs.IsNotFound(err) {
+			t.Fatalf("the cut suspend's snapshot of a running sandbox: %v, want removed", err)
+		}
+	})
+	t.Run("resume, unreadable entry", func(t *testing.T) {
+		t.Parallel()
+		f, sb := setup(t)
+		f.plantSuspendSnapshot(t, sb, "snap_old")
+		damaged(t, f, sb, "resume")
+		g := startFakeEngine(t, f.dir, Config{})
+		noOps(t, g)
+		if out, _ := g.run(t, "a", "cat", "f"); out != "live" {
+			t.Fatalf("cat f: %q", out)
+		}
+		if _, err := g.st.GetSnapshot(ctx, "snap_old"); !errdefs.IsNotFound(err) {
+			t.Fatalf("the snapshot of a resumed sandbox: %v, want removed", err)
+		}
+	})
+	t.Run("resume, unreadable entry, still suspended", func(t *testing.T) {
+		t.Parallel()
+		f, sb := setup(t)
+		f.plantSuspendSnapshot(t, sb, "snap_keep")
+		f.plantSuspendSnapshot(t, sb, "snap_stray")
+		rec, err := f.st.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.State, rec.SuspendSnapshot = api.StateSuspended, "snap_keep"
+		if err := f.st.UpdateSandbox(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		damaged(t, f, sb, "resume")
+		g := startFakeEngine(t, f.dir, Config{})
+		noOps(t, g)
+		got, err := g.e.Get(ctx, "a")
+		if err != nil || got.State != api.StateSuspended || got.SuspendSnapshot != "snap_keep" {
+			t.Fatalf("after restart: %+v %v, want still suspended", got, err)
+		}
+		if _, err := g.st.GetSnapshot(ctx, "snap_keep"); err != nil {
+			t.Fatalf("the suspended sandbox's snapshot: %v, want kept", err)
+		}
+		if _, err := g.st.GetSnapshot(ctx, "snap_stray"); !errdefs.IsNotFound(err) {
+			t.Fatalf("a suspend snapshot it does not use: %v, want removed", err)
+		}
+		released(t, g, sb)
+	})
 	t.Run("snapshot restore, snapshot gone", func(t *testing.T) {
 		t.Parallel()
 		f, sb := setup(t)

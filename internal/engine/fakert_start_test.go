@@ -14,6 +14,7 @@ import (
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/network"
 	"github.com/sbxhq/sbx/internal/runtime"
+	"github.com/sbxhq/sbx/internal/snapshot"
 	"github.com/sbxhq/sbx/internal/store"
 )
 
@@ -47,12 +48,9 @@ func (n failingNetwork) Create(string, string, *network.Rules) (string, error) {
 	return "", errAttach
 }
 
-// lockEntries is how many sandbox ids the engine's lock table holds.
-func (f *fakeEnv) lockEntries() int {
-	f.e.mu.Lock()
-	defer f.e.mu.Unlock()
-	return len(f.e.locks)
-}
+// lockEntries is how many sandbox ids the engine keeps an instance (and
+// so a lock) of.
+func (f *fakeEnv) lockEntries() int { return f.e.instanceCount() }
 
 // leftNothing fails the test if the engine holds anything for a sandbox
 // other than those in keep (ids): a record, a container, a network, a
@@ -205,7 +203,7 @@ func TestFakeStartNetworkAttachFails(t *testing.T) {
 
 // TestFakeStartRestoreChecksAndCleansUp: the restore branch of start, as
 // far as the fake goes (it cannot restore memory). A memory image of
-// another container layout is refused (errImageLayout) before anything is
+// another container layout is refused (snapshot.ErrLayout) before anything is
 // changed: the disk is not rebuilt, no network is attached. An image of
 // this layout that the runtime fails to restore leaves nothing started
 // (no container, no network), and the sandbox boots on its disk after.
@@ -224,8 +222,8 @@ func TestFakeStartRestoreChecksAndCleansUp(t *testing.T) {
 	}
 	old := t.TempDir() // an image without the layout record
 	err = f.e.start(ctx, sb, startFrom{image: old, disk: &disk.Manifest{}, what: "resumed"})
-	if !errors.Is(err, errImageLayout) {
-		t.Fatalf("start from an image of another layout: %v, want errImageLayout", err)
+	if !errors.Is(err, snapshot.ErrLayout) {
+		t.Fatalf("start from an image of another layout: %v, want snapshot.ErrLayout", err)
 	}
 	if f.net.has(sb.ID) {
 		t.Error("a refused image attached the network")
@@ -234,7 +232,7 @@ func TestFakeStartRestoreChecksAndCleansUp(t *testing.T) {
 		t.Errorf("the disk after a refused image: %q %v, want it untouched", b, err)
 	}
 	img := t.TempDir()
-	if err := writeImageSpec(img); err != nil {
+	if err := snapshot.WriteSpec(img, imageSpecVersion); err != nil {
 		t.Fatal(err)
 	}
 	err = f.e.start(ctx, sb, startFrom{image: img, what: "resumed"})

@@ -163,15 +163,12 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 	if sn.SandboxID != sb.ID {
 		return errdefs.Invalid("snapshot", "%s was taken of another sandbox", snapID)
 	}
-	unlock, err := e.waitLock(ctx, sb.ID, "restore a snapshot")
+	sb, unlock, err := e.lockFound(ctx, sb, "restore a snapshot", lockOrWait)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	ctx = context.WithoutCancel(ctx)
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return err
-	}
 	if sb.State == api.StateSuspended {
 		return stateForbids(sb, "restore a snapshot in place")
 	}

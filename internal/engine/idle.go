@@ -8,34 +8,20 @@ import (
 	"github.com/sbxhq/sbx/api"
 )
 
-// activity tracks, per sandbox, requests in flight (exec, files, ports)
-// and when the last one ended: what the idle timeout measures.
-type activity struct {
-	mu       sync.Mutex
-	inflight map[string]int
-	last     map[string]time.Time
-}
-
 // busy marks a request on sandbox id; the returned func ends it.
 func (e *Engine) busy(id string) func() {
-	a := &e.act
-	a.mu.Lock()
-	if a.inflight == nil {
-		a.inflight, a.last = map[string]int{}, map[string]time.Time{}
-	}
-	a.inflight[id]++
-	a.last[id] = time.Now()
-	a.mu.Unlock()
+	in := e.instance(id)
+	in.mu.Lock()
+	in.inflight++
+	in.lastActive = time.Now()
+	in.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			a.mu.Lock()
-			a.inflight[id]--
-			if a.inflight[id] <= 0 {
-				delete(a.inflight, id)
-			}
-			a.last[id] = time.Now()
-			a.mu.Unlock()
+			in.mu.Lock()
+			in.inflight--
+			in.lastActive = time.Now()
+			in.mu.Unlock()
 		})
 	}
 }
@@ -47,25 +33,19 @@ func (e *Engine) touch(id string) { e.busy(id)() }
 // is); a sandbox with no request since sbxd started counts from start (the
 // later of sbxd's start and its record's last change).
 func (e *Engine) idleFor(id string, start time.Time) time.Duration {
-	a := &e.act
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.inflight[id] > 0 {
-		return 0
-	}
-	last, ok := a.last[id]
-	if !ok {
-		last = start
+	last := start
+	if in := e.peekInstance(id); in != nil {
+		in.mu.Lock()
+		inflight, active := in.inflight, in.lastActive
+		in.mu.Unlock()
+		if inflight > 0 {
+			return 0
+		}
+		if !active.IsZero() {
+			last = active
+		}
 	}
 	return time.Since(last)
-}
-
-// forget drops a sandbox's activity (deleted).
-func (a *activity) forget(id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.inflight, id)
-	delete(a.last, id)
 }
 
 // idleLoop suspends running sandboxes whose timeout_ms passed without
@@ -100,11 +80,11 @@ func (e *Engine) idleLoop() {
 			if sb.KeepAlive && e.hasRunning(sb.ID) {
 				continue
 			}
-			unlock, err := e.tryLock(sb.ID, sb.Name, "suspend")
+			unlock, err := e.lockID(e.ctx, sb.ID, sb.Name, "suspend", lockOrConflict)
 			if err != nil {
 				continue // an operation runs: not idle
 			}
-			cur, err := e.st.GetSandbox(e.ctx, sb.ID)
+			cur, err := e.getLocked(e.ctx, sb.ID)
 			if err == nil && cur.State == api.StateRunning && len(cur.Volumes) == 0 {
 				e.log.Info("idle: suspending", "sandbox", cur.Name, "timeout_ms", cur.TimeoutMS)
 				if _, err := e.suspendLocked(context.WithoutCancel(e.ctx), cur, cur.WakeOn, nil); err != nil {

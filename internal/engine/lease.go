@@ -72,13 +72,14 @@ func (e *Engine) captureContext(ctx context.Context, id string) (context.Context
 	timeout := e.cfg.CaptureTimeout
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, timeout, errCaptureTimeout)
 	ctx, cancel := context.WithCancelCause(ctx)
-	e.mu.Lock()
-	e.captures[id] = cancel
-	e.mu.Unlock()
+	in := e.instance(id)
+	in.mu.Lock()
+	in.capture = cancel
+	in.mu.Unlock()
 	return ctx, func() {
-		e.mu.Lock()
-		delete(e.captures, id)
-		e.mu.Unlock()
+		in.mu.Lock()
+		in.capture = nil
+		in.mu.Unlock()
 		cancel(nil)
 		cancelTimeout()
 	}
@@ -87,9 +88,12 @@ func (e *Engine) captureContext(ctx context.Context, id string) (context.Context
 // cancelCapture stops the capture of sandbox id in progress, if any, and
 // reports whether there was one.
 func (e *Engine) cancelCapture(id string) bool {
-	e.mu.Lock()
-	cancel := e.captures[id]
-	e.mu.Unlock()
+	var cancel context.CancelCauseFunc
+	if in := e.peekInstance(id); in != nil {
+		in.mu.Lock()
+		cancel = in.capture
+		in.mu.Unlock()
+	}
 	if cancel != nil {
 		cancel(errCaptureCancelled)
 	}

@@ -19,12 +19,13 @@ import (
 // pidfd of the sandbox process and reads the cgroup's oom_kill counter.
 func (e *Engine) watch(id string) {
 	ctx, cancel := context.WithCancel(e.ctx)
-	e.monMu.Lock()
-	if old, ok := e.monitors[id]; ok {
-		old()
+	in := e.instance(id)
+	in.mu.Lock()
+	if in.monitor != nil {
+		in.monitor()
 	}
-	e.monitors[id] = cancel
-	e.monMu.Unlock()
+	in.monitor = cancel
+	in.mu.Unlock()
 	e.bg.Add(1)
 	go func() {
 		defer e.bg.Done()
@@ -34,12 +35,16 @@ func (e *Engine) watch(id string) {
 
 // unwatch stops the monitor of id: sbxd itself is about to stop it.
 func (e *Engine) unwatch(id string) {
-	e.monMu.Lock()
-	if cancel, ok := e.monitors[id]; ok {
-		cancel()
-		delete(e.monitors, id)
+	in := e.peekInstance(id)
+	if in == nil {
+		return
 	}
-	e.monMu.Unlock()
+	in.mu.Lock()
+	if in.monitor != nil {
+		in.monitor()
+		in.monitor = nil
+	}
+	in.mu.Unlock()
 }
 
 func (e *Engine) monitor(ctx context.Context, id string) {
@@ -78,12 +83,12 @@ func (e *Engine) handleExit(ctx context.Context, id string) {
 // its cgroup are removed). It returns the sandbox as recorded afterwards;
 // nil if it is gone (deleted).
 func (e *Engine) noteExit(ctx context.Context, id string) *store.Sandbox {
-	unlock, err := e.waitLock(ctx, id, "stop")
+	unlock, err := e.lockID(ctx, id, id, "stop", lockOrWait)
 	if err != nil {
 		return nil
 	}
 	defer unlock()
-	sb, err := e.st.GetSandbox(context.WithoutCancel(ctx), id)
+	sb, err := e.getLocked(context.WithoutCancel(ctx), id)
 	if err != nil {
 		return nil
 	}
@@ -101,12 +106,7 @@ func (e *Engine) noteExit(ctx context.Context, id string) *store.Sandbox {
 	e.log.Warn("sandbox stopped on its own", "sandbox", sb.Name, "id", id, "reason", reason)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	e.monMu.Lock()
-	if cancel, ok := e.monitors[id]; ok {
-		cancel()
-		delete(e.monitors, id)
-	}
-	e.monMu.Unlock()
+	e.unwatch(id)
 	if err := e.stopLocked(dctx, sb, reason); err != nil {
 		e.log.Error("record stopped sandbox", "sandbox", sb.Name, "err", err)
 	}

@@ -124,14 +124,11 @@ func (e *Engine) SetNetwork(ctx context.Context, idOrName string, rules api.Netw
 		return api.NetworkRules{}, err
 	}
 	parsed, _ := network.ParseRules(rules)
-	unlock, err := e.waitLock(ctx, sb.ID, "network")
+	sb, unlock, err := e.lockFound(ctx, sb, "network", lockOrWait)
 	if err != nil {
 		return api.NetworkRules{}, err
 	}
 	defer unlock()
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return api.NetworkRules{}, err
-	}
 	sb.Network = rules
 	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
 		return api.NetworkRules{}, err
@@ -168,13 +165,13 @@ func (e *Engine) dropConnectTo(ctx context.Context, name string) {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, time.Minute)
-		unlock, err := e.waitLock(lctx, x.ID, "network")
+		unlock, err := e.lockID(lctx, x.ID, x.Name, "network", lockOrWait)
 		cancel()
 		if err != nil {
 			e.log.Warn("connect rules of a deleted sandbox stay", "sandbox", x.Name, "target", name, "err", err)
 			continue
 		}
-		if cur, err := e.st.GetSandbox(ctx, x.ID); err == nil {
+		if cur, err := e.getLocked(ctx, x.ID); err == nil {
 			cur.Network.Connect = slices.DeleteFunc(slices.Clone(cur.Network.Connect), func(n string) bool { return n == name })
 			if err := e.st.UpdateSandbox(ctx, cur); err == nil {
 				_ = e.net.Update(cur.ID, e.rulesOf(cur))

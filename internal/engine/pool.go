@@ -153,17 +153,13 @@ func (p *pool) fill(ctx context.Context) {
 func (p *pool) ready1(ctx context.Context, sb *store.Sandbox) {
 	wctx, cancel := context.WithTimeout(ctx, DeleteWait+time.Minute)
 	defer cancel()
-	unlock, err := p.e.waitLock(wctx, sb.ID, "warm pool")
+	unlock, err := p.e.lockID(wctx, sb.ID, sb.ID, "warm pool", lockOrWait)
 	if err != nil {
 		p.e.log.Warn("warm pool: a booted sandbox was held too long; not pooled", "sandbox", sb.ID, "err", err)
 		return
 	}
 	defer unlock()
-	cur, err := p.e.st.GetSandbox(ctx, sb.ID)
-	if errdefs.IsNotFound(err) {
-		p.e.forgetLock(sb.ID)
-		return
-	}
+	cur, err := p.e.getLocked(ctx, sb.ID)
 	if err != nil || !cur.Pooled {
 		return
 	}
@@ -242,7 +238,7 @@ func (p *pool) claim(ctx context.Context, s shape, want *store.Sandbox) (*store.
 }
 
 func (p *pool) take(ctx context.Context, sb *store.Sandbox, want *store.Sandbox) (*store.Sandbox, error) {
-	unlock, err := p.e.tryLock(sb.ID, sb.ID, "claim")
+	unlock, err := p.e.lockID(ctx, sb.ID, sb.ID, "claim", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}

@@ -97,10 +97,8 @@ func (e *Engine) portTarget(ctx context.Context, idOrName, what string) (*store.
 
 // waitCapture waits for a capture of sandbox id in progress, if any, to end.
 func (e *Engine) waitCapture(ctx context.Context, id string) error {
-	e.qmu.Lock()
-	q := e.quiesces[id]
-	e.qmu.Unlock()
-	if q == nil || q.done == nil {
+	q := e.quiesceOf(id)
+	if q.done == nil {
 		return nil
 	}
 	select {
@@ -116,18 +114,11 @@ func isAgentFailure(err error) bool {
 	return errors.As(err, &ae)
 }
 
-// portConns are the open port connections of each sandbox, by id.
-type portConns struct {
-	mu    sync.Mutex
-	conns map[string]map[*portConn]bool
-}
-
 // portConn is a connection returned by DialPort; it forgets itself when
 // closed.
 type portConn struct {
 	net.Conn
-	e    *Engine
-	id   string
+	in   *instance
 	once sync.Once
 	done func() // ends the activity it counts as (idle timeout)
 }
@@ -136,12 +127,9 @@ type portConn struct {
 func (c *portConn) Close() error {
 	c.once.Do(func() {
 		c.done()
-		c.e.ports.mu.Lock()
-		delete(c.e.ports.conns[c.id], c)
-		if len(c.e.ports.conns[c.id]) == 0 {
-			delete(c.e.ports.conns, c.id)
-		}
-		c.e.ports.mu.Unlock()
+		c.in.mu.Lock()
+		delete(c.in.ports, c)
+		c.in.mu.Unlock()
 	})
 	return c.Conn.Close()
 }
@@ -156,26 +144,28 @@ func (c *portConn) CloseWrite() error {
 }
 
 func (e *Engine) trackPortConn(id string, c net.Conn) net.Conn {
-	pc := &portConn{Conn: c, e: e, id: id, done: e.busy(id)}
-	e.ports.mu.Lock()
-	if e.ports.conns == nil {
-		e.ports.conns = map[string]map[*portConn]bool{}
+	in := e.instance(id)
+	pc := &portConn{Conn: c, in: in, done: e.busy(id)}
+	in.mu.Lock()
+	if in.ports == nil {
+		in.ports = map[*portConn]bool{}
 	}
-	if e.ports.conns[id] == nil {
-		e.ports.conns[id] = map[*portConn]bool{}
-	}
-	e.ports.conns[id][pc] = true
-	e.ports.mu.Unlock()
+	in.ports[pc] = true
+	in.mu.Unlock()
 	return pc
 }
 
 // closePortConns closes every port connection of sandbox id (it stops or
 // reboots): forwarding stops with the sandbox.
 func (e *Engine) closePortConns(id string) {
-	e.ports.mu.Lock()
-	conns := e.ports.conns[id]
-	delete(e.ports.conns, id)
-	e.ports.mu.Unlock()
+	in := e.peekInstance(id)
+	if in == nil {
+		return
+	}
+	in.mu.Lock()
+	conns := in.ports
+	in.ports = nil
+	in.mu.Unlock()
 	for c := range conns {
 		c.Conn.Close()
 	}

@@ -102,7 +102,7 @@ func (s *syncBuffer) String() string {
 }
 
 func lockTestEngine(w io.Writer) *Engine {
-	return &Engine{locks: map[string]*opLock{}, captures: map[string]context.CancelCauseFunc{},
+	return &Engine{
 		log: slog.New(slog.NewTextHandler(w, nil))}
 }
 
@@ -112,7 +112,7 @@ func lockTestEngine(w io.Writer) *Engine {
 func TestDeleteWaitsForOperation(t *testing.T) {
 	var logs syncBuffer
 	e := lockTestEngine(&logs)
-	unlockBoot, err := e.tryLock("sbx_1", "a", "boot")
+	unlockBoot, err := e.lockID(context.Background(), "sbx_1", "a", "boot", lockOrConflict)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestDeleteWaitsForOperation(t *testing.T) {
 // delete a conflict naming it, not a hang.
 func TestDeleteWaitIsBounded(t *testing.T) {
 	e := lockTestEngine(io.Discard)
-	unlock, err := e.tryLock("sbx_1", "a", "restore")
+	unlock, err := e.lockID(context.Background(), "sbx_1", "a", "restore", lockOrConflict)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 // failure everything made is undone, the record included; a crash of sbxd
 // meanwhile leaves a creating record, which reconcile rolls back.
 func (e *Engine) createCold(ctx context.Context, sb *store.Sandbox) error {
-	unlock, err := e.tryLock(sb.ID, sb.Name, "create")
+	unlock, err := e.lockID(ctx, sb.ID, sb.Name, "create", lockOrConflict)
 	if err != nil {
 		return err
 	}
@@ -263,13 +263,13 @@ func (e *Engine) stopLocked(ctx context.Context, sb *store.Sandbox, reason strin
 
 // discard removes sandbox id whose create failed (the caller holds its
 // lock): everything it owns on the host (removeAll), its record (its
-// checkpoints go with it) and its lock's entry. Errors are logged.
+// checkpoints go with it) and its instance. Errors are logged.
 func (e *Engine) discard(ctx context.Context, id string) {
 	e.removeAll(ctx, id)
 	if err := e.st.DeleteSandbox(ctx, id); err != nil {
 		e.log.Error("create: remove record", "sandbox", id, "err", err)
 	}
-	e.forgetLock(id)
+	e.forgetInstance(id)
 }
 
 // removeAll deletes everything sandbox id owns on the host: its container,
@@ -354,11 +354,9 @@ func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox, wait time
 		return err
 	}
 	defer unlock()
-	cur, err := e.st.GetSandbox(ctx, sb.ID)
+	cur, err := e.getLocked(ctx, sb.ID)
 	if errdefs.IsNotFound(err) {
-		// Another delete ended while this one waited; the lock it took
-		// (made anew after that delete forgot the old one) goes too.
-		e.forgetLock(sb.ID)
+		// Another delete ended while this one waited.
 		return errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted", sb.Name)
 	}
 	if err != nil {
@@ -378,7 +376,7 @@ func (e *Engine) deleteSandbox(ctx context.Context, sb *store.Sandbox, wait time
 // delete is served before later requests, as the lock is handed over in
 // the order it was waited for.
 func (e *Engine) lockForDelete(ctx context.Context, id, name string, wait time.Duration) (func(), error) {
-	unlock, err := e.tryLock(id, name, "delete")
+	unlock, err := e.lockID(ctx, id, name, "delete", lockOrConflict)
 	if err == nil || !errdefs.IsConflict(err) {
 		return unlock, err
 	}
@@ -392,7 +390,7 @@ func (e *Engine) lockForDelete(ctx context.Context, id, name string, wait time.D
 	e.log.Info("delete: waiting for the operation in progress", "sandbox", name, "op", e.lockHolder(id))
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	unlock, werr := e.waitLock(wctx, id, "delete")
+	unlock, werr := e.lockID(wctx, id, name, "delete", lockOrWait)
 	if werr != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -419,14 +417,13 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
 		return err
 	}
-	e.forgetLock(sb.ID)
+	e.forgetInstance(sb.ID)
 	e.releaseForkSnapshot(ctx, sb.SourceSnapshot)
 	if sb.SuspendSnapshot != "" {
-		_ = e.st.DeleteSnapshot(ctx, sb.SuspendSnapshot)
+		_ = e.removeSnapshot(ctx, sb.SuspendSnapshot)
 	}
 	_ = os.RemoveAll(e.suspendCache(sb.ID))
 	_ = e.st.DeleteEvents(ctx, sb.ID)
-	e.act.forget(sb.ID)
 	if !sb.Pooled {
 		e.bg.Add(1)
 		go func() {
@@ -449,18 +446,11 @@ func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.San
 	if sb.State == api.StateRunning {
 		return sb, nil
 	}
-	unlock, err := e.waitLock(ctx, sb.ID, "boot")
+	sb, unlock, err := e.lockFound(ctx, sb, "boot", lockOrWait)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	name := sb.Name
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		if errdefs.IsNotFound(err) {
-			return nil, errdefs.New(errdefs.ErrSandboxNotFound, "sandbox %q was deleted", name)
-		}
-		return nil, err
-	}
 	switch sb.State {
 	case api.StateRunning:
 		return sb, nil
@@ -487,18 +477,11 @@ func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.San
 // Stop stops a running sandbox; its disk is kept and the next exec boots
 // it again.
 func (e *Engine) Stop(ctx context.Context, idOrName string) (*store.Sandbox, error) {
-	sb, err := e.Get(ctx, idOrName)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := e.tryLock(sb.ID, sb.Name, "stop")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "stop", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	if sb.State == api.StateStopped {
 		return sb, nil
 	}
@@ -580,18 +563,11 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 			return nil, err
 		}
 	}
-	sb, err := e.Get(ctx, idOrName)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := e.waitLock(ctx, sb.ID, "update")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "update", lockOrWait)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	if req.TimeoutMS != nil {
 		sb.TimeoutMS = *req.TimeoutMS
 	}

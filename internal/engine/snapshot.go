@@ -51,6 +51,8 @@ func (e *Engine) snapshotsDir() string { return filepath.Join(e.cfg.DataDir, "sn
 
 // --- quiesce epochs: execs that outlive a capture attach again ---
 
+// quiesce is the capture count of a sandbox (guarded by its instance's
+// mu).
 type quiesce struct {
 	epoch int
 	done  chan struct{} // closed when the current capture ends
@@ -59,35 +61,30 @@ type quiesce struct {
 // beginQuiesce marks sandbox id as being captured (its agent drops its
 // host connections); the returned func ends it.
 func (e *Engine) beginQuiesce(id string) func() {
-	e.qmu.Lock()
-	q := e.quiesces[id]
-	if q == nil {
-		q = &quiesce{}
-		e.quiesces[id] = q
-	}
-	q.epoch++
+	in := e.instance(id)
+	in.mu.Lock()
+	in.quiesce.epoch++
 	done := make(chan struct{})
-	q.done = done
-	e.qmu.Unlock()
+	in.quiesce.done = done
+	in.mu.Unlock()
 	return func() { close(done) }
 }
 
 func (e *Engine) quiesceEpoch(id string) int {
-	e.qmu.Lock()
-	defer e.qmu.Unlock()
-	if q := e.quiesces[id]; q != nil {
-		return q.epoch
+	in := e.peekInstance(id)
+	if in == nil {
+		return 0
 	}
-	return 0
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.quiesce.epoch
 }
 
 // waitQuiesce reports whether a capture of id began since epoch, after
 // waiting for it to end.
 func (e *Engine) waitQuiesce(ctx context.Context, id string, epoch int) bool {
-	e.qmu.Lock()
-	q := e.quiesces[id]
-	e.qmu.Unlock()
-	if q == nil || q.epoch == epoch {
+	q := e.quiesceOf(id)
+	if q.epoch == epoch {
 		return false
 	}
 	select {
@@ -107,58 +104,43 @@ type captured struct {
 	pausedMS int64
 }
 
-// captureLive takes sb's memory and disk at one paused instant: the agent
-// drops its host sockets (gVisor cannot save them), the sandbox is paused,
-// its writable layer captured and its memory checkpointed (runsc
-// checkpoint --leave-running). Then it is resumed and the agent told to
-// listen again (SIGUSR1), error or not; with hold (a suspend: nothing the
-// sandbox does afterwards could be kept) a capture that succeeded leaves
-// it paused. The caller holds sb's lock and a blob lease (withLease).
+// captureLive takes sb's memory and disk at one paused instant
+// (snapshot.Capture): the agent drops its host sockets (gVisor cannot save
+// them), the sandbox is paused, its writable layer captured and stored
+// (storeLayer) and its memory checkpointed into dir. Then it is resumed and
+// the agent told to listen again (runOn), error or not; with hold (a
+// suspend: nothing the sandbox does afterwards could be kept) a capture
+// that succeeded leaves it paused. The caller holds sb's lock and a blob
+// lease (withLease).
 func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string, progress func(string), hold bool) (*captured, error) {
 	ctx = context.WithoutCancel(ctx)
 	end := e.beginQuiesce(sb.ID)
 	defer end()
-	if err := e.agentFor(sb).Quiesce(ctx); err != nil {
-		return nil, fmt.Errorf("quiesce the agent: %w", err)
-	}
-	paused, held := false, false
-	defer func() {
-		if !held {
-			e.runOn(ctx, sb, paused, "a capture")
-		}
-	}()
-	progress("pausing the sandbox")
-	pauseStart := time.Now()
-	if err := e.rt.Pause(ctx, sb.ID); err != nil {
-		return nil, fmt.Errorf("pause: %w", err)
-	}
-	paused = true
+	faults := "snapshot:"
 	if hold {
-		e.fault("suspend:paused")
-	} else {
-		e.fault("snapshot:paused")
+		faults = "suspend:"
 	}
-	m, ref, stats, err := e.storeLayer(ctx, sb.ID, nil, nil, nil)
+	c := &captured{dir: dir}
+	got, err := snapshot.Capture(ctx, snapshot.CaptureOptions{
+		Runtime: e.rt, ID: sb.ID, Dir: dir, SpecVersion: imageSpecVersion,
+		Quiesce: e.agentFor(sb).Quiesce,
+		Wake:    func(ctx context.Context) { e.runOn(ctx, sb, false, "a capture") },
+		Disk: func(ctx context.Context) error {
+			m, ref, stats, err := e.storeLayer(ctx, sb.ID, nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			c.disk, c.diskRef, c.diskAdd = m, ref, stats.AddedBytes
+			return nil
+		},
+		Hold:     hold,
+		Fault:    func(p snapshot.Point) { e.fault(faults + string(p)) },
+		Progress: progress,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("capture the disk: %w", err)
-	}
-	progress("saving memory and processes")
-	if err := e.rt.Checkpoint(ctx, sb.ID, dir); err != nil {
-		return nil, fmt.Errorf("checkpoint the memory: %w", err)
-	}
-	if err := writeImageSpec(dir); err != nil {
 		return nil, err
 	}
-	c := &captured{dir: dir, disk: m, diskRef: ref, diskAdd: stats.AddedBytes, pausedMS: time.Since(pauseStart).Milliseconds()}
-	if hold {
-		held = true
-		return c, nil
-	}
-	if err := e.rt.Resume(ctx, sb.ID); err != nil {
-		return nil, fmt.Errorf("resume: %w", err)
-	}
-	paused = false
-	c.pausedMS = time.Since(pauseStart).Milliseconds()
+	c.pausedMS = got.Paused.Milliseconds()
 	return c, nil
 }
 
@@ -211,7 +193,7 @@ func (e *Engine) BeginSnapshot(ctx context.Context, idOrName string, req api.Sna
 	if err := e.admitSnapshot(ctx); err != nil {
 		return nil, err
 	}
-	sb, unlock, err := e.lockSandbox(ctx, idOrName, "snapshot")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "snapshot", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +232,7 @@ func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.Sn
 	}
 	progress(fmt.Sprintf("captured (paused %d ms); storing the memory image", c.pausedMS))
 	if err := e.storeSnapshot(ctx, sn, c); err != nil {
-		return nil, c, err
+		return nil, c, fmt.Errorf("%v: %w", err, errdefs.ErrSnapshotFailed)
 	}
 	return sn, c, nil
 }
@@ -271,42 +253,75 @@ func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
 // record to be, not yet stored. The caller holds a blob lease (withLease).
 func (e *Engine) captureSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
 	id := newSnapshotID()
-	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
-	c, err := e.captureLive(ctx, sb, dir, progress, false)
+	c, err := e.captureLive(ctx, sb, filepath.Join(e.snapshotsDir(), "tmp-"+id), progress, false)
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, nil, snapshotFailed(sb, fork, err)
 	}
+	kind := snapshotKind{name: req.Name, metadata: req.Metadata, retention: retention, fork: fork}
+	return newSnapshotRecord(sb, id, c, kind), c, nil
+}
+
+// snapshotKind is what a snapshot record is for: a kept snapshot (named,
+// expires after retention), a fork's own (deleted with its last copy,
+// releaseForkSnapshot) or a suspended sandbox's (deleted when it resumes;
+// not listed).
+type snapshotKind struct {
+	name      string
+	metadata  json.RawMessage
+	retention time.Duration // of a kept snapshot
+	fork      bool
+	suspend   bool
+}
+
+// newSnapshotRecord is the record, not yet stored (storeSnapshot), of
+// capture c of sb as snapshot id: its shape, its disk and what it stored.
+func newSnapshotRecord(sb *store.Sandbox, id string, c *captured, kind snapshotKind) *store.Snapshot {
 	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Network: sb.Network})
 	_, diskBytes := c.disk.Stats()
 	sn := &store.Snapshot{
-		ID: id, Name: req.Name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
+		ID: id, Name: kind.name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
 		Shape: shape, Disk: refStrings(c.diskRef), DiskBytes: diskBytes, StoredBytes: c.diskAdd,
-		Metadata: req.Metadata, Fork: fork, State: "ready", CreateTime: time.Now().UTC(),
+		Metadata: kind.metadata, Fork: kind.fork, Suspend: kind.suspend, State: "ready", CreateTime: time.Now().UTC(),
 	}
-	if !fork {
-		sn.ExpireTime = sn.CreateTime.Add(retention)
+	if !kind.fork && !kind.suspend {
+		sn.ExpireTime = sn.CreateTime.Add(kind.retention)
 	}
-	return sn, c, nil
+	return sn
 }
 
-// storeSnapshot stores the memory image of a capture and records the
-// snapshot. The caller holds a blob lease (withLease).
+// storeSnapshot stores the memory image of capture c in the blob store and
+// records snapshot sn (newSnapshotRecord) with it. Its errors carry no
+// class: the caller's operation gives one. The caller holds a blob lease
+// (withLease) and removes c's local image.
 func (e *Engine) storeSnapshot(ctx context.Context, sn *store.Snapshot, c *captured) error {
 	ctx = context.WithoutCancel(ctx)
 	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), c.dir)
 	if err != nil {
-		return fmt.Errorf("store the memory image of %s: %v: %w", sn.SandboxName, err, errdefs.ErrSnapshotFailed)
+		return fmt.Errorf("store the memory image of %s: %w", sn.SandboxName, err)
 	}
-	sn.Memory, _ = json.Marshal(im)
+	if sn.Memory, err = json.Marshal(im); err != nil {
+		return fmt.Errorf("record the memory image of %s: %w", sn.SandboxName, err)
+	}
 	sn.MemoryBytes = mstats.Bytes
 	sn.StoredBytes += mstats.AddedBytes
-	e.fault("snapshot:before-record")
-	if err := e.st.AddSnapshot(ctx, sn); err != nil {
-		return fmt.Errorf("record the snapshot of %s: %v: %w", sn.SandboxName, err, errdefs.ErrSnapshotFailed)
+	if !sn.Suspend {
+		e.fault("snapshot:before-record")
 	}
-	e.log.Info("snapshot", "sandbox", sn.SandboxName, "id", sn.ID, "fork", sn.Fork, "paused_ms", c.pausedMS,
+	if err := e.st.AddSnapshot(ctx, sn); err != nil {
+		return fmt.Errorf("record the snapshot of %s: %w", sn.SandboxName, err)
+	}
+	e.log.Info("snapshot", "sandbox", sn.SandboxName, "id", sn.ID, "fork", sn.Fork, "suspend", sn.Suspend, "paused_ms", c.pausedMS,
 		"memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes)
+	return nil
+}
+
+// removeSnapshot deletes snapshot id's record; its blobs go with the next
+// collection (kicked). A missing record is ErrSnapshotNotFound.
+func (e *Engine) removeSnapshot(ctx context.Context, id string) error {
+	if err := e.st.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	e.kickGC()
 	return nil
 }
 
@@ -364,11 +379,7 @@ func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
 	} else if sn.Suspend {
 		return errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", id)
 	}
-	if err := e.st.DeleteSnapshot(ctx, id); err != nil {
-		return err
-	}
-	e.kickGC()
-	return nil
+	return e.removeSnapshot(ctx, id)
 }
 
 // restoreInto boots sb (a record in state creating) from a memory image in
@@ -473,7 +484,7 @@ func (e *Engine) imageDirExists(id string) bool {
 // startCopy records sb (creating), restores it from the image dir and the
 // disk, and marks it running; on failure it leaves nothing.
 func (e *Engine) startCopy(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, dir string) error {
-	unlock, err := e.tryLock(sb.ID, sb.Name, "create")
+	unlock, err := e.lockID(ctx, sb.ID, sb.Name, "create", lockOrConflict)
 	if err != nil {
 		return err
 	}
@@ -514,7 +525,7 @@ func (e *Engine) BeginFork(ctx context.Context, idOrName string, req api.ForkReq
 	if err := e.validateNetwork(ctx, req.Network, ""); err != nil {
 		return nil, err
 	}
-	sb, unlock, err := e.lockSandbox(ctx, idOrName, "fork")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "fork", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}
@@ -665,7 +676,7 @@ func (e *Engine) releaseForkSnapshot(ctx context.Context, snapID string) {
 	if err != nil || len(users) > 0 {
 		return
 	}
-	if err := e.st.DeleteSnapshot(ctx, snapID); err == nil {
+	if err := e.removeSnapshot(ctx, snapID); err == nil {
 		e.log.Info("deleted the snapshot of a fork whose copies are gone", "snapshot", snapID)
 	}
 }

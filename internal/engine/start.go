@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/snapshot"
 	"github.com/sbxhq/sbx/internal/store"
 )
 
@@ -16,7 +17,7 @@ import (
 // restored on a disk built from a manifest.
 type startFrom struct {
 	// image is the dir of a memory image that runsc restores; it is
-	// checked (checkImageSpec) before anything is changed. "" boots the
+	// checked (snapshot.CheckSpec) before anything is changed. "" boots the
 	// guest cold.
 	image string
 	// disk, when set, is the manifest the writable layer is built from
@@ -55,7 +56,7 @@ func (e *Engine) start(ctx context.Context, sb *store.Sandbox, from startFrom) (
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, e.cfg.BootTimeout)
 		defer cancel()
-	} else if err := checkImageSpec(from.image); err != nil {
+	} else if err := snapshot.CheckSpec(from.image, imageSpecVersion); err != nil {
 		return err
 	}
 	defer func() {

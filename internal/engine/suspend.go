@@ -71,18 +71,11 @@ func (e *Engine) Suspend(ctx context.Context, idOrName string, req api.SuspendRe
 			return nil, err
 		}
 	}
-	sb, err := e.Get(ctx, idOrName)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := e.waitLock(ctx, sb.ID, "suspend")
+	sb, unlock, err := e.lockSandbox(ctx, idOrName, "suspend", lockOrWait)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	if sb.State == api.StateSuspended {
 		// A retried suspend keeps the key it was suspended with; a new key
 		// replaces it.
@@ -125,7 +118,6 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
 	c, err := e.captureLive(ctx, sb, dir, progress, true)
 	if err != nil {
-		os.RemoveAll(dir)
 		_ = e.st.DeleteOp(ctx, opID)
 		return nil, failed(err)
 	}
@@ -133,25 +125,12 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	undo := func() {
 		e.runOn(ctx, sb, true, "a failed suspend")
 		os.RemoveAll(dir)
-		_ = e.st.DeleteSnapshot(ctx, id)
+		_ = e.removeSnapshot(ctx, id)
 		_ = e.st.DeleteOp(ctx, opID)
 	}
 	progress(fmt.Sprintf("captured (paused %d ms); storing memory and disk", c.pausedMS))
-	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, Env: sb.Env, Network: sb.Network})
-	_, diskBytes := c.disk.Stats()
-	sn := &store.Snapshot{
-		ID: id, Name: "suspend", SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
-		Shape: shape, Disk: refStrings(c.diskRef), DiskBytes: diskBytes, StoredBytes: c.diskAdd,
-		Suspend: true, State: "ready", CreateTime: time.Now().UTC(),
-	}
-	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), dir)
-	if err != nil {
-		undo()
-		return nil, failed(fmt.Errorf("store the memory image: %w", err))
-	}
-	sn.Memory, _ = json.Marshal(im)
-	sn.MemoryBytes, sn.StoredBytes = mstats.Bytes, sn.StoredBytes+mstats.AddedBytes
-	if err := e.st.AddSnapshot(ctx, sn); err != nil {
+	sn := newSnapshotRecord(sb, id, c, snapshotKind{name: "suspend", suspend: true})
+	if err := e.storeSnapshot(ctx, sn, c); err != nil {
 		undo()
 		return nil, failed(err)
 	}
@@ -227,14 +206,11 @@ func (e *Engine) Resume(ctx context.Context, idOrName string, progress func(stri
 	if sb.State == api.StateRunning {
 		return sb, nil
 	}
-	unlock, err := e.waitLock(ctx, sb.ID, "resume")
+	sb, unlock, err := e.lockFound(ctx, sb, "resume", lockOrWait)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if sb, err = e.Get(ctx, sb.ID); err != nil {
-		return nil, err
-	}
 	switch sb.State {
 	case api.StateRunning:
 		return sb, nil
@@ -294,9 +270,8 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	}
 	e.touch(sb.ID)
 	_ = os.RemoveAll(e.suspendCache(sb.ID))
-	_ = e.st.DeleteSnapshot(ctx, sn.ID)
+	_ = e.removeSnapshot(ctx, sn.ID)
 	_ = e.st.DeleteOp(ctx, opID)
-	e.kickGC()
 	e.log.Info("resumed", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
 		"image_ms", tImage.Sub(start).Milliseconds(), "from_cache", imageDir == e.suspendCache(sb.ID))
 	progress(fmt.Sprintf("resumed in %d ms", time.Since(start).Milliseconds()))
@@ -315,7 +290,7 @@ func (e *Engine) snapshotInputs(ctx context.Context, sb *store.Sandbox, sn *stor
 	if fetched {
 		release = func() { os.RemoveAll(imageDir) }
 	}
-	if err := checkImageSpec(imageDir); err != nil {
+	if err := snapshot.CheckSpec(imageDir, imageSpecVersion); err != nil {
 		release()
 		return "", nil, nil, err
 	}
@@ -351,15 +326,13 @@ func (e *Engine) suspendImage(ctx context.Context, sb *store.Sandbox, sn *store.
 func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 	var so suspendOp
 	if err := json.Unmarshal(op.Data, &so); err != nil {
-		// Without its snapshot id, the suspend is rolled back as one that
-		// stored nothing: the sandbox stays as runsc has it.
-		e.log.Error("recover: unreadable suspend journal entry", "op", op.ID, "err", err)
+		return e.recoverDamagedSuspend(ctx, op, err)
 	}
 	done := func() error { return e.st.DeleteOp(ctx, op.ID) }
 	sb, err := e.st.GetSandbox(ctx, op.SandboxID)
 	if err != nil {
 		if so.Snapshot != "" && op.Kind == "suspend" {
-			_ = e.st.DeleteSnapshot(ctx, so.Snapshot)
+			_ = e.removeSnapshot(ctx, so.Snapshot)
 		}
 		return done()
 	}
@@ -396,17 +369,59 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 	case "resume":
 		if sb.State == api.StateSuspended {
 			e.log.Info("recover: rolling back a resume; the sandbox stays suspended", "sandbox", sb.Name)
-			_ = e.rt.Delete(ctx, sb.ID)
-			if err := e.net.Delete(sb.ID); err != nil {
-				return err
-			}
-			if err := e.layers.Remove(sb.ID); err != nil {
+			if err := e.dropSuspendedHost(ctx, sb.ID); err != nil {
 				return err
 			}
 		} else if so.Snapshot != "" {
-			_ = e.st.DeleteSnapshot(ctx, so.Snapshot)
+			_ = e.removeSnapshot(ctx, so.Snapshot)
 			_ = os.RemoveAll(e.suspendCache(sb.ID))
 		}
 	}
 	return done()
+}
+
+// dropSuspendedHost removes what a cut resume may have made on the host
+// for suspended sandbox id (container, network namespace, writable layer).
+func (e *Engine) dropSuspendedHost(ctx context.Context, id string) error {
+	_ = e.rt.Delete(ctx, id)
+	if err := e.net.Delete(id); err != nil {
+		return err
+	}
+	return e.layers.Remove(id)
+}
+
+// recoverDamagedSuspend finishes a suspend or resume whose journal entry
+// cannot be read (derr): which snapshot it was is lost. The sandbox stays
+// as its record has it: suspended on its snapshot (what the host still
+// holds of it goes), or running (reconcile resumes a paused container and
+// wakes its agent). Its suspend snapshots that the record does not name
+// (stored by the cut suspend, or left by the cut resume) are removed: no
+// sandbox uses them, and they would pin their blobs for ever.
+func (e *Engine) recoverDamagedSuspend(ctx context.Context, op *store.Op, derr error) error {
+	e.log.Error("recover: unreadable journal entry; the sandbox stays as recorded", "op", op.ID, "kind", op.Kind, "err", derr)
+	keep := ""
+	if sb, err := e.st.GetSandbox(ctx, op.SandboxID); err == nil {
+		if sb.State == api.StateSuspended {
+			keep = sb.SuspendSnapshot
+			e.log.Info("recover: the sandbox stays suspended", "sandbox", sb.Name)
+			if err := e.dropSuspendedHost(ctx, sb.ID); err != nil {
+				return err
+			}
+		} else {
+			_ = os.RemoveAll(e.suspendCache(sb.ID))
+		}
+	}
+	sns, err := e.st.ListSnapshots(ctx, op.SandboxID)
+	if err != nil {
+		return err
+	}
+	for _, sn := range sns {
+		if sn.Suspend && sn.ID != keep && sn.SandboxID == op.SandboxID {
+			e.log.Info("recover: removing a suspend snapshot no sandbox uses", "snapshot", sn.ID)
+			if err := e.removeSnapshot(ctx, sn.ID); err != nil && !errdefs.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	return e.st.DeleteOp(ctx, op.ID)
 }

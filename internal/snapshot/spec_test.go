@@ -1,4 +1,4 @@
-package engine
+package snapshot
 
 import (
 	"errors"
@@ -11,23 +11,26 @@ import (
 // A memory image records the container layout it was made in; one made
 // in another layout (an older sbxd's) is refused before anything changes,
 // with an error that says the disk is still there.
-func TestImageSpec(t *testing.T) {
+func TestSpec(t *testing.T) {
 	dir := t.TempDir()
-	err := checkImageSpec(dir)
-	if !errors.Is(err, errImageLayout) || !strings.Contains(err.Error(), "disk checkpoint") {
+	err := CheckSpec(dir, 2)
+	if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "disk checkpoint") {
 		t.Fatalf("image without a layout record: %v", err)
 	}
-	if err := writeImageSpec(dir); err != nil {
+	if err := WriteSpec(dir, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkImageSpec(dir); err != nil {
+	if err := CheckSpec(dir, 2); err != nil {
 		t.Fatalf("image made now: %v", err)
 	}
+	if err := CheckSpec(dir, 3); !errors.Is(err, ErrLayout) {
+		t.Errorf("image of layout 2 checked against 3: %v", err)
+	}
 	for _, bad := range []string{"1\n", "3", "x"} {
-		if err := os.WriteFile(filepath.Join(dir, imageSpecFile), []byte(bad), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, SpecFile), []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := checkImageSpec(dir); !errors.Is(err, errImageLayout) {
+		if err := CheckSpec(dir, 2); !errors.Is(err, ErrLayout) {
 			t.Errorf("layout record %q: %v", bad, err)
 		}
 	}
