@@ -43,7 +43,7 @@ func TestErrorsCompareByCode(t *testing.T) {
 
 func TestNonJSONErrorKeepsStatus(t *testing.T) {
 	c := fakeSBXD(t, func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "method not allowed", 405)
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	})
 	_, err := c.Sandboxes.Get(context.Background(), "x")
 	var ae *Error

@@ -3,7 +3,6 @@ package disk
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -212,6 +211,3 @@ func splitParent(rel string) (string, string) {
 	}
 	return rel[:i], rel[i+1:]
 }
-
-// fileOf wraps fd as an *os.File named by its layer path (for errors).
-func fileOf(fd int, rel string) *os.File { return os.NewFile(uintptr(fd), shown(rel)) }

@@ -317,18 +317,6 @@ func (e *Engine) bundleDir(id string) string  { return filepath.Join(e.sandboxDi
 func (e *Engine) runDir(id string) string     { return filepath.Join(e.sandboxDir(id), "run") }
 func (e *Engine) socketPath(id string) string { return filepath.Join(e.runDir(id), "agent.sock") }
 
-// cleanup is a stack of undo steps for a half-done operation.
-type cleanup []func()
-
-func (c *cleanup) add(f func()) { *c = append(*c, f) }
-
-func (c *cleanup) run() {
-	for i := len(*c) - 1; i >= 0; i-- {
-		(*c)[i]()
-	}
-	*c = nil
-}
-
 // stateForbids is the error for a request that the sandbox's state does not
 // allow.
 func stateForbids(sb *store.Sandbox, what string) error {

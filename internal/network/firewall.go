@@ -686,10 +686,6 @@ func ifnameBytes(n string) []byte {
 	return b
 }
 
-func ifnameMatch(key expr.MetaKey, n string) []expr.Any {
-	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifnameBytes(n)}}
-}
-
 // prefixMatch compares the first bytes of an interface name with the
 // prefix (nft's iifname "sbx-*").
 func (fw *firewall) prefixMatch(key expr.MetaKey, op expr.CmpOp) []expr.Any {

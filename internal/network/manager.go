@@ -18,7 +18,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -794,9 +793,6 @@ func isLocalAddr(addr netip.Addr) bool {
 	}
 	return false
 }
-
-// portString formats a port for messages.
-func portString(p uint16) string { return strconv.Itoa(int(p)) }
 
 // ctxTimeout is a context for one network operation.
 func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {

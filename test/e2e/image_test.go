@@ -33,7 +33,7 @@ func testImage(t *testing.T, marker string) v1.Image {
 	var buf bytes.Buffer
 	writeTar(t, &buf, map[string]string{"etc/marker": marker + "\n", "bin/.wh.vi": ""})
 	b := buf.Bytes()
-	top, err := tarball.LayerFromReader(bytes.NewReader(b))
+	top, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
 	if err != nil {
 		t.Fatal(err)
 	}

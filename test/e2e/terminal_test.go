@@ -45,12 +45,6 @@ func (s *screen) waitFor(t *testing.T, mark int, want string, timeout time.Durat
 	}
 }
 
-func (s *screen) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Len()
-}
-
 // TestTerminal: a shell on a pseudo-terminal, as docker exec -it: it is a
 // tty of the size asked, follows a resize, Ctrl-C interrupts the
 // foreground command and not the shell, and the exit code comes back.
