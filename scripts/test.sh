@@ -10,13 +10,15 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:/usr/local/bin"
 
 echo
-echo "==> gofmt, go vet"
+echo "==> gofmt, go vet, staticcheck"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change: $unformatted" >&2
   exit 1
 fi
 go vet ./...
+# staticcheck, pinned, from the Go module proxy (cached after the first run).
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 echo
 echo "==> go test"

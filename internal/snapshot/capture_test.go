@@ -44,7 +44,7 @@ func (f *fakeRuntime) Checkpoint(_ context.Context, id, dir string) error {
 // captureWith runs Capture on a fake runtime failing the steps in fail
 // (runtime calls and the hooks "quiesce", "disk"), and returns the calls
 // in order, the image dir and a file beside it that nothing may remove.
-func captureWith(t *testing.T, hold bool, fail ...string) (*Captured, error, []string, string, string) {
+func captureWith(t *testing.T, hold bool, fail ...string) (*Captured, []string, string, string, error) {
 	t.Helper()
 	f := &fakeRuntime{fail: map[string]bool{}}
 	for _, s := range fail {
@@ -64,7 +64,7 @@ func captureWith(t *testing.T, hold bool, fail ...string) (*Captured, error, []s
 		Hold:    hold,
 		Fault:   func(p Point) { f.calls = append(f.calls, "fault:"+string(p)) },
 	})
-	return c, err, f.calls, dir, other
+	return c, f.calls, dir, other, err
 }
 
 func assertCalls(t *testing.T, got []string, want ...string) {
@@ -91,7 +91,7 @@ func assertGone(t *testing.T, dir string) {
 // A capture quiesces, pauses, takes the disk then the memory, records the
 // layout in the image, resumes and wakes, and says how long it paused.
 func TestCaptureOrder(t *testing.T) {
-	c, err, calls, dir, other := captureWith(t, false)
+	c, calls, dir, other, err := captureWith(t, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestCaptureOrder(t *testing.T) {
 // A held capture (a suspend) leaves the sandbox paused and its agent
 // quiet: nothing it does afterwards could be kept.
 func TestCaptureHold(t *testing.T) {
-	c, err, calls, dir, _ := captureWith(t, true)
+	c, calls, dir, _, err := captureWith(t, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestCaptureFailureResumes(t *testing.T) {
 		{"resume", false, []string{"quiesce", "pause", "fault:paused", "disk", "checkpoint", "resume", "resume", "wake"}},
 	} {
 		t.Run(tc.fail, func(t *testing.T) {
-			c, err, calls, dir, other := captureWith(t, tc.hold, tc.fail)
+			c, calls, dir, other, err := captureWith(t, tc.hold, tc.fail)
 			if err == nil || !strings.Contains(err.Error(), tc.fail+" failed") {
 				t.Fatalf("captured %+v, err %v", c, err)
 			}
@@ -153,7 +153,7 @@ func TestCaptureFailureResumes(t *testing.T) {
 
 // A pause that fails leaves nothing to resume; the agent is woken.
 func TestCapturePauseFails(t *testing.T) {
-	_, err, calls, dir, _ := captureWith(t, false, "pause")
+	_, calls, dir, _, err := captureWith(t, false, "pause")
 	if err == nil || !strings.Contains(err.Error(), "pause failed") {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestCapturePauseFails(t *testing.T) {
 
 // A quiesce that fails ends the capture before the sandbox is touched.
 func TestCaptureQuiesceFails(t *testing.T) {
-	_, err, calls, _, _ := captureWith(t, false, "quiesce")
+	_, calls, _, _, err := captureWith(t, false, "quiesce")
 	if err == nil || !strings.Contains(err.Error(), "quiesce failed") {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestCaptureQuiesceFails(t *testing.T) {
 // A resume that fails after a failed capture is in the error: the sandbox
 // may still be paused.
 func TestCaptureResumeFailsAfterFailure(t *testing.T) {
-	_, err, calls, _, _ := captureWith(t, false, "disk", "resume")
+	_, calls, _, _, err := captureWith(t, false, "disk", "resume")
 	if err == nil || !strings.Contains(err.Error(), "disk failed") || !strings.Contains(err.Error(), "resume failed") {
 		t.Fatal(err)
 	}
