@@ -128,7 +128,7 @@ var goTypes = map[string]any{
 	"Change": api.Change{}, "Diff": api.Diff{}, "SnapshotRequest": api.SnapshotRequest{},
 	"Snapshot": api.Snapshot{}, "ForkRequest": api.ForkRequest{}, "ForkCopy": api.ForkCopy{},
 	"ForkResult": api.ForkResult{}, "Process": api.Process{}, "SignalRequest": api.SignalRequest{},
-	"Port": api.Port{},
+	"Port":        api.Port{},
 	"FileWritten": FileWritten{}, "ArchiveWritten": ArchiveWritten{},
 }
 
