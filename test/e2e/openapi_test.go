@@ -10,10 +10,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -152,6 +154,75 @@ func (k *contract) do(c call) []byte {
 	return out
 }
 
+// terminal runs a command on the terminal WebSocket (GET .../exec?tty=1)
+// and holds its query and every text message, both ways, to the document.
+func (k *contract) terminal(name string) {
+	t := k.t
+	t.Helper()
+	const path = "/v1/sandboxes/{name}/exec"
+	query := "tty=1&cmd=sh&cmd=-c&cmd=" + url.QueryEscape("echo hi; read x; exit 3") + "&rows=30&cols=100"
+	item := k.doc.Paths.Find(path)
+	r, _ := http.NewRequest("GET", "http://sbxd/v1/sandboxes/"+name+"/exec?"+query, nil)
+	r.Header.Set("Upgrade", "websocket")
+	in := &openapi3filter.RequestValidationInput{Request: r, PathParams: map[string]string{"name": name},
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		Route:   &routers.Route{Spec: k.doc, Path: path, PathItem: item, Method: "GET", Operation: item.Get}}
+	if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+		t.Errorf("terminal: the request does not match the document: %v", err)
+	}
+	ctx := ctxT(t)
+	c, res, err := websocket.Dial(ctx, "ws://sbxd/v1/sandboxes/"+name+"/exec?"+query, &websocket.DialOptions{HTTPClient: k.hc})
+	if err != nil {
+		t.Fatalf("terminal: %v", err)
+	}
+	defer c.CloseNow()
+	if res.StatusCode != http.StatusSwitchingProtocols || item.Get.Responses.Status(101) == nil {
+		t.Fatalf("terminal: %d, or the document has no 101", res.StatusCode)
+	}
+	schema := k.doc.Components.Schemas["TTYMessage"].Value
+	check := func(b []byte) api.TTYMessage {
+		var v any
+		_ = json.Unmarshal(b, &v)
+		if err := k.doc.ValidateSchemaJSON(schema, v, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("terminal: message %s does not match TTYMessage: %v", b, err)
+		}
+		var m api.TTYMessage
+		_ = json.Unmarshal(b, &m)
+		return m
+	}
+	send := func(m api.TTYMessage) {
+		b, _ := json.Marshal(m)
+		check(b)
+		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatalf("terminal: %v", err)
+		}
+	}
+	var types []string
+	for {
+		typ, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("terminal: %v after %v", err, types)
+		}
+		if typ == websocket.MessageBinary {
+			continue
+		}
+		m := check(b)
+		types = append(types, m.Type)
+		if m.Type == api.ExecStart {
+			send(api.TTYMessage{Type: api.TTYResize, Rows: 40, Cols: 120})
+			if err := c.Write(ctx, websocket.MessageBinary, []byte("go\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if m.Type == api.ExecExit || m.Type == api.ExecError {
+			if m.Type != api.ExecExit || m.ExitCode == nil || *m.ExitCode != 3 {
+				t.Errorf("terminal: ended with %s", b)
+			}
+			return
+		}
+	}
+}
+
 // complete returns the data of an NDJSON answer's complete line.
 func complete(t *testing.T, out []byte) json.RawMessage {
 	t.Helper()
@@ -261,6 +332,8 @@ func TestOpenAPIContract(t *testing.T) {
 	k.do(call{method: "POST", path: "/v1/events/{key}", params: key, body: map[string]bool{"approved": true}, status: 202})
 	k.do(call{method: "POST", path: "/v1/sandboxes/{name}/resume", params: sb, status: 200})
 	k.do(call{method: "GET", path: "/v1/sandboxes/{name}/events", params: sb, query: "limit=10", status: 200})
+
+	k.terminal(name)
 
 	// Stop, restore, images, errors, delete.
 	k.do(call{method: "POST", path: "/v1/sandboxes/{name}/stop", params: sb, status: 200})
