@@ -242,11 +242,15 @@ func TestOpenAPIContract(t *testing.T) {
 	name := "oa-" + randomHex(4)
 	sb := map[string]string{"name": name}
 	ndjson := "application/x-ndjson"
+	var snap api.Snapshot
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = h.c.Sandboxes.Delete(ctx, name)
 		_ = h.c.Sandboxes.Delete(ctx, name+"-copy")
+		if snap.ID != "" {
+			_ = h.c.Snapshots.Delete(ctx, snap.ID)
+		}
 	})
 
 	k.do(call{method: "GET", path: "/v1/health", status: 200})
@@ -314,7 +318,6 @@ func TestOpenAPIContract(t *testing.T) {
 
 	// Snapshots and forks.
 	out = k.do(call{method: "POST", path: "/v1/sandboxes/{name}/snapshot", params: sb, body: map[string]any{"name": "s", "metadata": map[string]int{"step": 1}}, status: 200})
-	var snap api.Snapshot
 	_ = json.Unmarshal(complete(t, out), &snap)
 	sn := map[string]string{"id": snap.ID}
 	k.do(call{method: "GET", path: "/v1/snapshots", query: "sandbox=" + name, status: 200})
