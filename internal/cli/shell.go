@@ -83,9 +83,29 @@ func (a *app) terminal(ctx context.Context, name string, opts client.TerminalOpt
 			}
 		}()
 	}
-	go func() { _, _ = io.Copy(t, a.stdin) }()
+	go func() {
+		// The end of piped input is typed as Ctrl-D, as a terminal would:
+		// a shell at its prompt exits, cat ends.
+		if _, err := io.Copy(t, a.stdin); err == nil {
+			_, _ = t.Write([]byte{4})
+		}
+	}()
+	// SIGINT or SIGTERM to sbx (ctx) ends the terminal and its command; in
+	// raw mode Ctrl-C is not a signal here but a byte for the program.
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = t.Close()
+		case <-stopped:
+		}
+	}()
 	_, _ = io.Copy(a.stdout, t)
 	code, err := t.Wait()
+	close(stopped)
+	if ctx.Err() != nil {
+		return &exitError{code: 130}
+	}
 	if err != nil {
 		return &exitError{code: 125, err: err}
 	}

@@ -520,6 +520,9 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 			if err := e.recoverSnapRestore(ctx, op); err != nil {
 				return err
 			}
+		case opGuard:
+			// After reconcile (recoverGuards): the rollback needs the
+			// sandbox's runtime state.
 		default:
 			e.log.Warn("recover: unknown operation", "kind", op.Kind, "id", op.ID)
 			_ = e.st.DeleteOp(ctx, op.ID)

@@ -237,6 +237,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	e.recoverGuards(ctx)
 	// A suspend that a crash interrupted and recovery completed has its
 	// wake key only now: events posted to it meanwhile wait as pending.
 	e.deliverAllPending(ctx)

@@ -17,6 +17,21 @@ import (
 // undoRetentionDays is how long the snapshot of a guarded exec is kept.
 const undoRetentionDays = 1.0
 
+// opGuard journals a guarded exec with rollback_on_failure while its
+// command runs: a restart of sbxd cuts the command (its process group is
+// killed with the agent's connection), so the next Start rolls the undo
+// back (recoverGuards). Its Data is guardOp.
+const opGuard = "guard"
+
+type guardOp struct {
+	Undo api.UndoResult `json:"undo"`
+}
+
+// guardOpID is the journal entry of sandbox id's guarded exec with undo u.
+func guardOpID(id string, u *api.UndoResult) string {
+	return "op_guard_" + id + "_" + u.Checkpoint + u.Snapshot
+}
+
 // ValidateUndo checks the undo fields of an exec request (docs/undo.md,
 // "Server-side guarded exec").
 //
@@ -78,6 +93,7 @@ func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequ
 			u.Kind = api.UndoCheckpoint
 		}
 	}
+	var sandboxID string
 	if u.Kind == api.UndoSnapshot {
 		// A stopped sandbox has no processes to keep: boot it so the
 		// snapshot holds what the command will run on.
@@ -89,19 +105,85 @@ func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequ
 		if err != nil {
 			return nil, err
 		}
-		u.Snapshot = sn.ID
-		return u, nil
+		u.Snapshot, sandboxID = sn.ID, sn.SandboxID
+	} else {
+		comment := "before: " + commandLine(req.Cmd)
+		if len(comment) > api.MaxCommentBytes {
+			comment = truncateUTF8(comment, api.MaxCommentBytes)
+		}
+		cp, err := e.Checkpoint(ctx, idOrName, comment, nil)
+		if err != nil {
+			return nil, err
+		}
+		u.Checkpoint, sandboxID = CheckpointID(cp.Seq), cp.SandboxID
 	}
-	comment := "before: " + commandLine(req.Cmd)
-	if len(comment) > api.MaxCommentBytes {
-		comment = truncateUTF8(comment, api.MaxCommentBytes)
+	if req.RollbackOnFailure {
+		data, err := json.Marshal(guardOp{Undo: *u})
+		if err != nil {
+			return nil, err
+		}
+		if err := e.st.PutOp(context.WithoutCancel(ctx), &store.Op{ID: guardOpID(sandboxID, u), SandboxID: sandboxID, Kind: opGuard, Data: data}); err != nil {
+			return nil, fmt.Errorf("journal the guarded exec: %w", err)
+		}
 	}
-	cp, err := e.Checkpoint(ctx, idOrName, comment, nil)
-	if err != nil {
-		return nil, err
-	}
-	u.Checkpoint = CheckpointID(cp.Seq)
 	return u, nil
+}
+
+// FinishUndo ends a guarded exec whose command exited with exitCode (-1:
+// it did not finish: the client went, the sandbox died): with rollback,
+// a failure puts the undo back (RollbackUndo); either way the journal
+// entry that would roll it back after a restart goes. u may be nil (no
+// undo was asked for).
+//
+// Errors: those of RollbackUndo.
+func (e *Engine) FinishUndo(ctx context.Context, idOrName string, u *api.UndoResult, rollback bool, exitCode int) error {
+	if u == nil {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if rollback && exitCode != 0 {
+		err = e.RollbackUndo(ctx, idOrName, u)
+	}
+	if rollback {
+		if sb, gerr := e.Get(ctx, idOrName); gerr == nil {
+			if derr := e.st.DeleteOp(ctx, guardOpID(sb.ID, u)); derr != nil && !errdefs.IsNotFound(derr) {
+				e.log.Warn("guarded exec: drop its journal entry", "sandbox", sb.Name, "err", derr)
+			}
+		}
+	}
+	return err
+}
+
+// recoverGuards rolls back the guarded execs that a restart of sbxd cut
+// (their commands were killed with the agent's connection, and nobody got
+// their exit): the docs promise the rollback when the command does not
+// finish. It runs after reconcile, before the API serves.
+func (e *Engine) recoverGuards(ctx context.Context) {
+	ops, err := e.st.ListOps(ctx)
+	if err != nil {
+		e.log.Error("recover guarded execs", "err", err)
+		return
+	}
+	for _, op := range ops {
+		if op.Kind != opGuard {
+			continue
+		}
+		var g guardOp
+		if err := json.Unmarshal(op.Data, &g); err != nil {
+			e.log.Error("recover: unreadable guarded-exec journal entry; not rolled back", "sandbox", op.SandboxID, "op", op.ID, "err", err)
+		} else if _, err := e.st.GetSandbox(ctx, op.SandboxID); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			err := e.RollbackUndo(rctx, op.SandboxID, &g.Undo)
+			cancel()
+			if err != nil {
+				e.log.Error("recover: roll back a guarded exec cut by the restart", "sandbox", op.SandboxID, "undo", g.Undo.Checkpoint+g.Undo.Snapshot, "err", err)
+			} else {
+				e.log.Warn("recover: rolled back a guarded exec cut by the restart", "sandbox", op.SandboxID, "undo", g.Undo.Checkpoint+g.Undo.Snapshot)
+			}
+		}
+		_ = e.st.DeleteOp(ctx, op.ID)
+	}
 }
 
 // truncateUTF8 cuts s to at most n bytes without splitting a UTF-8

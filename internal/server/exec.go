@@ -66,16 +66,16 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	}
 	proc, err := s.eng.Exec(r.Context(), r.PathValue("name"), req, stdin)
 	if err != nil {
+		// Nothing ran: nothing to roll back.
+		_ = s.eng.FinishUndo(r.Context(), r.PathValue("name"), u, req.RollbackOnFailure, 0)
 		s.writeError(w, r, err)
 		return
 	}
 	// rollback puts the undo back after a failed command; it runs to the
 	// end even when the client has gone.
 	rollback := func(exitCode int) *api.UndoResult {
-		if u != nil && req.RollbackOnFailure && exitCode != 0 {
-			if err := s.eng.RollbackUndo(context.WithoutCancel(r.Context()), r.PathValue("name"), u); err != nil {
-				s.log.Warn("guarded exec: rollback failed", "sandbox", r.PathValue("name"), "err", err)
-			}
+		if err := s.eng.FinishUndo(context.WithoutCancel(r.Context()), r.PathValue("name"), u, req.RollbackOnFailure, exitCode); err != nil {
+			s.log.Warn("guarded exec: rollback failed", "sandbox", r.PathValue("name"), "err", err)
 		}
 		return u
 	}

@@ -197,3 +197,37 @@ func TestGuardedRollbackCrash(t *testing.T) {
 		t.Fatalf("after the crash the disk has f = %q, want the snapshot's %q", got, "before\n")
 	}
 }
+
+// TestGuardedExecCutByCrash: sbxd is killed while the command of a guarded
+// exec with rollback_on_failure runs (the command dies with the agent's
+// connection; nobody gets its exit). The restarted sbxd rolls the undo
+// back: the disk is as before the command.
+func TestGuardedExecCutByCrash(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	mustSh(t, sb, "mkdir -p /workspace/project && echo precious > /workspace/project/f")
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Run(context.Background(), api.ExecRequest{Cmd: []string{"sh", "-c", "rm -rf /workspace/project; touch /workspace/started; sleep 60; exit 1"},
+			Undo: api.UndoCheckpoint, RollbackOnFailure: true})
+		done <- err
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(mustSh(t, sb, "ls /workspace"), "started") {
+		if time.Now().After(deadline) {
+			t.Fatal("the guarded command did not start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.restartWith(t) // SIGKILL mid-command, then a plain sbxd
+	if err := <-done; err == nil {
+		t.Fatal("the exec cut by the crash answered as if it finished")
+	}
+	c, err := h.c.Sandboxes.Get(ctx, sb.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSh(t, c, "cat /workspace/project/f 2>&1; ls /workspace"); !strings.Contains(got, "precious") || strings.Contains(got, "started") {
+		t.Fatalf("after the restart the disk is not as before the guarded command:\n%s", got)
+	}
+}

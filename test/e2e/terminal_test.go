@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,6 +149,51 @@ func TestTerminalBadInput(t *testing.T) {
 	}
 	if out := mustSh(t, sb, "ls /tmp/ran 2>&1 || true"); !strings.Contains(out, "No such file") && !strings.Contains(out, "can't access") {
 		t.Fatalf("the refused terminal ran its command: %s", out)
+	}
+}
+
+// TestCLITerminalEnds: piped input's end reaches the program as Ctrl-D
+// (cat ends, exit 0), and SIGTERM to sbx ends the terminal and its command.
+func TestCLITerminalEnds(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	cmd := exec.Command(h.binDir+"/sbx", "--socket", h.sock, "exec", "-t", sb.Name, "--", "cat")
+	cmd.Stdin = strings.NewReader("typed\n")
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil || !strings.Contains(out.String(), "typed") {
+			t.Fatalf("sbx exec -t -- cat with piped input: %v\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("sbx exec -t -- cat did not end at the end of its input:\n%s", out.String())
+	}
+
+	cmd = exec.Command(h.binDir+"/sbx", "--socket", h.sock, "shell", sb.Name, "--", "sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	time.Sleep(3 * time.Second)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("SIGTERM did not end sbx shell")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Contains(mustSh(t, sb, "ps"), "sleep 300") {
+		if time.Now().After(deadline) {
+			t.Fatal("the terminal's command outlived sbx shell's SIGTERM")
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
