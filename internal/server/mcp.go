@@ -43,7 +43,7 @@ func (s *Server) self(auth bool) *pipeListener {
 		i = 1
 	}
 	s.selfOnce[i].Do(func() {
-		ln := &pipeListener{conns: make(chan net.Conn)}
+		ln := &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
 		hs := &http.Server{Handler: s.Handler(auth), ReadHeaderTimeout: 30 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		s.selfLn[i] = ln
@@ -59,29 +59,19 @@ type pipeListener struct {
 	done  chan struct{}
 }
 
-func (l *pipeListener) closed() chan struct{} {
-	l.once.Do(func() { l.done = make(chan struct{}) })
-	return l.done
-}
-
 // Accept waits for a dial.
 func (l *pipeListener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
 		return c, nil
-	case <-l.closed():
+	case <-l.done:
 		return nil, net.ErrClosed
 	}
 }
 
 // Close stops Accept; connections made stay open.
 func (l *pipeListener) Close() error {
-	done := l.closed()
-	select {
-	case <-done:
-	default:
-		close(done)
-	}
+	l.once.Do(func() { close(l.done) })
 	return nil
 }
 
@@ -95,7 +85,7 @@ func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) 
 		return c, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-l.closed():
+	case <-l.done:
 		return nil, net.ErrClosed
 	}
 }
