@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sbxhq/sbx/api"
 	"io"
 )
 
@@ -117,11 +118,8 @@ type Request struct {
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
 
-// Winsize is a terminal's size in character cells.
-type Winsize struct {
-	Rows uint16 `json:"rows"`
-	Cols uint16 `json:"cols"`
-}
+// Winsize is a terminal's size in character cells: the API's shape.
+type Winsize = api.Winsize
 
 // TarOutResult is the result frame of a tar_out, sent before the archive.
 type TarOutResult struct {
