@@ -520,6 +520,8 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 			if err := e.recoverSnapRestore(ctx, op); err != nil {
 				return err
 			}
+		case opDeliver:
+			e.recoverDeliver(ctx, op)
 		default:
 			e.log.Warn("recover: unknown operation", "kind", op.Kind, "id", op.ID)
 			_ = e.st.DeleteOp(ctx, op.ID)
