@@ -219,3 +219,13 @@ func VerifyArchive(r io.Reader, rec *Record) error {
 	}
 	return nil
 }
+
+// ParseRecord returns the statement (JSON) inside a record's envelope,
+// without verifying anything: for display only.
+func ParseRecord(envelope []byte) ([]byte, error) {
+	var env dsse.Envelope
+	if err := json.Unmarshal(envelope, &env); err != nil {
+		return nil, fmt.Errorf("not a DSSE envelope: %w", err)
+	}
+	return base64.StdEncoding.DecodeString(env.Payload)
+}

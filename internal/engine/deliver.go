@@ -230,9 +230,9 @@ func (e *Engine) packAndRecord(ctx context.Context, sb *store.Sandbox, id string
 		archiveName = req.Name + ".tar.zst"
 	}
 	pred := &delivery.Predicate{Delivery: id, Name: req.Name, Metadata: req.Metadata,
-		Sandbox: delivery.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, ImageID: sb.ImageID},
-		Lineage: e.lineage(ctx, sb),
-		Archive: delivery.Archive{Name: archiveName, MediaType: delivery.MediaType, SHA256: sum, Bytes: size, Files: len(files)},
+		Sandbox:   delivery.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, ImageID: sb.ImageID},
+		Lineage:   e.lineage(ctx, sb),
+		Archive:   delivery.Archive{Name: archiveName, MediaType: delivery.MediaType, SHA256: sum, Bytes: size, Files: len(files)},
 		StartTime: start, FinishTime: time.Now().UTC()}
 	if img, err := e.st.GetImage(ctx, sb.Image); err == nil && img.ID == sb.ImageID {
 		pred.Sandbox.ImageDigest = img.Digest
