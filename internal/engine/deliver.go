@@ -162,6 +162,9 @@ func (e *Engine) deliver(ctx context.Context, sb *store.Sandbox, req api.Deliver
 		return nil, err
 	}
 	d, err := e.packAndRecord(ctx, sb, id, req, paths, start, progress)
+	if err == nil {
+		e.fault("deliver:recorded")
+	}
 	e.deleteOp(ctx, sb.ID, opID)
 	if err != nil {
 		return nil, err

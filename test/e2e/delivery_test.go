@@ -3,6 +3,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
@@ -219,5 +221,60 @@ func TestDeliverTeardownVerify(t *testing.T) {
 		if code == 0 || !strings.Contains(out, c.want) {
 			t.Errorf("%s: exit %d, want a failure naming %q:\n%s", c.name, code, c.want, out)
 		}
+	}
+}
+
+// TestDeliverCrash kills sbxd (SIGKILL) in the middle of a delivery with
+// teardown: after its archive is stored but before its record, and after
+// its record. After each restart the chain verifies, with either no new
+// record or the complete one whose archive verifies.
+func TestDeliverCrash(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	mustSh(t, sb, "mkdir -p /workspace/out && head -c 300000 /dev/urandom > /workspace/out/data && echo done > /workspace/out/ok")
+	count := func() int {
+		ds, err := h.c.Deliveries.List(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ds)
+	}
+	crash := func(point string) {
+		t.Helper()
+		off := h.logSize()
+		h.restartWith(t, "SBX_FAULTS="+point+"=60s")
+		c, err := h.c.Sandboxes.Get(ctx, sb.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go c.Deliver(context.Background(), api.DeliveryRequest{Paths: []string{"/workspace/out"}, Teardown: true})
+		h.waitLog(t, off, "fault point reached", 60*time.Second)
+		h.restartWith(t) // SIGKILL, then a plain sbxd
+	}
+	verifyAll := func() string {
+		t.Helper()
+		out, errs, code := sbxCLI(t, "", "delivery", "verify", "--all")
+		if code != 0 {
+			t.Fatalf("verify --all after the crash: %d %s %s", code, out, errs)
+		}
+		return out
+	}
+
+	crash("deliver:stored")
+	if n := count(); n != 0 {
+		t.Fatalf("a delivery killed before its record is listed (%d)", n)
+	}
+	verifyAll()
+	crash("deliver:recorded")
+	ds, err := h.c.Deliveries.List(ctx, sb.ID)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("a delivery killed after its record: %v %v, want the one record", ds, err)
+	}
+	if out := verifyAll(); !strings.Contains(out, "ok: delivery "+ds[0].ID) {
+		t.Fatalf("verify --all does not name the delivery: %s", out)
+	}
+	// The teardown the crash cut off is not done behind the caller's back.
+	if _, err := h.c.Sandboxes.Get(ctx, sb.Name); err != nil {
+		t.Fatalf("sandbox after a crash before its teardown: %v", err)
 	}
 }
