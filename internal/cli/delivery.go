@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbxhq/sbx/api"
-	"github.com/sbxhq/sbx/internal/delivery"
+	"github.com/sbxhq/sbx/delivery"
 )
 
 func (a *app) deliverCmd() *cobra.Command {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/blob"
-	"github.com/sbxhq/sbx/internal/delivery"
+	"github.com/sbxhq/sbx/delivery"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
-	"github.com/sbxhq/sbx/internal/delivery"
+	"github.com/sbxhq/sbx/delivery"
 )
 
 // bundleEntry finds an entry of an exported bundle (a plain ustar file):

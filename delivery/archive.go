@@ -4,8 +4,10 @@
 // envelope with the node's ed25519 key, and verifies a chain of such
 // records and an archive against them, online or from an exported bundle.
 //
-// The rules (which sandbox, which paths, when a record is written) are the
-// engine's; nothing here knows about sandboxes or stores.
+// It is public so that anyone can check a delivery in Go without sbxd
+// (VerifyBundle with the node's public key). The rules (which sandbox,
+// which paths, when a record is written) are sbxd's engine's; nothing here
+// knows about sandboxes or stores.
 package delivery
 
 import (
