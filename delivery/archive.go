@@ -117,7 +117,7 @@ func (p *Packer) Add(pth, typ string, r io.Reader) error {
 		p.names[name] = true
 		hdr := &tar.Header{Name: name, Mode: h.Mode & 0o7777, Uid: h.Uid, Gid: h.Gid, ModTime: Epoch, Format: tar.FormatPAX}
 		switch h.Typeflag {
-		case tar.TypeReg, tar.TypeGNUSparse, tar.TypeRegA:
+		case tar.TypeReg, tar.TypeGNUSparse:
 			hdr.Typeflag = tar.TypeReg
 			hdr.Size = h.Size
 		case tar.TypeDir:

@@ -18,9 +18,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/delivery"
 	"github.com/sbxhq/sbx/internal/agent"
 	"github.com/sbxhq/sbx/internal/blob"
-	"github.com/sbxhq/sbx/delivery"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/store"
 )

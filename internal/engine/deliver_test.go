@@ -14,8 +14,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sbxhq/sbx/api"
-	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/delivery"
+	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
