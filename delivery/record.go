@@ -98,7 +98,8 @@ func DigestOf(b []byte) string {
 	return "sha256:" + hex.EncodeToString(s[:])
 }
 
-// KeyID is the DSSE key id of pub: the hex SHA-256 of its PKIX encoding.
+// KeyID is the DSSE key id of pub, as dsse.SHA256KeyID makes it: the
+// key's SSH SHA-256 fingerprint ("SHA256:<base64>").
 func KeyID(pub ed25519.PublicKey) string {
 	id, err := dsse.SHA256KeyID(pub)
 	if err != nil {

@@ -115,12 +115,8 @@ func VerifyRecord(envelope []byte, pub ed25519.PublicKey) (*Record, error) {
 	return r, nil
 }
 
-func short(keyID string) string {
-	if len(keyID) > 16 {
-		return keyID[:16]
-	}
-	return keyID
-}
+// short is how a key id is shown in a message: whole.
+func short(keyID string) string { return keyID }
 
 func shortAll(ids []string) []string {
 	if len(ids) == 0 {
