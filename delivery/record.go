@@ -72,6 +72,11 @@ type Lineage struct {
 	// ForkParent the sandbox it was forked from ("" if none).
 	SourceSnapshot string `json:"source_snapshot,omitempty"`
 	ForkParent     string `json:"fork_parent,omitempty"`
+	// GuardedCommands are the commands of the guarded execs that took a
+	// checkpoint before they ran, oldest first (as shown in the
+	// checkpoints' comments; a guarded exec undone by a memory snapshot
+	// leaves none).
+	GuardedCommands []string `json:"guarded_commands,omitempty"`
 }
 
 // Checkpoint is one checkpoint of the lineage.

@@ -347,6 +347,9 @@ func (e *Engine) lineage(ctx context.Context, sb *store.Sandbox) delivery.Lineag
 	for i := len(cps) - 1; i >= 0; i-- {
 		cp := cps[i]
 		l.Checkpoints = append(l.Checkpoints, delivery.Checkpoint{ID: CheckpointID(cp.Seq), Comment: cp.Comment, CreateTime: cp.CreateTime.UTC()})
+		if cmd, ok := strings.CutPrefix(cp.Comment, guardCommentPrefix); ok {
+			l.GuardedCommands = append(l.GuardedCommands, cmd)
+		}
 	}
 	return l
 }

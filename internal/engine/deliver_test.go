@@ -226,7 +226,7 @@ func TestFakeDeliverTeardown(t *testing.T) {
 	ctx := context.Background()
 	sb := f.create(t, "a")
 	f.writeFile(t, "a", "/work/out.txt", strings.Repeat("r", 5000))
-	if _, err := f.e.Checkpoint(ctx, "a", "before", nil); err != nil {
+	if _, err := f.e.Checkpoint(ctx, "a", "before: make test", nil); err != nil {
 		t.Fatal(err)
 	}
 	cps, _ := f.st.ListCheckpoints(ctx, sb.ID)
@@ -265,8 +265,11 @@ func TestFakeDeliverTeardown(t *testing.T) {
 		t.Fatal(err)
 	}
 	lin := recs[0].Predicate.Lineage.Checkpoints
-	if len(lin) != len(cps) || lin[len(lin)-1].Comment != "before" {
-		t.Fatalf("lineage: %+v %v", recs, err)
+	if len(lin) != len(cps) || lin[len(lin)-1].Comment != "before: make test" {
+		t.Fatalf("lineage: %+v", recs[0].Predicate.Lineage)
+	}
+	if g := recs[0].Predicate.Lineage.GuardedCommands; len(g) != 1 || g[0] != "make test" {
+		t.Fatalf("guarded commands: %q", g)
 	}
 }
 
