@@ -107,8 +107,11 @@ func verifyOffline(t *testing.T, bundle []byte, keyFile string) (string, int) {
 func TestDeliverTeardownVerify(t *testing.T) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
-	// The agent's build: outputs, a report, a link to a host path.
-	mustSh(t, sb, `mkdir -p /workspace/out/logs && cd /workspace &&
+	blobs := filepath.Join(h.dataDir, "blobs")
+	before := dirSize(blobs)
+	// The agent's build: outputs, a report, a link to a host path, and
+	// scratch that only the sandbox's checkpoint stores.
+	mustSh(t, sb, `mkdir -p /workspace/out/logs && cd /workspace && head -c 3000000 /dev/urandom > scratch.bin &&
 		for i in 1 2 3; do seq 1 $((i*1000)) > out/part$i.txt; done &&
 		cat out/part*.txt | md5sum > out/report.txt && echo build ok > out/logs/build.log &&
 		ln -s /etc/shadow out/hostlink && printf -- '--- a\n+++ b\n+fix\n' > patch.diff`)
@@ -153,6 +156,15 @@ func TestDeliverTeardownVerify(t *testing.T) {
 	d, err := h.c.Deliveries.Get(ctx, id)
 	if err != nil || d.Sandbox != sb.Name || d.Files != 6 {
 		t.Fatalf("delivery after teardown: %+v %v", d, err)
+	}
+	// No blob that only the sandbox used stays (its checkpoint's scratch);
+	// the deliveries' archives do.
+	deadline := time.Now().Add(30 * time.Second)
+	for dirSize(blobs) > before+300_000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the torn-down sandbox's blobs were not freed: %d bytes now, %d before", dirSize(blobs), before)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	// Online verification, then export and the key, to another path.
