@@ -174,6 +174,22 @@ func entryName(prefix, typ, name string) (string, error) {
 func (p *Packer) Write(w io.Writer) ([]File, error) {
 	ents := slices.Clone(p.ents)
 	slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.hdr.Name, b.hdr.Name) })
+	// No entry may lie beneath a symlink of the archive: extracted, it
+	// would be written wherever the link points. The agent never walks
+	// through a link; a stream that does is refused.
+	links := map[string]bool{}
+	for _, e := range ents {
+		if e.hdr.Typeflag == tar.TypeSymlink {
+			links[e.hdr.Name] = true
+		}
+	}
+	for _, e := range ents {
+		for d := path.Dir(strings.TrimSuffix(e.hdr.Name, "/")); d != "." && d != "/" && d != ""; d = path.Dir(d) {
+			if links[d] {
+				return nil, fmt.Errorf("entry %q lies beneath the symlink %q", e.hdr.Name, d)
+			}
+		}
+	}
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault))
 	if err != nil {
 		return nil, err

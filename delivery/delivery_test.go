@@ -156,6 +156,20 @@ func TestArchiveRefusesEscapes(t *testing.T) {
 	}
 }
 
+// TestArchiveRefusesEntriesBeneathLinks: a stream with a symlink and an
+// entry beneath it (which the agent never sends: it does not walk through
+// links) is refused, so that extracting the archive cannot write through
+// the link.
+func TestArchiveRefusesEntriesBeneathLinks(t *testing.T) {
+	_, _, err := pack(t, 0, src{"/w", "dir", tarOf(t, []tentry{
+		{name: "etc", typ: tar.TypeSymlink, link: "/etc"},
+		{name: "etc/cron.d/x", typ: tar.TypeReg, data: "* * * * * root sh"},
+	})})
+	if err == nil || !strings.Contains(err.Error(), `"w/etc/cron.d/x" lies beneath the symlink "w/etc"`) {
+		t.Fatalf("want a refusal, got %v", err)
+	}
+}
+
 func TestArchiveLimit(t *testing.T) {
 	big := strings.Repeat("x", 10000)
 	_, _, err := pack(t, 5000, src{"/w", "dir", tarOf(t, []tentry{{name: "f", typ: tar.TypeReg, data: big}})})
