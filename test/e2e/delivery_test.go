@@ -184,6 +184,23 @@ func TestDeliverTeardownVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The archive downloaded alone is the bundle's, byte for byte; the
+	// record's statement names the sandbox, its checkpoint and the caller's
+	// metadata.
+	archFile := filepath.Join(dir, "out.tar.zst")
+	if _, errs, code := sbxCLI(t, "", "delivery", "download", id, "--file", archFile); code != 0 {
+		t.Fatalf("download: %s", errs)
+	}
+	arch, _ := os.ReadFile(archFile)
+	if aoff, asize := bundleEntry(t, bundle, "archive.tar.zst"); !bytes.Equal(arch, bundle[aoff:aoff+asize]) {
+		t.Fatal("the downloaded archive differs from the exported one")
+	}
+	stmt, _, code := sbxCLI(t, "", "delivery", "get", id, "--statement")
+	for _, want := range []string{`"https://in-toto.io/Statement/v1"`, `"name": "` + sb.Name + `"`, `"comment": "built"`, `"ticket": "T-16"`, `"seq"`} {
+		if code != 0 || !strings.Contains(stmt, want) {
+			t.Fatalf("statement lacks %s: %d\n%s", want, code, stmt)
+		}
+	}
 	if out, code := verifyOffline(t, bundle, keyFile); code != 0 || !strings.Contains(out, "ok: delivery "+id) {
 		t.Fatalf("offline verify of the good bundle: %d %s", code, out)
 	}
