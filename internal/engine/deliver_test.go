@@ -105,11 +105,23 @@ func TestFakeDeliver(t *testing.T) {
 	if res2.Delivery.Seq != 2 || res2.Delivery.Previous != d.Digest {
 		t.Fatalf("second record: seq %d previous %q, want 2 %q", res2.Delivery.Seq, res2.Delivery.Previous, d.Digest)
 	}
+	// The same files, read again after their times changed, make the same
+	// archive, byte for byte.
+	if _, code := f.run(t, "a", "touch", "-d", "2001-01-01", "work/out/a.txt", "work/patch.diff"); code != 0 {
+		t.Fatal("touch failed")
+	}
+	res3, err := f.deliver(ctx, "a", api.DeliveryRequest{Paths: []string{"/work/patch.diff", "/work/out"}, Name: "release-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res3.Delivery.ArchiveDigest != d.ArchiveDigest {
+		t.Fatalf("same files, different archives: %s and %s", d.ArchiveDigest, res3.Delivery.ArchiveDigest)
+	}
 	ds, err := f.e.ListDeliveries(ctx, "a")
-	if err != nil || len(ds) != 2 {
+	if err != nil || len(ds) != 3 {
 		t.Fatalf("list: %v %v", ds, err)
 	}
-	recs, err := delivery.VerifyChain([][]byte{ds[0].Envelope, ds[1].Envelope}, f.pub())
+	recs, err := delivery.VerifyChain([][]byte{ds[0].Envelope, ds[1].Envelope, ds[2].Envelope}, f.pub())
 	if err != nil {
 		t.Fatalf("verify chain: %v", err)
 	}
