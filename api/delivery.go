@@ -69,8 +69,10 @@ type Teardown struct {
 	CheckpointBytes int64 `json:"checkpoint_bytes"`
 	// Processes is how many processes the agent still ran, ended with it.
 	Processes int `json:"processes"`
-	// Removed lists what was removed from the host: "container" (runsc
-	// state and processes), "network" (netns, veth, nftables table),
-	// "layer", "mounts", "sandbox_dir".
+	// Removed lists what the delete removed from the host: "container"
+	// (runsc state and processes; checked gone), "network" (netns, veth,
+	// nftables chain), "mounts", "layer" and "sandbox_dir" (checked gone).
 	Removed []string `json:"removed"`
+	// Left lists what a check found still there (sbxd's log says why).
+	Left []string `json:"left,omitempty"`
 }

@@ -66,6 +66,9 @@ func (a *app) deliverCmd() *cobra.Command {
 				}
 				fmt.Fprintf(a.stderr, "tore down %s: layer %s, %d checkpoints (%s stored), %d processes ended; removed %s\n",
 					sb.Name, humanBytes(t.LayerBytes), t.Checkpoints, humanBytes(t.CheckpointBytes), t.Processes, strings.Join(t.Removed, ", "))
+				if len(t.Left) > 0 {
+					return fmt.Errorf("the teardown left %s (see sbxd's log)", strings.Join(t.Left, ", "))
+				}
 			}
 			return nil
 		},

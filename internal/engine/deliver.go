@@ -22,6 +22,7 @@ import (
 	"github.com/sbxhq/sbx/internal/agent"
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/runtime"
 	"github.com/sbxhq/sbx/internal/store"
 )
 
@@ -377,7 +378,23 @@ func (e *Engine) tearDownDelivered(ctx context.Context, sb *store.Sandbox) *api.
 		return t
 	}
 	t.Deleted = true
-	t.Removed = []string{"container", "network", "layer", "mounts", "sandbox_dir"}
+	// What the delete removed, checked: the container runsc knew, the
+	// layer and the sandbox dir. The network (netns, veth, nftables
+	// chain) and the mounts are removed by the same delete; their
+	// failures are logged.
+	if st, err := e.rt.State(ctx, sb.ID); err == nil && st.Status == runtime.StatusMissing {
+		t.Removed = append(t.Removed, "container")
+	} else {
+		t.Left = append(t.Left, "container")
+	}
+	t.Removed = append(t.Removed, "network", "mounts")
+	for _, c := range []struct{ name, path string }{{"layer", e.layers.Paths(sb.ID).Upper}, {"sandbox_dir", e.sandboxDir(sb.ID)}} {
+		if _, err := os.Lstat(c.path); errors.Is(err, os.ErrNotExist) {
+			t.Removed = append(t.Removed, c.name)
+		} else {
+			t.Left = append(t.Left, c.name)
+		}
+	}
 	return t
 }
 

@@ -247,7 +247,8 @@ func TestFakeDeliverTeardown(t *testing.T) {
 		t.Fatalf("deliver: %v\nlog:\n%s", err, f.logs.String())
 	}
 	td := res.Teardown
-	if td == nil || !td.Deleted || td.LayerBytes < 5000 || td.Checkpoints != len(cps) || td.CheckpointBytes <= 0 {
+	if td == nil || !td.Deleted || td.LayerBytes < 5000 || td.Checkpoints != len(cps) || td.CheckpointBytes <= 0 ||
+		strings.Join(td.Removed, ",") != "container,network,mounts,layer,sandbox_dir" || len(td.Left) != 0 {
 		t.Fatalf("teardown: %+v", td)
 	}
 	if _, err := f.e.Get(ctx, "a"); !errdefs.IsNotFound(err) {

@@ -144,7 +144,7 @@ func TestDeliverTeardownVerify(t *testing.T) {
 		t.Fatalf("sbx deliver: exit %d\n%s", code, errs)
 	}
 	id := strings.TrimSpace(out)
-	if !strings.Contains(errs, "tore down "+sb.Name) || !strings.Contains(errs, "removed container, network, layer") {
+	if !strings.Contains(errs, "tore down "+sb.Name) || !strings.Contains(errs, "removed container, network, mounts, layer, sandbox_dir") {
 		t.Fatalf("teardown report: %q", errs)
 	}
 	if _, err := h.c.Sandboxes.Get(ctx, sb.Name); !errors.Is(err, client.ErrSandboxNotFound) {
