@@ -13,12 +13,13 @@ import (
 // Deliveries is the delivery collection of one client.
 type Deliveries struct{ c *Client }
 
-// Deliver packs req.Paths of the running sandbox into a signed delivery:
+// Deliver packs req.Paths of the sandbox (booted or woken if need be)
+// into a signed delivery:
 // the archive in the blob store and its record appended to the node's
 // chain; with req.Teardown the sandbox is deleted afterwards and the
 // answer's Teardown says what that freed. Errors: ErrInvalidArgument (a
 // path missing, escaping, or over the size limit: nothing is stored),
-// ErrConflict (not running, or busy).
+// ErrConflict (busy).
 func (sb *Sandbox) Deliver(ctx context.Context, req api.DeliveryRequest) (*api.Delivery, error) {
 	return sb.DeliverStream(ctx, req, nil)
 }

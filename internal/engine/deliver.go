@@ -113,9 +113,10 @@ func validateDeliveryRequest(req *api.DeliveryRequest) ([]string, error) {
 	return paths, nil
 }
 
-// BeginDeliver checks a delivery request and takes the sandbox's lock:
-// ErrInvalidArgument, ErrSandboxNotFound, ErrConflict (not running, or
-// another operation runs). Run packs the paths, stores the archive, signs
+// BeginDeliver checks a delivery request, boots a stopped sandbox (wakes a
+// suspended one) and takes its lock: ErrInvalidArgument,
+// ErrSandboxNotFound, ErrConflict (another operation runs, or it stopped
+// again meanwhile). Run packs the paths, stores the archive, signs
 // and appends the record, deletes the sandbox if req.Teardown, and returns
 // the *DeliveryResult. A path that does not exist, or paths over the size
 // limit, are ErrInvalidArgument naming the path, here, before any work.
@@ -124,13 +125,18 @@ func (e *Engine) BeginDeliver(ctx context.Context, idOrName string, req api.Deli
 	if err != nil {
 		return nil, err
 	}
+	// A stopped sandbox boots and a suspended one wakes, as for the files
+	// API: the delivery reads through the agent.
+	if _, err := e.ensureRunning(ctx, idOrName); err != nil {
+		return nil, err
+	}
 	sb, unlock, err := e.lockSandbox(ctx, idOrName, "deliver", lockOrConflict)
 	if err != nil {
 		return nil, err
 	}
 	if sb.State != api.StateRunning {
 		unlock()
-		return nil, errdefs.Conflictf("sandbox %q is %s: a delivery reads its files through its agent, so it must run (start it first)", sb.Name, sb.State)
+		return nil, errdefs.Conflictf("sandbox %q is %s: a delivery reads its files through its agent, so it must run", sb.Name, sb.State)
 	}
 	if err := e.preflight(ctx, sb, paths); err != nil {
 		unlock()

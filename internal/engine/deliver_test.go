@@ -105,6 +105,13 @@ func TestFakeDeliver(t *testing.T) {
 	if res2.Delivery.Seq != 2 || res2.Delivery.Previous != d.Digest {
 		t.Fatalf("second record: seq %d previous %q, want 2 %q", res2.Delivery.Seq, res2.Delivery.Previous, d.Digest)
 	}
+	// A stopped sandbox boots for its delivery.
+	if _, err := f.e.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.deliver(ctx, "a", api.DeliveryRequest{Paths: []string{"/work/patch.diff"}}); err != nil {
+		t.Fatalf("delivery of a stopped sandbox: %v", err)
+	}
 	// The same files, read again after their times changed, make the same
 	// archive, byte for byte.
 	if _, code := f.run(t, "a", "touch", "-d", "2001-01-01", "work/out/a.txt", "work/patch.diff"); code != 0 {
@@ -118,10 +125,10 @@ func TestFakeDeliver(t *testing.T) {
 		t.Fatalf("same files, different archives: %s and %s", d.ArchiveDigest, res3.Delivery.ArchiveDigest)
 	}
 	ds, err := f.e.ListDeliveries(ctx, "a")
-	if err != nil || len(ds) != 3 {
+	if err != nil || len(ds) != 4 {
 		t.Fatalf("list: %v %v", ds, err)
 	}
-	recs, err := delivery.VerifyChain([][]byte{ds[0].Envelope, ds[1].Envelope, ds[2].Envelope}, f.pub())
+	recs, err := delivery.VerifyChain([][]byte{ds[0].Envelope, ds[1].Envelope, ds[2].Envelope, ds[3].Envelope}, f.pub())
 	if err != nil {
 		t.Fatalf("verify chain: %v", err)
 	}
