@@ -91,10 +91,10 @@ func (p *Packer) Used() int64 { return p.used }
 // clean): p without its leading slash ("" for "/").
 func ArchiveName(p string) string { return strings.TrimPrefix(p, "/") }
 
-// Add reads the tar stream r of the delivered path p (as the sandbox's
+// Add reads the tar stream r of the delivered path pth (as the sandbox's
 // agent archives it: of a "dir", its contents with names relative to it; of
 // a "file" or "symlink", that one entry) and adds its entries under
-// ArchiveName(p). Entry names must be relative and stay beneath p; a
+// ArchiveName(pth). Entry names must be relative and stay beneath it; a
 // symlink is kept as a link, never followed. Over the limit is ErrTooLarge.
 func (p *Packer) Add(pth, typ string, r io.Reader) error {
 	prefix := ArchiveName(pth)
