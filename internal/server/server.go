@@ -80,6 +80,10 @@ type Server struct {
 	// without auth [0] and with it [1].
 	selfOnce [2]sync.Once
 	selfLn   [2]*pipeListener
+	// openapi is the API's OpenAPI description as JSON (openAPI), or why
+	// it could not be converted.
+	openapi    []byte
+	openapiErr error
 }
 
 // New returns the API server.
@@ -101,6 +105,7 @@ func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 		return s.eng.DialPort(ctx, name, port)
 	}
 	s.proxy = s.newProxy()
+	s.loadOpenAPI()
 	s.routes()
 	return s
 }
@@ -108,6 +113,7 @@ func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 func (s *Server) routes() {
 	m := s.mux
 	m.HandleFunc("GET /v1/health", s.health)
+	m.HandleFunc("GET /v1/openapi.json", s.openAPI)
 
 	m.HandleFunc("POST /v1/sandboxes", s.createSandbox)
 	m.HandleFunc("GET /v1/sandboxes", s.listSandboxes)
