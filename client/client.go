@@ -45,6 +45,8 @@ type Client struct {
 	Images *Images
 	// Snapshots lists, gets and deletes memory snapshots.
 	Snapshots *Snapshots
+	// Deliveries lists and reads delivery records and archives.
+	Deliveries *Deliveries
 	// Events posts events that wake suspended sandboxes.
 	Events *Events
 }
@@ -114,6 +116,7 @@ func New(opts ...Option) (*Client, error) {
 	c.Sandboxes = &Sandboxes{c: c}
 	c.Images = &Images{c: c}
 	c.Snapshots = &Snapshots{c: c}
+	c.Deliveries = &Deliveries{c: c}
 	c.Events = &Events{c: c}
 	return c, nil
 }

@@ -81,6 +81,9 @@ type Config struct {
 	// not read), default 64 GiB, or twice the sandbox's disk quota when
 	// less.
 	CaptureMaxBytes int64 `json:"capture_max_bytes"`
+	// DeliveryMaxBytes bounds one delivery's archive (file data plus 1536
+	// bytes an entry), checked before any work; default 1 GiB.
+	DeliveryMaxBytes int64 `json:"delivery_max_bytes"`
 	// EventLimits bound stored events per key, per sandbox and in all
 	// (count and bytes); zero fields take engine.DefaultEventLimits.
 	EventLimits engine.EventLimits `json:"event_limits"`
@@ -129,20 +132,21 @@ type Config struct {
 // Defaults returns the built-in configuration.
 func Defaults() Config {
 	return Config{
-		DataDir:         "/var/lib/sbx",
-		Socket:          "/run/sbx/sbx.sock",
-		CacheDir:        "/var/cache/sbx",
-		NetnsDir:        "/run/sbx/netns",
-		NetworkCIDR:     network.DefaultCIDR.String(),
-		NetworkTag:      "sbx",
-		PoolSize:        2,
-		DefaultCPUs:     1,
-		DefaultMemoryMB: 1024,
-		LogLevel:        "info",
-		EventRetention:  "24h",
-		CaptureTimeout:  "30m",
-		CaptureMaxBytes: engine.DefaultCaptureMaxBytes,
-		PreviewDomain:   "localhost",
+		DataDir:          "/var/lib/sbx",
+		Socket:           "/run/sbx/sbx.sock",
+		CacheDir:         "/var/cache/sbx",
+		NetnsDir:         "/run/sbx/netns",
+		NetworkCIDR:      network.DefaultCIDR.String(),
+		NetworkTag:       "sbx",
+		PoolSize:         2,
+		DefaultCPUs:      1,
+		DefaultMemoryMB:  1024,
+		LogLevel:         "info",
+		EventRetention:   "24h",
+		CaptureTimeout:   "30m",
+		CaptureMaxBytes:  engine.DefaultCaptureMaxBytes,
+		PreviewDomain:    "localhost",
+		DeliveryMaxBytes: engine.DefaultDeliveryMaxBytes,
 	}
 }
 
@@ -225,6 +229,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CaptureMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("capture max bytes %d: want a positive number of bytes", c.CaptureMaxBytes))
+	}
+	if c.DeliveryMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("delivery max bytes %d: want a positive number of bytes", c.DeliveryMaxBytes))
 	}
 	if c.PoolSize < 0 || c.PoolSize > 64 {
 		errs = append(errs, fmt.Errorf("pool size %d is out of range [0, 64]", c.PoolSize))
@@ -464,6 +471,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		MemoryOvercommit: cfg.MemoryOvercommit, CPUOvercommit: cfg.CPUOvercommit,
 		ReserveCPUs: cfg.ReserveCPUs, ReserveMemoryMB: cfg.ReserveMemoryMB,
 		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes,
+		DeliveryMaxBytes: cfg.DeliveryMaxBytes,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err

@@ -523,6 +523,8 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 		case opGuard:
 			// After reconcile (recoverGuards): the rollback needs the
 			// sandbox's runtime state.
+		case opDeliver:
+			e.recoverDeliver(ctx, op)
 		default:
 			e.log.Warn("recover: unknown operation", "kind", op.Kind, "id", op.ID)
 			_ = e.st.DeleteOp(ctx, op.ID)

@@ -7,6 +7,7 @@ package engine
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -78,6 +79,9 @@ type Config struct {
 	ReserveCPUs          float64
 	ReserveMemoryMB      int
 	ReserveMemoryPercent int
+	// DeliveryMaxBytes bounds a delivery's archive: file data plus 1536
+	// bytes an entry (default DefaultDeliveryMaxBytes).
+	DeliveryMaxBytes int64
 	// Faults pause named points of operations (SBX_FAULTS, for crash
 	// tests); empty in production.
 	Faults map[string]time.Duration
@@ -113,6 +117,10 @@ type Engine struct {
 	leases *blob.Leases
 	// collector deletes the blobs that nothing records or pins.
 	collector *gc.Collector
+	// deliveryKey signs delivery records; deliverMu makes signing a
+	// record and appending it to the chain one step.
+	deliveryKey ed25519.PrivateKey
+	deliverMu   sync.Mutex
 	// eventsMu makes an event's cap checks and its insert one step.
 	eventsMu sync.Mutex
 	// host and capacity are the host's resources and what sandboxes may
@@ -214,6 +222,9 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		return nil, err
 	}
 	if err := e.installAgent(); err != nil {
+		return nil, err
+	}
+	if err := e.initDeliveries(); err != nil {
 		return nil, err
 	}
 	e.collector = e.newCollector()

@@ -23,7 +23,8 @@ func (e *Engine) newCollector() *gc.Collector {
 	return gc.New(e.blobs, e.leases, e.log,
 		gc.RootsFunc(e.markCheckpoints),
 		gc.RootsFunc(e.markSnapshots),
-		gc.RootsFunc(e.markCaptureCaches))
+		gc.RootsFunc(e.markCaptureCaches),
+		gc.RootsFunc(e.markDeliveries))
 }
 
 // markCheckpoints marks every blob a checkpoint uses: its manifest and the

@@ -53,6 +53,10 @@ func ValidateUndo(req api.ExecRequest) error {
 	return nil
 }
 
+// guardCommentPrefix starts the comment of a guarded exec's checkpoint,
+// followed by the command line.
+const guardCommentPrefix = "before: "
+
 // commandLine shows the command an exec runs, for a checkpoint's comment:
 // S for ["sh","-c",S] (also bash), else the argv joined by spaces.
 func commandLine(cmd []string) string {
@@ -107,7 +111,7 @@ func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequ
 		}
 		u.Snapshot, sandboxID = sn.ID, sn.SandboxID
 	} else {
-		comment := "before: " + commandLine(req.Cmd)
+		comment := guardCommentPrefix + commandLine(req.Cmd)
 		if len(comment) > api.MaxCommentBytes {
 			comment = truncateUTF8(comment, api.MaxCommentBytes)
 		}

@@ -128,7 +128,7 @@ var goTypes = map[string]any{
 	"Change": api.Change{}, "Diff": api.Diff{}, "SnapshotRequest": api.SnapshotRequest{},
 	"Snapshot": api.Snapshot{}, "ForkRequest": api.ForkRequest{}, "ForkCopy": api.ForkCopy{},
 	"ForkResult": api.ForkResult{}, "Process": api.Process{}, "SignalRequest": api.SignalRequest{},
-	"Port":        api.Port{},
+	"Port": api.Port{}, "DeliveryRequest": api.DeliveryRequest{}, "Delivery": api.Delivery{}, "Teardown": api.Teardown{},
 	"FileWritten": FileWritten{}, "ArchiveWritten": ArchiveWritten{},
 }
 
@@ -145,6 +145,7 @@ var specOnly = map[string]string{
 	"CheckpointStreamLine": "StreamLine with a Checkpoint",
 	"SnapshotStreamLine":   "StreamLine with a Snapshot",
 	"ForkStreamLine":       "StreamLine with a ForkResult",
+	"DeliveryStreamLine":   "StreamLine with a Delivery",
 	"ImageStreamLine":      "StreamLine with an Image",
 }
 

@@ -122,6 +122,37 @@ type Snapshot struct {
 	ExpireTime time.Time
 }
 
+// Delivery is the record of a delivery: an archive of files taken from a
+// sandbox, stored in the blob store, and its signed statement. Deliveries
+// form one chain (Seq 1, 2, ...): each envelope's statement names the
+// digest of the envelope before it. A delivery outlives its sandbox and is
+// never deleted.
+type Delivery struct {
+	ID string
+	// Seq is its place in the chain, from 1; set by AddDelivery.
+	Seq  int64
+	Name string
+	// SandboxID and SandboxName are the source's.
+	SandboxID, SandboxName string
+	// ArchiveDigest is "sha256:<hex>" of the archive's bytes (tar, zstd);
+	// ArchiveBytes their count; Chunks the digests of the blobs that hold
+	// them, in order.
+	ArchiveDigest string
+	ArchiveBytes  int64
+	Chunks        []string
+	// Files is how many regular files the archive holds.
+	Files int
+	// Envelope is the DSSE envelope (JSON) as signed and served; Digest is
+	// "sha256:<hex>" of exactly those bytes, and Previous the Digest of the
+	// delivery before it in the chain ("" for the first).
+	Envelope []byte
+	Digest   string
+	Previous string
+	// Metadata is the caller's JSON object, or nil.
+	Metadata   []byte
+	CreateTime time.Time
+}
+
 // Op is an entry of the operation journal: an operation that must be
 // finished or rolled back after a crash.
 type Op struct {
@@ -255,6 +286,18 @@ type Store interface {
 	// pending events that expired before now.
 	DeleteEvents(ctx context.Context, sandboxID string) error
 	DeleteExpiredEvents(ctx context.Context, now time.Time) (int, error)
+
+	// AddDelivery appends d to the chain and sets its Seq: its Previous
+	// must be the Digest of the last delivery ("" when there is none), or
+	// it is errdefs.ErrConflict and nothing is written.
+	AddDelivery(ctx context.Context, d *Delivery) error
+	// GetDelivery returns one delivery by id or errdefs.ErrNotFound.
+	GetDelivery(ctx context.Context, id string) (*Delivery, error)
+	// ListDeliveries returns the deliveries of sandboxIDOrName (its id or
+	// name; "" all), oldest (lowest Seq) first.
+	ListDeliveries(ctx context.Context, sandboxIDOrName string) ([]*Delivery, error)
+	// LastDelivery returns the last delivery of the chain, nil if none.
+	LastDelivery(ctx context.Context) (*Delivery, error)
 
 	// PutImage inserts or replaces an image record.
 	PutImage(ctx context.Context, img *Image) error

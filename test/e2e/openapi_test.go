@@ -42,6 +42,8 @@ func newContract(t *testing.T) *contract {
 		t.Fatal(err)
 	}
 	openapi3filter.RegisterBodyDecoder("application/x-tar", openapi3filter.FileBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("application/x-tar+zstd", openapi3filter.FileBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("application/x-pem-file", openapi3filter.FileBodyDecoder)
 	return &contract{t: t, doc: doc, hc: &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
@@ -323,7 +325,21 @@ func TestOpenAPIContract(t *testing.T) {
 	k.do(call{method: "GET", path: "/v1/snapshots", query: "sandbox=" + name, status: 200})
 	k.do(call{method: "GET", path: "/v1/snapshots/{id}", params: sn, status: 200})
 	k.do(call{method: "POST", path: "/v1/sandboxes/{name}/fork", params: sb, body: map[string]any{"name": name + "-copy", "network": map[string]bool{"internet": false}}, status: 200})
-	k.do(call{method: "DELETE", path: "/v1/sandboxes/{name}", params: map[string]string{"name": name + "-copy"}, status: 204})
+	// Deliveries: of the sandbox, then of the copy with teardown.
+	out = k.do(call{method: "POST", path: "/v1/sandboxes/{name}/deliveries", params: sb,
+		body: map[string]any{"paths": []string{"/workspace/d"}, "name": "oa", "metadata": map[string]int{"step": 1}}, status: 200})
+	var dlv api.Delivery
+	_ = json.Unmarshal(complete(t, out), &dlv)
+	dl := map[string]string{"id": dlv.ID}
+	k.do(call{method: "POST", path: "/v1/sandboxes/{name}/deliveries", params: sb, body: map[string]any{"paths": []string{"/workspace/nothing"}}, status: 400})
+	k.do(call{method: "GET", path: "/v1/deliveries", query: "sandbox=" + name, status: 200})
+	k.do(call{method: "GET", path: "/v1/deliveries/{id}", params: dl, status: 200})
+	k.do(call{method: "GET", path: "/v1/deliveries/{id}", params: map[string]string{"id": "dlv_none"}, status: 404})
+	k.do(call{method: "GET", path: "/v1/deliveries/{id}/archive", params: dl, status: 200})
+	k.do(call{method: "GET", path: "/v1/deliveries/key", status: 200})
+	k.do(call{method: "POST", path: "/v1/sandboxes/{name}/deliveries", params: map[string]string{"name": name + "-copy"},
+		body: map[string]any{"paths": []string{"/workspace/d/a.txt"}, "teardown": true}, status: 200})
+	k.do(call{method: "DELETE", path: "/v1/sandboxes/{name}", params: map[string]string{"name": name + "-copy"}, status: 404})
 
 	// Events, suspend and resume.
 	key := map[string]string{"key": "oa/" + name}

@@ -321,8 +321,11 @@ func TestExecAcrossSuspend(t *testing.T) {
 
 // TestSuspendCycles: 100 suspend/resume cycles of one sandbox that writes
 // a file each cycle lose no file.
+//
+// Each cycle has its own deadline (2 min), not one for the whole run: on a
+// loaded machine 100 cycles take longer than any one budget would allow,
+// while a cycle that hangs still fails.
 func TestSuspendCycles(t *testing.T) {
-	ctx := ctxT(t)
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
 	n := 100
 	if testing.Short() {
@@ -331,12 +334,16 @@ func TestSuspendCycles(t *testing.T) {
 	start := time.Now()
 	for i := 1; i <= n; i++ {
 		mustSh(t, sb, fmt.Sprintf("echo %d > /workspace/cycle-%03d", i, i))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		if err := sb.Suspend(ctx, ""); err != nil {
+			cancel()
 			t.Fatalf("cycle %d: suspend: %v", i, err)
 		}
 		if err := sb.Resume(ctx); err != nil {
+			cancel()
 			t.Fatalf("cycle %d: resume: %v", i, err)
 		}
+		cancel()
 		if i%25 == 0 {
 			out := mustSh(t, sb, "ls /workspace | grep -c cycle-")
 			if strings.TrimSpace(out) != fmt.Sprint(i) {

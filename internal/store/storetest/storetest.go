@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Suspend", func(t *testing.T) { testSuspend(t, open(t)) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
 	t.Run("SandboxUsage", func(t *testing.T) { testSandboxUsage(t, open(t)) })
+	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, open(t)) })
 }
 
 func testSnapshots(t *testing.T, s store.Store) {
@@ -417,5 +418,67 @@ func testSandboxUsage(t *testing.T, s store.Store) {
 	}
 	if want := (store.Usage{Count: 2, CPUs: 2.5, MemoryMB: 1100}); u != want {
 		t.Fatalf("usage %+v, want %+v", u, want)
+	}
+}
+
+func testDeliveries(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if last, err := s.LastDelivery(ctx); err != nil || last != nil {
+		t.Fatalf("empty chain: last %+v, %v", last, err)
+	}
+	d1 := &store.Delivery{ID: "dlv_1", Name: "r1", SandboxID: "sbx_1", SandboxName: "dev",
+		ArchiveDigest: "sha256:aa", ArchiveBytes: 10, Chunks: []string{"sha256:c1", "sha256:c2"}, Files: 2,
+		Envelope: []byte(`{"payloadType":"x"}`), Digest: "sha256:e1", Metadata: []byte(`{"k":"v"}`)}
+	if err := s.AddDelivery(ctx, d1); err != nil || d1.Seq != 1 {
+		t.Fatalf("add first: seq %d, %v", d1.Seq, err)
+	}
+	// A record that does not follow the chain's end is refused: two
+	// deliveries racing cannot both follow the same record.
+	for _, prev := range []string{"", "sha256:other"} {
+		bad := &store.Delivery{ID: "dlv_bad", SandboxID: "sbx_1", SandboxName: "dev", Digest: "sha256:x", Previous: prev, Envelope: []byte("{}")}
+		if err := s.AddDelivery(ctx, bad); !errors.Is(err, errdefs.ErrConflict) {
+			t.Fatalf("previous %q: want ErrConflict, got %v", prev, err)
+		}
+	}
+	if _, err := s.GetDelivery(ctx, "dlv_bad"); !errdefs.IsNotFound(err) {
+		t.Fatalf("a refused record was written: %v", err)
+	}
+	d2 := &store.Delivery{ID: "dlv_2", SandboxID: "sbx_2", SandboxName: "other", ArchiveDigest: "sha256:bb",
+		Envelope: []byte(`{}`), Digest: "sha256:e2", Previous: "sha256:e1"}
+	if err := s.AddDelivery(ctx, d2); err != nil || d2.Seq != 2 {
+		t.Fatalf("add second: seq %d, %v", d2.Seq, err)
+	}
+	got, err := s.GetDelivery(ctx, "dlv_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != 1 || got.Name != "r1" || got.SandboxName != "dev" || got.ArchiveBytes != 10 || got.Files != 2 ||
+		strings.Join(got.Chunks, ",") != "sha256:c1,sha256:c2" || string(got.Envelope) != `{"payloadType":"x"}` ||
+		got.Digest != "sha256:e1" || got.Previous != "" || string(got.Metadata) != `{"k":"v"}` || got.CreateTime.IsZero() {
+		t.Fatalf("round trip: %+v", got)
+	}
+	if _, err := s.GetDelivery(ctx, "dlv_none"); !errdefs.IsNotFound(err) {
+		t.Fatalf("missing delivery: %v", err)
+	}
+	all, err := s.ListDeliveries(ctx, "")
+	if err != nil || len(all) != 2 || all[0].ID != "dlv_1" || all[1].ID != "dlv_2" {
+		t.Fatalf("list all: %v %v", all, err)
+	}
+	for _, key := range []string{"sbx_2", "other"} {
+		l, err := s.ListDeliveries(ctx, key)
+		if err != nil || len(l) != 1 || l[0].ID != "dlv_2" {
+			t.Fatalf("list %s: %v %v", key, l, err)
+		}
+	}
+	// Deliveries outlive their sandbox.
+	_ = s.CreateSandbox(ctx, sandbox("sbx_1", "dev"))
+	if err := s.DeleteSandbox(ctx, "sbx_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetDelivery(ctx, "dlv_1"); err != nil {
+		t.Fatalf("delivery gone with its sandbox: %v", err)
+	}
+	if last, err := s.LastDelivery(ctx); err != nil || last == nil || last.ID != "dlv_2" {
+		t.Fatalf("last: %+v %v", last, err)
 	}
 }
