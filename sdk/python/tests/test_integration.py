@@ -8,6 +8,8 @@ random suffix, and deleted at the end.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import secrets
 import subprocess
@@ -190,6 +192,54 @@ class Checkpoints(Base):
         self.assertIsNotNone(ev.undo)
         assert ev.undo is not None
         self.assertEqual(ev.undo.undo_class, "none")
+
+
+class Deliveries(Base):
+    def test_deliver_list_get_archive(self) -> None:
+        sb = self.new_sandbox("dlv")
+        sb.write_file("/workspace/out/result.txt", "delivered by py\n")
+        lines: List[str] = []
+        d = sb.deliver(["/workspace/out"], name="py-release", metadata={"ticket": "T-16"},
+                       progress=lines.append)
+        self.assertTrue(d.id.startswith("dlv_"), d.id)
+        self.assertEqual((d.name, d.sandbox, d.sandbox_id, d.files), ("py-release", sb.name, sb.id, 1))
+        self.assertEqual(d.metadata, {"ticket": "T-16"})
+        self.assertRegex(d.archive_digest, r"^sha256:[0-9a-f]{64}$")
+        self.assertEqual(d.envelope.get("payloadType"), "application/vnd.in-toto+json")
+        self.assertIsNone(d.teardown)
+        self.assertIsNotNone(d.create_time)
+        self.assertIn(d.id, [x.id for x in self.client.list_deliveries(sb.name)])
+        self.assertIn(d.id, [x.id for x in self.client.list_deliveries()])
+        self.assertEqual(self.client.get_delivery(d.id).digest, d.digest)
+        archive = self.client.delivery_archive(d.id)
+        self.assertEqual(len(archive), d.archive_bytes)
+        self.assertEqual(archive[:4], b"\x28\xb5\x2f\xfd")  # zstd frame magic
+        self.assertEqual("sha256:" + hashlib.sha256(archive).hexdigest(), d.archive_digest)
+        out = subprocess.run(["sh", "-c", "zstd -dc | tar -xOf - workspace/out/result.txt"],
+                             input=archive, capture_output=True, check=True)
+        self.assertEqual(out.stdout, b"delivered by py\n")
+        buf = io.BytesIO()
+        self.assertEqual(self.client.write_delivery_archive(d.id, buf), d.archive_bytes)
+        self.assertEqual(buf.getvalue(), archive)
+        self.assertTrue(self.client.delivery_public_key().startswith(b"-----BEGIN PUBLIC KEY-----"))
+        with self.assertRaises(sbx.InvalidArgument) as cm:
+            sb.deliver(["/workspace/no-such-file"])
+        self.assertEqual((cm.exception.code, cm.exception.status), ("invalid_argument", 400))
+        self.assertIn("/workspace/no-such-file", cm.exception.message)
+        with self.assertRaises(sbx.NotFound):
+            self.client.get_delivery("dlv_missing" + secrets.token_hex(3))
+
+    def test_deliver_teardown(self) -> None:
+        sb = self.new_sandbox("dlvtd")
+        sb.write_file("/workspace/r.txt", "x")
+        d = sb.deliver(["/workspace/r.txt"], teardown=True)
+        self.assertIsNotNone(d.teardown)
+        assert d.teardown is not None
+        self.assertTrue(d.teardown.deleted, d.teardown)
+        self.assertIn("container", d.teardown.removed)
+        self.assertEqual(d.teardown.left, [])
+        with self.assertRaises(sbx.SandboxNotFound):
+            self.client.get(sb.id)
 
 
 class TryInCopy(Base):

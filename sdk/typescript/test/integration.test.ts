@@ -3,8 +3,10 @@
 // CI=true, where they fail instead.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import {
-  Client, FileNotFoundError, NotFoundError, SandboxNotFoundError, SnapshotNotFoundError, UnauthorizedError,
+  Client, FileNotFoundError, InvalidArgumentError, NotFoundError, SandboxNotFoundError, SnapshotNotFoundError, UnauthorizedError,
   chain, goBackTo, guarded, randomSuffix, remember, tryInCopy, type Sandbox,
 } from '../src/index.js';
 
@@ -143,6 +145,43 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     await sb.restore(cp.id);
     assert.equal(await sb.readText('/workspace/state.txt'), 'v1');
     await assert.rejects(sb.readFile('/workspace/later.txt'), FileNotFoundError);
+  });
+
+  test('deliver: record, list, get, archive, key; a bad path is InvalidArgumentError', T, async () => {
+    await sb.writeFile('/workspace/out/result.txt', 'delivered by ts\n');
+    const progress: string[] = [];
+    const d = await sb.deliver(['/workspace/out'], {
+      name: 'ts-release', metadata: { ticket: 'T-16' }, onProgress: (m) => progress.push(m),
+    });
+    assert.match(d.id, /^dlv_/);
+    assert.equal(d.name, 'ts-release');
+    assert.equal(d.sandbox, sb.name);
+    assert.equal(d.sandbox_id, sb.id);
+    assert.equal(d.files, 1);
+    assert.deepEqual(d.metadata, { ticket: 'T-16' });
+    assert.match(d.archive_digest, /^sha256:[0-9a-f]{64}$/);
+    assert.equal(d.envelope.payloadType, 'application/vnd.in-toto+json');
+    assert.equal(d.teardown, undefined);
+    assert.ok((await client.listDeliveries({ sandbox: sb.name })).some((x) => x.id === d.id));
+    assert.ok((await client.listDeliveries()).some((x) => x.id === d.id));
+    assert.equal((await client.getDelivery(d.id)).digest, d.digest);
+    const archive = await client.deliveryArchive(d.id);
+    assert.equal(archive.length, d.archive_bytes);
+    assert.deepEqual([...archive.subarray(0, 4)], [0x28, 0xb5, 0x2f, 0xfd]); // zstd frame magic
+    assert.equal('sha256:' + createHash('sha256').update(archive).digest('hex'), d.archive_digest);
+    const tar = spawnSync('sh', ['-c', 'zstd -dc | tar -xOf - workspace/out/result.txt'], { input: archive });
+    assert.equal(tar.status, 0, String(tar.stderr));
+    assert.equal(String(tar.stdout), 'delivered by ts\n');
+    const streamed = createHash('sha256');
+    for await (const c of await client.deliveryArchiveStream(d.id)) streamed.update(c as Buffer);
+    assert.equal('sha256:' + streamed.digest('hex'), d.archive_digest);
+    assert.match(await client.deliveryPublicKey(), /^-----BEGIN PUBLIC KEY-----/);
+    const err = await sb.deliver(['/workspace/no-such-file']).then(() => null, (e) => e);
+    assert.ok(err instanceof InvalidArgumentError, String(err));
+    assert.equal(err.code, 'invalid_argument');
+    assert.equal(err.status, 400);
+    assert.match(err.message, /\/workspace\/no-such-file/);
+    await assert.rejects(client.getDelivery(`dlv_missing${randomSuffix()}`), NotFoundError);
   });
 
   test('tryInCopy: verify fails → original untouched, copy deleted', T, async () => {
