@@ -5,9 +5,10 @@
  * @module
  */
 import { SandboxNotFoundError, SbxProtocolError, errorFromCode } from './errors.js';
+import type { IncomingMessage } from 'node:http';
 import { NDJSON, Transport, ndjsonLines, readAll, seg, type Query } from './http.js';
 import type {
-  Checkpoint, CreateSandboxRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
+  Checkpoint, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
   FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo,
   ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, WriteFileResult,
 } from './types.js';
@@ -245,6 +246,41 @@ export class Client {
     return r?.cancelled ?? 0;
   }
 
+  /** Delivery records in chain order (oldest first); with `sandbox` (name or id), those of that sandbox (it may be gone). */
+  async listDeliveries(o: CallOptions & { sandbox?: string } = {}): Promise<Delivery[]> {
+    const query: Query = { sandbox: o.sandbox || undefined };
+    return (await this.t.json<Delivery[]>({ method: 'GET', path: '/v1/deliveries', query, signal: o.signal })) ?? [];
+  }
+
+  /** One delivery record, or {@link NotFoundError}. */
+  getDelivery(id: string, o: CallOptions = {}): Promise<Delivery> {
+    return this.t.json<Delivery>({ method: 'GET', path: '/v1/deliveries/' + seg(id), signal: o.signal });
+  }
+
+  /**
+   * The bytes of a delivery's archive (tar, zstd), whole. Their sha256 is
+   * the record's `archive_digest`; verify the record itself with
+   * `sbx delivery verify` rather than trust the transfer.
+   */
+  async deliveryArchive(id: string, o: CallOptions = {}): Promise<Buffer> {
+    return readAll(await this.deliveryArchiveStream(id, o));
+  }
+
+  /**
+   * The archive of a delivery as a stream (`Content-Length` is its size,
+   * `X-Sbx-Digest` its `archive_digest`); a chunk lost from the blob store
+   * cuts the stream (an `error` event). Read it to the end or destroy it.
+   */
+  deliveryArchiveStream(id: string, o: CallOptions = {}): Promise<IncomingMessage> {
+    return this.t.request({ method: 'GET', path: '/v1/deliveries/' + seg(id) + '/archive', accept: 'application/x-tar+zstd', signal: o.signal });
+  }
+
+  /** The node's ed25519 public key (PEM, PKIX) that verifies delivery records. */
+  async deliveryPublicKey(o: CallOptions = {}): Promise<string> {
+    const res = await this.t.request({ method: 'GET', path: '/v1/deliveries/key', accept: 'application/x-pem-file', signal: o.signal });
+    return (await readAll(res)).toString('utf8');
+  }
+
   /** Images. */
   async listImages(o: CallOptions = {}): Promise<Image[]> {
     return (await this.t.json<Image[]>({ method: 'GET', path: '/v1/images', signal: o.signal })) ?? [];
@@ -450,6 +486,28 @@ export class Sandbox {
     const c = r.copies[0];
     if (!c) throw r.errors[0] ?? new SbxProtocolError('fork answered no copy');
     return c;
+  }
+
+  /**
+   * Packs `paths` (absolute; a directory whole, a symlink as a link) into a
+   * signed delivery (NDJSON; progress to `onProgress`): the archive in the
+   * blob store, its record appended to the node's chain. A stopped sandbox
+   * boots, a suspended one wakes. With `teardown` the sandbox is deleted
+   * afterwards and the record's `teardown` says what that freed. Throws
+   * {@link InvalidArgumentError} (a path missing, escaping, or over the size
+   * limit: nothing is stored), {@link ConflictError} (busy).
+   */
+  deliver(paths: string[], o: LongOptions & { name?: string; metadata?: Record<string, unknown>; teardown?: boolean } = {}): Promise<Delivery> {
+    const json: DeliveryRequest = { paths };
+    if (o.name !== undefined) json.name = o.name;
+    if (o.metadata !== undefined) json.metadata = o.metadata;
+    if (o.teardown) json.teardown = true;
+    return this.t.long<Delivery>({ method: 'POST', path: this.p('deliveries'), json, signal: o.signal }, o.onProgress);
+  }
+
+  /** This sandbox's deliveries, oldest first. */
+  deliveries(o: CallOptions = {}): Promise<Delivery[]> {
+    return this.client.listDeliveries({ ...o, sandbox: this.info.id });
   }
 
   /** The network rules. */

@@ -212,6 +212,73 @@ export interface SnapshotRequest {
   metadata?: Record<string, unknown>;
 }
 
+/** Body of `POST /v1/sandboxes/{name}/deliveries`. */
+export interface DeliveryRequest {
+  /** Absolute paths in the sandbox (1 to 256, none inside another); each archived under its path without the leading `/`. */
+  paths: string[];
+  /** A label for the caller (at most 63 bytes); need not be unique. */
+  name?: string;
+  /** The caller's JSON object (at most 64 KiB), signed with the record. */
+  metadata?: Record<string, unknown>;
+  /** Delete the sandbox once the delivery is recorded. */
+  teardown?: boolean;
+}
+
+/** The DSSE envelope of a delivery record, exactly as signed. */
+export interface DsseEnvelope {
+  /** `application/vnd.in-toto+json`. */
+  payloadType: string;
+  /** The in-toto Statement v1, base64. */
+  payload: string;
+  signatures: Array<{ keyid: string; sig: string }>;
+}
+
+/** What deleting a delivered sandbox freed (`teardown: true`). */
+export interface Teardown {
+  /** True when the sandbox was deleted; `error` says why not. */
+  deleted: boolean;
+  error?: string;
+  /** Bytes of the writable layer's files. */
+  layer_bytes: number;
+  /** Checkpoints deleted, and what they had added to the blob store (bytes). */
+  checkpoints: number;
+  checkpoint_bytes: number;
+  /** Processes still running, ended with it. */
+  processes: number;
+  /** What the delete removed from the host: `container`, `network`, `mounts`, `layer`, `sandbox_dir`. */
+  removed: string[];
+  /** What a check found still there. */
+  left?: string[];
+}
+
+/**
+ * A delivery record: an archive (tar, zstd) of a sandbox's files and its
+ * signed statement, one link of the node's chain. Verify it offline with
+ * `sbx delivery verify` or the Go package `delivery`.
+ */
+export interface Delivery {
+  id: string;
+  name: string;
+  /** Its place in the node's chain, from 1. */
+  seq: number;
+  /** The delivered sandbox's name and id (it may be gone). */
+  sandbox: string;
+  sandbox_id: string;
+  /** `sha256:<hex>` of the archive's bytes. */
+  archive_digest: string;
+  archive_bytes: number;
+  /** Regular files in the archive. */
+  files: number;
+  /** `sha256:<hex>` of the envelope; `previous` the digest of the record before it (`''` for the first). */
+  digest: string;
+  previous: string;
+  envelope: DsseEnvelope;
+  metadata: any;
+  create_time: string;
+  /** What the teardown freed (only in the answer of a delivery with `teardown`). */
+  teardown?: Teardown;
+}
+
 /** Body of `POST /v1/sandboxes/{name}/fork`. */
 export interface ForkRequest {
   name?: string;

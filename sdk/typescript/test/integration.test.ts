@@ -184,6 +184,17 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     await assert.rejects(client.getDelivery(`dlv_missing${randomSuffix()}`), NotFoundError);
   });
 
+  test('deliver with teardown: the record says what was freed; the sandbox is gone', T, async () => {
+    const td = await client.create({ name: uname('dlvtd'), ...SMALL });
+    await td.writeFile('/workspace/r.txt', 'x');
+    const d = await td.deliver(['/workspace/r.txt'], { teardown: true });
+    assert.ok(d.teardown, JSON.stringify(d));
+    assert.equal(d.teardown.deleted, true, JSON.stringify(d.teardown));
+    assert.ok(d.teardown.removed.includes('container'), JSON.stringify(d.teardown));
+    assert.deepEqual(d.teardown.left ?? [], []);
+    await assert.rejects(client.get(td.id), SandboxNotFoundError);
+  });
+
   test('tryInCopy: verify fails → original untouched, copy deleted', T, async () => {
     const id = sb.id;
     const r = await tryInCopy(sb, 'echo changed > /workspace/try.txt', 'false');
