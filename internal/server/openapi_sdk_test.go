@@ -26,6 +26,7 @@ var (
 		"ErrorBody": "ErrorBody", "ForkResultWire": "ForkResult", "NetworkCounts": "NetworkCounts",
 		"NetworkRefusal": "NetworkRefusal", "NetworkLog": "NetworkLog", "SbxEvent": "Event",
 		"EventResult": "EventResult", "ProcessInfo": "Process", "Port": "Port", "Health": "Health", "Image": "Image",
+		"DeliveryRequest": "DeliveryRequest", "Delivery": "Delivery", "Teardown": "Teardown",
 	}
 	pyTypes = map[string]string{
 		"NetworkRules": "NetworkRules", "Volume": "Volume", "Source": "Source", "SandboxInfo": "Sandbox",
@@ -33,6 +34,7 @@ var (
 		"Checkpoint": "Checkpoint", "Change": "Change", "Diff": "Diff", "Snapshot": "Snapshot", "Process": "Process",
 		"Port": "Port", "NetworkCounts": "NetworkCounts", "NetworkRefusal": "NetworkRefusal",
 		"NetworkLog": "NetworkLog", "Event": "Event", "EventResult": "EventResult", "Image": "Image", "Health": "Health",
+		"Delivery": "Delivery", "Teardown": "Teardown",
 	}
 )
 

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import base64
+import http.client
+import io
 import json
 import os
-from typing import (TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
+from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
 from ._transport import NDJSON, Progress, Transport, iter_lines, labels_query, seg
 from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, error_for
-from .types import (Checkpoint, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo, Health,
+from .types import (Checkpoint, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo, Health,
                     Image, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Volume,
                     rules_to_dict)
 
 if TYPE_CHECKING:  # pragma: no cover
-    import http.client
-
     from .undo import GuardResult, TryResult
 
 __all__ = ["Client", "Sandbox", "ExecStream", "ForkResult", "DEFAULT_SOCKET", "Command", "Rules"]
@@ -271,6 +271,60 @@ class Client:
         """Cancel every pending event of ``key``; return how many there were."""
         r = self._t.json("DELETE", "/v1/events", [("key", key)]) or {}
         return int(r.get("cancelled", 0))
+
+    # --- deliveries -------------------------------------------------------
+
+    def list_deliveries(self, sandbox: Optional[str] = None) -> List[Delivery]:
+        """Delivery records in chain order (oldest first); ``sandbox`` (name or id) selects those of one sandbox."""
+        q = [("sandbox", sandbox)] if sandbox else None
+        return [Delivery.from_dict(o) for o in self._t.json("GET", "/v1/deliveries", q) or []]
+
+    def get_delivery(self, delivery_id: str) -> Delivery:
+        """One delivery record. Raises NotFound."""
+        return Delivery.from_dict(self._t.json("GET", "/v1/deliveries/" + seg(delivery_id)))
+
+    def delivery_archive(self, delivery_id: str) -> bytes:
+        """The bytes of a delivery's archive (tar, zstd); their sha256 is the record's ``archive_digest``.
+
+        Verify the record itself with ``sbx delivery verify`` rather than
+        trust the transfer. Raises NotFound; ConnectionFailed when the answer
+        is cut (a chunk lost from the blob store)."""
+        buf = io.BytesIO()
+        self.write_delivery_archive(delivery_id, buf)
+        return buf.getvalue()
+
+    def write_delivery_archive(self, delivery_id: str, out: BinaryIO, chunk_size: int = 1 << 20) -> int:
+        """Copy a delivery's archive (tar, zstd) into the binary file-like ``out``; returns the bytes written.
+
+        Raises NotFound; ConnectionFailed when the answer is cut or shorter
+        than its ``Content-Length`` (``out`` then holds a prefix)."""
+        resp = self._t.request("GET", "/v1/deliveries/" + seg(delivery_id) + "/archive",
+                               accept="application/x-tar+zstd")
+        n = 0
+        try:
+            while True:
+                b = resp.read(chunk_size)
+                if not b:
+                    break
+                out.write(b)
+                n += len(b)
+        except (OSError, http.client.HTTPException) as e:
+            raise ConnectionFailed("connection_failed", 0, f"reading delivery {delivery_id}'s archive: {e}") from e
+        finally:
+            resp.close()
+        want = resp.getheader("Content-Length")
+        if want is not None and want.isdigit() and int(want) != n:
+            raise ConnectionFailed("connection_failed", 0,
+                                   f"delivery {delivery_id}'s archive: {n} of {want} bytes")
+        return n
+
+    def delivery_public_key(self) -> bytes:
+        """The node's ed25519 public key (PEM, PKIX) that verifies delivery records."""
+        resp = self._t.request("GET", "/v1/deliveries/key", accept="application/x-pem-file")
+        try:
+            return resp.read(64 << 10)
+        finally:
+            resp.close()
 
     # --- images -----------------------------------------------------------
 
@@ -785,6 +839,35 @@ class Sandbox:
             assert err is not None
             raise err
         return res.copies[0]
+
+    # --- deliveries -------------------------------------------------------
+
+    def deliver(self, paths: Sequence[str], name: Optional[str] = None,
+                metadata: Optional[Mapping[str, Any]] = None, teardown: bool = False,
+                progress: Optional[Progress] = None) -> Delivery:
+        """Pack ``paths`` (absolute; a directory whole, a symlink as a link) into a signed delivery.
+
+        The archive goes to the blob store and its record is appended to the
+        node's chain; a stopped sandbox boots, a suspended one wakes;
+        ``progress`` gets each progress line. With ``teardown`` the sandbox is
+        deleted afterwards and the record's ``teardown`` says what that freed.
+        Raises InvalidArgument (a path missing, escaping, or over the size
+        limit: nothing is stored), Conflict (busy).
+        """
+        if isinstance(paths, str):
+            paths = [paths]
+        body: Dict[str, Any] = {"paths": list(paths)}
+        _put(body, "name", name)
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        if teardown:
+            body["teardown"] = True
+        return Delivery.from_dict(self.client.transport.long("POST", self._p("deliveries"), body=body,
+                                                             progress=progress))
+
+    def list_deliveries(self) -> List[Delivery]:
+        """This sandbox's deliveries, oldest first."""
+        return self.client.list_deliveries(self.id)
 
     # --- network ----------------------------------------------------------
 

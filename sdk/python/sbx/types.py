@@ -38,6 +38,8 @@ __all__ = [
     "EventResult",
     "Image",
     "Health",
+    "Teardown",
+    "Delivery",
 ]
 
 _TIME_RE = re.compile(
@@ -523,3 +525,63 @@ class Health(_Model):
     runtime: str = ""
     warm_sandboxes: int = 0
     pid: int = 0
+
+
+@dataclass
+class Teardown(_Model):
+    """What deleting a delivered sandbox freed (a delivery with ``teardown=True``).
+
+    ``deleted`` is true when the sandbox was deleted (``error`` says why not);
+    ``layer_bytes`` is the size of its writable layer's files; ``checkpoints``
+    how many checkpoints were deleted and ``checkpoint_bytes`` what they had
+    added to the blob store; ``processes`` how many processes still ran.
+    ``removed`` lists what the delete removed from the host (``container``,
+    ``network``, ``mounts``, ``layer``, ``sandbox_dir``), ``left`` what a
+    check found still there.
+    """
+
+    deleted: bool = False
+    error: str = ""
+    layer_bytes: int = 0
+    checkpoints: int = 0
+    checkpoint_bytes: int = 0
+    processes: int = 0
+    removed: List[str] = field(default_factory=list)
+    left: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Optional["Teardown"]:  # type: ignore[override]
+        """Build from a JSON object; ``None`` when absent or null."""
+        return _build(cls, obj) if isinstance(obj, dict) else None
+
+
+@dataclass
+class Delivery(_Model):
+    """A delivery record: an archive (tar, zstd) of a sandbox's files and its signed statement.
+
+    One link of the node's chain: ``seq`` is its place (from 1), ``digest``
+    is ``sha256:<hex>`` of ``envelope`` (the DSSE envelope exactly as signed)
+    and ``previous`` the digest of the record before it (``""`` for the
+    first). ``archive_digest`` is ``sha256:<hex>`` of the archive's bytes,
+    ``archive_bytes`` their size, ``files`` the regular files in it.
+    ``sandbox``/``sandbox_id`` name the delivered sandbox (it may be gone).
+    ``teardown`` is set only in the answer of a delivery with teardown.
+    Verify a record offline with ``sbx delivery verify`` or the Go package
+    ``delivery``.
+    """
+
+    id: str = ""
+    name: str = ""
+    seq: int = 0
+    sandbox: str = ""
+    sandbox_id: str = ""
+    archive_digest: str = ""
+    archive_bytes: int = 0
+    files: int = 0
+    digest: str = ""
+    previous: str = ""
+    envelope: Dict[str, Any] = field(default_factory=dict)
+    metadata: Any = None
+    create_time: Optional[datetime] = None
+    teardown: Optional[Teardown] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -130,18 +130,38 @@ CASES: Dict[str, Any] = {
     "Health": ({"status": "ok", "version": "0.9.1", "runtime": "runsc/systrap", "warm_sandboxes": 2,
                 "pid": 4242},
                T.Health(status="ok", version="0.9.1", runtime="runsc/systrap", warm_sandboxes=2, pid=4242)),
+    "Teardown": (
+        {"deleted": True, "error": "left: layer", "layer_bytes": 4096, "checkpoints": 2,
+         "checkpoint_bytes": 8192, "processes": 1, "removed": ["container", "network"], "left": ["layer"]},
+        T.Teardown(deleted=True, error="left: layer", layer_bytes=4096, checkpoints=2, checkpoint_bytes=8192,
+                   processes=1, removed=["container", "network"], left=["layer"])),
+    "Delivery": (
+        {"id": "dlv_0123456789abcdef", "name": "release-1", "seq": 3, "sandbox": "dev",
+         "sandbox_id": "sbx_4f2c0a9d1e7b3c55", "archive_digest": "sha256:aa", "archive_bytes": 1234,
+         "files": 6, "digest": "sha256:bb", "previous": "sha256:cc",
+         "envelope": {"payloadType": "application/vnd.in-toto+json", "payload": "e30=",
+                      "signatures": [{"keyid": "k", "sig": "c2ln"}]},
+         "metadata": {"ticket": "T-16"}, "create_time": "2026-11-29T10:00:00Z",
+         "teardown": {"deleted": True, "removed": ["container"]}},
+        T.Delivery(id="dlv_0123456789abcdef", name="release-1", seq=3, sandbox="dev",
+                   sandbox_id="sbx_4f2c0a9d1e7b3c55", archive_digest="sha256:aa", archive_bytes=1234, files=6,
+                   digest="sha256:bb", previous="sha256:cc",
+                   envelope={"payloadType": "application/vnd.in-toto+json", "payload": "e30=",
+                             "signatures": [{"keyid": "k", "sig": "c2ln"}]},
+                   metadata={"ticket": "T-16"}, create_time=t(2026, 11, 29, 10, 0, 0),
+                   teardown=T.Teardown(deleted=True, removed=["container"]))),
 }
 
 # The fields that are not read from a JSON member of their own.
 NOT_JSON = {"raw", "stdout_bytes", "stderr_bytes", "data_bytes"}
 JSON_NAME = {("UndoInfo", "undo_class"): "class", ("Diff", "from_"): "from"}
 # Fields whose value is kept as is (no type to check).
-AS_IS = {("Snapshot", "metadata"), ("Event", "data")}
+AS_IS = {("Snapshot", "metadata"), ("Event", "data"), ("Delivery", "metadata")}
 
 
 def defaults(cls: Any) -> Any:
     """What a garbage input gives."""
-    if cls in (T.Source, T.UndoInfo):
+    if cls in (T.Source, T.UndoInfo, T.Teardown):
         return None
     if cls is T.Volume:
         return T.Volume("", "")
@@ -198,6 +218,7 @@ class TypesTest(unittest.TestCase):
         self.assertIsNone(T.Checkpoint.from_dict({"source_id": None}).source_id)
         self.assertIsNone(T.Checkpoint.from_dict({"source_id": 3}).source_id)
         self.assertIsNone(T.SandboxInfo.from_dict({"source": None}).source)
+        self.assertIsNone(T.Delivery.from_dict({"id": "dlv_1"}).teardown)  # only with teardown
         self.assertIsNone(T.ExecResult.from_dict({"undo": "x"}).undo)
         for cls in (T.ExecEvent, T.Process):
             self.assertIsNone(cls.from_dict({}).exit_code)
