@@ -81,6 +81,7 @@ func complete(data string) []json.RawMessage {
 const (
 	checkpointJSON = `{"id":"v1","create_time":"2026-11-29T10:00:00Z","comment":"deps","source_id":null,"health":"ok","size_bytes":10,"added_bytes":10,"files":1}`
 	snapshotJSON   = `{"id":"snap_0123456789abcdef","name":"step-1","sandbox":"c1","create_time":"2026-11-29T10:00:00Z","expire_time":"2026-11-30T10:00:00Z","memory_bytes":100,"disk_bytes":10,"stored_bytes":50,"metadata":{"sbx_chain":{"sandbox":"c1","step":"step-1"}},"billable":true}`
+	deliveryJSON   = `{"id":"dlv_0123456789abcdef","name":"release-1","seq":1,"sandbox":"c2","sandbox_id":"sbx_0123456789abcdef","archive_digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111","archive_bytes":6,"files":1,"digest":"sha256:2222222222222222222222222222222222222222222222222222222222222222","previous":"","envelope":{"payloadType":"application/vnd.in-toto+json","payload":"e30=","signatures":[{"keyid":"k1","sig":"c2ln"}]},"metadata":{"ticket":"T-16"},"create_time":"2026-11-29T10:00:00Z"}`
 )
 
 // script is the calls every SDK makes, in order, with their arguments and
@@ -141,6 +142,16 @@ func script() []confCase {
 		{Call: "resume", Args: j(`{}`), Response: confResponse{Status: 200, NDJSON: complete(string(sandboxJSON("c2")))}},
 		{Call: "events", Args: j(`{}`),
 			Response: confResponse{Status: 200, Body: j(`[{"id":"evt_0123456789abcdef","key":"approval-1","data":{"approved":true},"create_time":"2026-11-29T10:00:00Z","deliver_time":"2026-11-29T10:00:01Z"}]`)}},
+		{Call: "deliver", Args: j(`{"request":{"paths":["/workspace/out","/workspace/patch.diff"],"name":"release-1","metadata":{"ticket":"T-16"}}}`),
+			Response: confResponse{Status: 200, NDJSON: complete(deliveryJSON)}},
+		{Call: "deliver", Args: j(`{"request":{"paths":["/workspace/missing"]}}`), ErrorCode: "invalid_argument",
+			Response: confResponse{Status: 400, Body: j(`{"error":{"code":"invalid_argument","message":"/workspace/missing: no such file or directory"}}`)}},
+		{Call: "list_deliveries", Args: j(`{"sandbox":"c2"}`), Response: confResponse{Status: 200, Body: j(`[` + deliveryJSON + `]`)}},
+		{Call: "get_delivery", Args: j(`{"id":"dlv_0123456789abcdef"}`), Response: confResponse{Status: 200, Body: j(deliveryJSON)}},
+		{Call: "get_delivery", Args: j(`{"id":"dlv_missing"}`), ErrorCode: "not_found",
+			Response: confResponse{Status: 404, Body: j(`{"error":{"code":"not_found","message":"no delivery dlv_missing"}}`)}},
+		{Call: "delivery_archive", Args: j(`{"id":"dlv_0123456789abcdef"}`), Response: confResponse{Status: 200, BodyText: text("zstd!\n")}},
+		{Call: "delivery_key", Args: j(`{}`), Response: confResponse{Status: 200, BodyText: text("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n")}},
 		{Call: "delete", Args: j(`{}`), Response: confResponse{Status: 204}},
 	}
 }
@@ -167,6 +178,10 @@ var callNames = []string{
 	"update {request}: PUT the update request object on the current sandbox",
 	"suspend {wake_on}, resume {}, events {}: on the current sandbox",
 	"post_event {key, data}: post data (a JSON value) to the event key",
+	"deliver {request}: the current sandbox delivers with the request object (NDJSON)",
+	"list_deliveries {sandbox}, get_delivery {id}",
+	"delivery_archive {id}: the archive's bytes; they must equal the canned body",
+	"delivery_key {}: the node's public key (PEM); it must equal the canned body",
 	"delete {}: delete the current sandbox",
 }
 
@@ -285,6 +300,30 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		_, err = sb.Events(ctx)
 	case "post_event":
 		_, err = c.Events.Post(ctx, a.Key, a.Data, "")
+	case "deliver":
+		var req api.DeliveryRequest
+		if err = json.Unmarshal(a.Request, &req); err == nil {
+			_, err = sb.Deliver(ctx, req)
+		}
+	case "list_deliveries":
+		_, err = c.Deliveries.List(ctx, a.Sandbox)
+	case "get_delivery":
+		_, err = c.Deliveries.Get(ctx, a.ID)
+	case "delivery_archive":
+		var rc io.ReadCloser
+		if rc, _, err = c.Deliveries.Archive(ctx, a.ID); err == nil {
+			var b []byte
+			b, err = io.ReadAll(rc)
+			rc.Close()
+			if err == nil && string(b) != *cc.Response.BodyText {
+				err = fmt.Errorf("archive %q, want %q", b, *cc.Response.BodyText)
+			}
+		}
+	case "delivery_key":
+		var b []byte
+		if b, err = c.Deliveries.PublicKey(ctx); err == nil && string(b) != *cc.Response.BodyText {
+			err = fmt.Errorf("key %q, want %q", b, *cc.Response.BodyText)
+		}
 	case "delete":
 		err = sb.Delete(ctx)
 	default:

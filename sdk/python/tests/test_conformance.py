@@ -106,6 +106,20 @@ class Driver:
             return sb.events()
         if name == "post_event":
             return c.post_event(a["key"], a.get("data"))
+        if name == "deliver":
+            return sb.deliver(**a["request"])
+        if name == "list_deliveries":
+            return c.list_deliveries(a.get("sandbox"))
+        if name == "get_delivery":
+            d = c.get_delivery(a["id"])
+            assert d.id == a["id"] and d.files == 1 and d.envelope.get("payloadType"), d
+            return d
+        if name == "delivery_archive":
+            self.read_back = c.delivery_archive(a["id"])
+            return self.read_back
+        if name == "delivery_key":
+            self.read_back = c.delivery_public_key()
+            return self.read_back
         if name == "delete":
             return sb.delete()
         raise AssertionError(f"unknown call {name!r}")
@@ -139,7 +153,7 @@ class Conformance(unittest.TestCase):
                     self.assertIs(type(cm.exception), type(sbx.error_for(code)))
                 else:
                     result = drv.call(name, case["args"])
-                    if name == "read_file":
+                    if name in ("read_file", "delivery_archive", "delivery_key"):
                         self.assertEqual(result, case["response"]["body_text"].encode())
                 reqs = srv.requests[before:]
                 self.assertEqual(len(reqs), 1, reqs)

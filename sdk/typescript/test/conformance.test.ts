@@ -93,6 +93,22 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
     case 'resume': await sb().resume(); return;
     case 'events': await sb().events(); return;
     case 'post_event': await client.postEvent(a.key, a.data); return;
+    case 'deliver': {
+      const r = a.request ?? {};
+      await sb().deliver(r.paths, { name: r.name, metadata: r.metadata, teardown: r.teardown });
+      return;
+    }
+    case 'list_deliveries': await client.listDeliveries({ sandbox: a.sandbox }); return;
+    case 'get_delivery': {
+      const d = await client.getDelivery(a.id);
+      assert.equal(d.id, a.id);
+      assert.equal(d.envelope.payloadType, 'application/vnd.in-toto+json');
+      return;
+    }
+    case 'delivery_archive':
+      assert.equal((await client.deliveryArchive(a.id)).toString('utf8'), c.response.body_text);
+      return;
+    case 'delivery_key': assert.equal(await client.deliveryPublicKey(), c.response.body_text); return;
     case 'delete': await sb().delete(); return;
     default: assert.fail(`unknown call ${c.call}`);
   }
