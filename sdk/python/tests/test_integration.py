@@ -210,6 +210,7 @@ class Deliveries(Base):
         self.assertIsNotNone(d.create_time)
         self.assertIn(d.id, [x.id for x in self.client.list_deliveries(sb.name)])
         self.assertIn(d.id, [x.id for x in self.client.list_deliveries()])
+        self.assertEqual([x.id for x in sb.list_deliveries()], [d.id])
         self.assertEqual(self.client.get_delivery(d.id).digest, d.digest)
         archive = self.client.delivery_archive(d.id)
         self.assertEqual(len(archive), d.archive_bytes)

@@ -164,6 +164,7 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     assert.equal(d.teardown, undefined);
     assert.ok((await client.listDeliveries({ sandbox: sb.name })).some((x) => x.id === d.id));
     assert.ok((await client.listDeliveries()).some((x) => x.id === d.id));
+    assert.ok((await sb.deliveries()).some((x) => x.id === d.id));
     assert.equal((await client.getDelivery(d.id)).digest, d.digest);
     const archive = await client.deliveryArchive(d.id);
     assert.equal(archive.length, d.archive_bytes);
