@@ -626,6 +626,10 @@ type Snapshot struct {
 	Metadata    json.RawMessage `json:"metadata"`
 	// Billable is false for the snapshot a fork takes for itself.
 	Billable bool `json:"billable"`
+	// Health is HealthOK, or HealthDamaged when its memory record cannot
+	// be read: it cannot be restored or forked from (delete it); the blob
+	// collection keeps the chunks the record still names and goes on.
+	Health string `json:"health"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{name}/fork.

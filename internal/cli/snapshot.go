@@ -104,6 +104,9 @@ func (a *app) snapshotsCmd() *cobra.Command {
 				if !sn.Billable {
 					kind = "fork"
 				}
+				if sn.Health == api.HealthDamaged {
+					kind += " (damaged)"
+				}
 				rows = append(rows, []string{sn.ID, sn.Name, sn.Sandbox, age(sn.CreateTime), exp, humanBytes(sn.MemoryBytes),
 					humanBytes(sn.DiskBytes), humanBytes(sn.StoredBytes), kind})
 			}

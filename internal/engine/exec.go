@@ -317,11 +317,16 @@ func (e *Engine) execEnv(ctx context.Context, sb *store.Sandbox, extra map[strin
 // dialed ahead of requests.
 const agentSpare = 2
 
-// agentFor returns the client of sb's agent, kept while sb runs.
+// agentFor returns the client of sb's agent, kept while sb runs. For a
+// sandbox deleted since sb was read, it returns a client that dials ahead
+// nothing and that nothing keeps: the request fails on its own.
 func (e *Engine) agentFor(sb *store.Sandbox) *agent.Client {
-	in := e.instance(sb.ID)
+	in := e.liveInstance(sb.ID)
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.gone {
+		return agent.NewClient(e.socketPath(sb.ID), 0)
+	}
 	if in.agent == nil {
 		in.agent = agent.NewClient(e.socketPath(sb.ID), agentSpare)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -12,6 +13,7 @@ import (
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/gc"
 	"github.com/sbxhq/sbx/internal/snapshot"
+	"github.com/sbxhq/sbx/internal/store"
 )
 
 // gcInterval is how often the background collection runs without a kick.
@@ -60,7 +62,9 @@ func (e *Engine) markCheckpoints(ctx context.Context, mark func(blob.Digest)) er
 
 // markSnapshots marks every blob a ready snapshot uses: its memory image,
 // its disk manifest and the manifest's chunks. A lost or corrupt disk
-// manifest is logged and skipped; any other error aborts the round.
+// manifest is logged and skipped; a memory record that does not decode
+// makes the snapshot damaged (see markDamagedMemory) and the round goes
+// on; any other error aborts the round.
 func (e *Engine) markSnapshots(ctx context.Context, mark func(blob.Digest)) error {
 	all, err := e.st.ListSnapshots(ctx, "")
 	if err != nil {
@@ -70,9 +74,10 @@ func (e *Engine) markSnapshots(ctx context.Context, mark func(blob.Digest)) erro
 		if sn.State != "ready" {
 			continue
 		}
-		var im snapshot.Image
-		if err := json.Unmarshal(sn.Memory, &im); err != nil {
-			return fmt.Errorf("snapshot %s: %w", sn.ID, err)
+		im, err := snapshotImage(sn)
+		if err != nil {
+			e.log.Error("gc: snapshot with an unreadable memory record is damaged", "snapshot", sn.ID, "sandbox", sn.SandboxID, "err", err)
+			markDamagedMemory(sn.Memory, mark)
 		}
 		for _, d := range im.Digests() {
 			mark(d)
@@ -95,6 +100,56 @@ func (e *Engine) markSnapshots(ctx context.Context, mark func(blob.Digest)) erro
 		}
 	}
 	return nil
+}
+
+// snapshotImage decodes sn's memory record: an error means the snapshot is
+// damaged (it cannot be restored; SnapshotHealth says so).
+func snapshotImage(sn *store.Snapshot) (snapshot.Image, error) {
+	var im snapshot.Image
+	if err := json.Unmarshal(sn.Memory, &im); err != nil {
+		return nil, fmt.Errorf("snapshot %s: memory record: %w", sn.ID, err)
+	}
+	for _, f := range im {
+		for _, d := range f.Chunks {
+			if err := d.Validate(); err != nil {
+				return nil, fmt.Errorf("snapshot %s: memory record: %w", sn.ID, err)
+			}
+		}
+	}
+	return im, nil
+}
+
+// SnapshotHealth is api.HealthOK, or api.HealthDamaged when sn's memory
+// record cannot be decoded (the snapshot cannot be restored; delete it).
+func SnapshotHealth(sn *store.Snapshot) string {
+	if sn.State == "ready" {
+		if _, err := snapshotImage(sn); err != nil {
+			return api.HealthDamaged
+		}
+	}
+	return api.HealthOK
+}
+
+// digestPattern is a blob digest's form, as it appears in a JSON record.
+var digestPattern = regexp.MustCompile(`sha256:[0-9a-f]{64}`)
+
+// markDamagedMemory marks every digest still legible in a memory record
+// that does not decode (a truncated or overwritten record).
+//
+// Why sweeping the rest is safe: the memory record is the only place sbx
+// keeps the names of a snapshot's memory chunks. A chunk whose name is no
+// longer in the record's bytes cannot be named by any restore, of this
+// record or of any repair of it made from what is left, so keeping it
+// could not help; every name that is still there is kept, so a repair
+// (or an operator reading the record) finds its chunks. The snapshot's
+// disk side (its manifest and chunks, in their own column) is marked as
+// for a healthy one. Stopping every round instead would stop collection
+// for all sandboxes until someone deleted the record, which is what a
+// single damaged record must not do.
+func markDamagedMemory(raw []byte, mark func(blob.Digest)) {
+	for _, m := range digestPattern.FindAll(raw, -1) {
+		mark(blob.Digest(m))
+	}
 }
 
 // markCaptureCaches marks the chunks of every sandbox layer's capture

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,19 +264,78 @@ func TestFakeGCSnapshotRoots(t *testing.T) {
 		t.Fatal("with a snapshot's disk manifest lost, the round did not go on as it should")
 	}
 
-	// A memory record that cannot be read: what it uses cannot be known.
+	// A memory record that cannot be decoded (truncated after its first
+	// chunk's digest) makes its snapshot damaged, not every round fail:
+	// the digests still legible in it are kept, the blobs of healthy
+	// snapshots stay, and what a deleted object left is collected.
+	healthyMem, healthyChunk, lostMem := f.putGarbage(t), f.putGarbage(t), f.putGarbage(t)
+	healthyRef, _, err := disk.PutManifest(ctx, f.e.blobs, &disk.Manifest{Version: disk.ManifestVersion,
+		Entries: []disk.Entry{{Path: "g", Type: disk.TypeFile, Mode: 0o644, Size: 64, Extents: []disk.Extent{{Chunk: healthyChunk, Len: 64}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.blobs.Flush(ctx, healthyRef); err != nil {
+		t.Fatal(err)
+	}
+	var healthyDisk []string
+	for _, d := range healthyRef {
+		healthyDisk = append(healthyDisk, string(d))
+	}
+	healthy := &store.Snapshot{ID: "snap_healthy", Name: "healthy", SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image,
+		ImageID: sb.ImageID, State: "ready", CreateTime: now, Memory: image(healthyMem), Disk: healthyDisk}
+	if err := f.st.AddSnapshot(ctx, healthy); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := json.Marshal(snapshot.Image{{Name: "pages", Size: 128, Chunks: []blob.Digest{mem, lostMem}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := strings.Index(string(whole), string(mem)) + len(mem)
+	ready.Memory = whole[:cut]
+	if err := f.st.UpdateSnapshot(ctx, ready); err != nil {
+		t.Fatal(err)
+	}
+	if got := SnapshotHealth(ready); got != api.HealthDamaged {
+		t.Fatalf("health of a snapshot with a truncated memory record: %q, want damaged", got)
+	}
+	if got := SnapshotHealth(healthy); got != api.HealthOK {
+		t.Fatalf("health of a healthy snapshot: %q, want ok", got)
+	}
+	deletedMem := f.putGarbage(t)
+	gone := &store.Snapshot{ID: "snap_gone", Name: "gone", SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image,
+		ImageID: sb.ImageID, State: "ready", CreateTime: now, Memory: image(deletedMem), Disk: healthyDisk}
+	if err := f.st.AddSnapshot(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.DeleteSnapshot(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	garbage = f.putGarbage(t)
+	if err := f.e.GC(ctx); err != nil {
+		t.Fatalf("a collection with one damaged memory record failed: %v", err)
+	}
+	if f.hasBlob(t, deletedMem) || f.hasBlob(t, garbage) {
+		t.Fatal("with one damaged memory record, a deleted snapshot's blob or an unrecorded blob was not collected")
+	}
+	for _, d := range append(healthyRef, healthyMem, healthyChunk) {
+		if !f.hasBlob(t, d) {
+			t.Fatalf("a healthy snapshot's blob %s was collected", d)
+		}
+	}
+	if !f.hasBlob(t, mem) {
+		t.Fatal("a chunk still named in a damaged memory record was collected")
+	}
+
+	// Not JSON at all: still damaged, still no failed round.
 	ready.Memory = []byte("not json")
 	if err := f.st.UpdateSnapshot(ctx, ready); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.e.GC(ctx); err == nil {
-		t.Fatal("a collection with an unreadable memory record succeeded")
-	}
 	garbage = f.putGarbage(t)
-	if err := f.e.GC(ctx); err == nil {
-		t.Fatal("a collection with an unreadable memory record succeeded")
+	if err := f.e.GC(ctx); err != nil {
+		t.Fatalf("a collection with an unreadable memory record: %v", err)
 	}
-	if !f.hasBlob(t, garbage) {
-		t.Fatal("a collection that could not read a snapshot's memory record deleted blobs")
+	if f.hasBlob(t, garbage) || !f.hasBlob(t, healthyMem) {
+		t.Fatal("with an unreadable memory record, the round did not go on as it should")
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // busy marks a request on sandbox id; the returned func ends it.
 func (e *Engine) busy(id string) func() {
-	in := e.instance(id)
+	in := e.liveInstance(id)
 	in.mu.Lock()
 	in.inflight++
 	in.lastActive = time.Now()

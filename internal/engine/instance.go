@@ -20,6 +20,8 @@ type instance struct {
 	lock *opLock
 
 	mu sync.Mutex // guards the fields below
+	// gone is set when the engine forgot it (its sandbox was deleted).
+	gone bool
 	// agent is the client of its agent, kept while it runs (agentFor).
 	agent *agent.Client
 	// monitor stops the watch of its host process (watch, unwatch).
@@ -114,8 +116,17 @@ func (l *opLock) holder() string {
 	return l.op
 }
 
-// instance returns sandbox id's instance, made on first use.
+// instance returns sandbox id's instance, made on first use. Lifecycle
+// operations take it through lockID and read the record under its lock
+// (getLocked forgets it when the record is gone); what works on a record
+// read without the lock uses liveInstance.
 func (e *Engine) instance(id string) *instance {
+	in, _ := e.instanceMade(id)
+	return in
+}
+
+// instanceMade returns sandbox id's instance and whether this call made it.
+func (e *Engine) instanceMade(id string) (*instance, bool) {
 	e.instMu.Lock()
 	defer e.instMu.Unlock()
 	in, ok := e.insts[id]
@@ -125,6 +136,26 @@ func (e *Engine) instance(id string) *instance {
 		}
 		in = &instance{id: id, lock: newOpLock()}
 		e.insts[id] = in
+	}
+	return in, !ok
+}
+
+// liveInstance returns sandbox id's instance for a request that read the
+// record without the sandbox's lock (exec, files, ports: busy, agentFor,
+// trackPortConn). Such a record may be of a sandbox deleted since, whose
+// instance the delete forgot: one made anew here must not stay. So when
+// this call makes the instance it reads the record again and, if it is
+// gone, forgets the instance (and marks it gone: see forgetInstance). A
+// delete removes the record before it forgets the instance, so either the
+// delete's forget comes after the make (and drops it) or the record is
+// already gone when read here. The read happens only on a make: once per
+// sandbox per sbxd run, not per request.
+func (e *Engine) liveInstance(id string) *instance {
+	in, made := e.instanceMade(id)
+	if made {
+		if _, err := e.st.GetSandbox(context.WithoutCancel(e.ctx), id); errdefs.IsNotFound(err) {
+			e.forgetInstance(id)
+		}
 	}
 	return in
 }
@@ -139,10 +170,25 @@ func (e *Engine) peekInstance(id string) *instance {
 // forgetInstance drops sandbox id's instance (it was deleted). Holders of
 // it keep using it; its lock, still held by the delete, is then handed to
 // its waiters, which find the record gone.
+//
+// The instance is marked gone: a request that still holds it (it read the
+// record before the delete) makes no agent client on it (agentFor), and a
+// client made on it before is closed.
 func (e *Engine) forgetInstance(id string) {
 	e.instMu.Lock()
+	in := e.insts[id]
 	delete(e.insts, id)
 	e.instMu.Unlock()
+	if in != nil {
+		in.mu.Lock()
+		in.gone = true
+		cl := in.agent
+		in.agent = nil
+		in.mu.Unlock()
+		if cl != nil {
+			cl.Close() // made by a request between the delete's dropAgent and now
+		}
+	}
 }
 
 // instanceCount is the number of sandboxes sbxd keeps an instance of.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
 )
 
 // TestFakeInstancesForgottenOnDelete: what sbxd keeps in memory of a
@@ -171,5 +173,63 @@ func waitWaiters(t *testing.T, e *Engine, id string, n int) {
 			t.Fatalf("%d requests wait for the lock of %s, want %d", e.instance(id).lock.waiters(), id, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFakeNoInstanceAfterDeleteFromStaleRecord: requests that work without
+// the sandbox's lock (exec, files, ports) read its record, then mark
+// themselves busy, take its agent client or track a port connection. When
+// a delete runs in between, whole, those steps come after it: they must
+// not bring the deleted sandbox's instance (or an agent client) back.
+// The interleaving is played in order: record read, delete, then each
+// step, for a sandbox that had an instance (it ran a command) and one
+// that had none (as after a restart of sbxd).
+func TestFakeNoInstanceAfterDeleteFromStaleRecord(t *testing.T) {
+	t.Parallel()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	ctx := context.Background()
+	f.create(t, "used")
+	if out, _ := f.run(t, "used", "echo", "hi"); out != "hi\n" {
+		t.Fatalf("echo: %q", out)
+	}
+	f.create(t, "fresh")
+	var stale []*store.Sandbox
+	for _, name := range []string{"used", "fresh"} {
+		sb, err := f.e.Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale = append(stale, sb)
+	}
+	// "fresh" as after a restart: no instance yet.
+	f.e.forgetInstance(stale[1].ID)
+	for _, sb := range stale {
+		if err := f.e.Delete(ctx, sb.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.e.instanceCount(); got != 0 {
+		t.Fatalf("%d instances right after the deletes, want 0", got)
+	}
+	for _, sb := range stale {
+		f.e.busy(sb.ID)()
+		f.e.touch(sb.ID)
+		if cl := f.e.agentFor(sb); cl == nil {
+			t.Fatal("agentFor returned no client")
+		}
+		a, b := net.Pipe()
+		c := f.e.trackPortConn(sb.ID, a)
+		c.Close()
+		b.Close()
+	}
+	if got := f.e.instanceCount(); got != 0 {
+		t.Fatalf("%d instances after requests that read the records before the deletes, want 0 (a deleted sandbox's instance came back)", got)
+	}
+	// A live sandbox still gets its instance from a first request.
+	live := f.create(t, "live")
+	f.e.forgetInstance(live.ID)
+	f.e.touch(live.ID)
+	if f.e.peekInstance(live.ID) == nil {
+		t.Fatal("a running sandbox's first request made no instance")
 	}
 }

@@ -144,7 +144,7 @@ func (c *portConn) CloseWrite() error {
 }
 
 func (e *Engine) trackPortConn(id string, c net.Conn) net.Conn {
-	in := e.instance(id)
+	in := e.liveInstance(id)
 	pc := &portConn{Conn: c, in: in, done: e.busy(id)}
 	in.mu.Lock()
 	if in.ports == nil {

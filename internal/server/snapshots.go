@@ -16,6 +16,7 @@ func snapshotToAPI(sn *store.Snapshot) api.Snapshot {
 		ID: sn.ID, Name: sn.Name, Sandbox: sn.SandboxName, CreateTime: sn.CreateTime.UTC(),
 		MemoryBytes: sn.MemoryBytes, DiskBytes: sn.DiskBytes, StoredBytes: sn.StoredBytes,
 		Metadata: json.RawMessage(sn.Metadata), Billable: !sn.Fork,
+		Health: engine.SnapshotHealth(sn),
 	}
 	if len(out.Metadata) == 0 {
 		out.Metadata = json.RawMessage("null")

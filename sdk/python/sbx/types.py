@@ -417,6 +417,8 @@ class Snapshot(_Model):
     stored_bytes: int = 0
     metadata: Any = None
     billable: bool = False
+    # "ok", or "damaged" when its memory record cannot be read (delete it).
+    health: str = "ok"
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

@@ -203,6 +203,8 @@ export interface Snapshot {
   stored_bytes: number;
   metadata: any;
   billable?: boolean;
+  /** "ok", or "damaged" when its memory record cannot be read (delete it). */
+  health?: string;
 }
 
 /** Body of `POST /v1/sandboxes/{name}/snapshot`. */
