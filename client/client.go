@@ -313,10 +313,27 @@ func readStream(resp *http.Response, progress Progress, out any) error {
 			return &Error{Code: l.Code, Message: l.Error, RequestID: l.RequestID}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("sbxd stream: %w", err)
+	return streamCut(sc.Err(), "the operation either finished or is rolled back when sbxd starts again (its journal); "+
+		"check with 'sbx ls' and 'sbx checkpoints NAME' (or GET /v1/sandboxes) before you retry")
+}
+
+// streamCut turns the end of an NDJSON answer that came without its final
+// line into an error. err is what reading the body failed with (nil for a
+// clean end of the body). The client's own cancel (its context, or Close of
+// the stream) is returned as is; anything else (EOF, a reset connection)
+// means sbxd went away mid-operation and is an *Error with code
+// unavailable whose message says so, then advice.
+func streamCut(err error, advice string) error {
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, http.ErrBodyReadAfterClose) || errors.Is(err, net.ErrClosed)) {
+		return err
 	}
-	return errors.New("sbxd stream ended without a complete or error line")
+	why := "the answer ended before its final line"
+	if err != nil {
+		why = fmt.Sprintf("the connection broke before the final line: %v", err)
+	}
+	return &Error{Code: api.CodeUnavailable,
+		Message: fmt.Sprintf("sbxd went away in the middle of the operation (%s); %s", why, advice)}
 }
 
 // long runs a long operation and decodes its result into out.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -195,11 +194,8 @@ func (s *ExecStream) Events() iter.Seq2[api.ExecEvent, error] {
 				return
 			}
 		}
-		if err := s.sc.Err(); err != nil {
-			s.err = err
-		} else {
-			s.err = errors.New("exec stream ended without an exit line")
-		}
+		s.err = streamCut(s.sc.Err(), "the command's exit status is unknown: it may still run, or have ended; "+
+			"check with 'sbx ls' and 'sbx ps NAME' before you run it again")
 		yield(api.ExecEvent{}, s.err)
 	}
 }
