@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -161,6 +162,7 @@ func (t *tools) sandbox(ctx context.Context, name string) (*client.Sandbox, erro
 
 // tool adds a tool whose errors come back as tool errors for a model.
 func tool[In, Out any](s *sdk.Server, name, title, desc string, h func(context.Context, *sdk.CallToolRequest, In) (Out, error)) {
+	toolArgs.LoadOrStore(name, argsOf(reflect.TypeFor[In]()))
 	sdk.AddTool(s, &sdk.Tool{Name: name, Title: title, Description: desc},
 		func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, Out, error) {
 			out, err := h(ctx, req, in)
