@@ -333,7 +333,7 @@ func (t *tools) add(s *sdk.Server) {
 			return infoOf(res.Copies[0]), nil
 		})
 	tool(s, "try_in_copy", "Try a step in a copy",
-		"Run a risky step in a live copy of the sandbox (offline unless online), then verify. If both pass, the copy replaces the sandbox under the same name; if either fails, the copy is deleted and the sandbox is untouched.",
+		"Run a risky step in a live copy of the sandbox (offline unless online), then verify. If both pass, the copy replaces the sandbox under the same name (a new id; its checkpoints start again at v0, the disk before the step); if either fails, the copy is deleted and the sandbox is untouched.",
 		func(ctx context.Context, _ *sdk.CallToolRequest, in tryIn) (*TryOutput, error) {
 			sb, err := t.sandbox(ctx, in.Sandbox)
 			if err != nil {
@@ -359,7 +359,7 @@ func (t *tools) add(s *sdk.Server) {
 			return map[string]any{"snapshot": sn.ID, "step": in.Step, "sandbox": sb.Name}, nil
 		})
 	tool(s, "go_back_to", "Go back to a step",
-		"Replace the sandbox by one started from the snapshot of a step (see snapshot): disk, memory and processes as they were then, same name.",
+		"Replace the sandbox by one started from the snapshot of a step (see snapshot): disk, memory and processes as they were then, same name (a new id; its checkpoints start again at v0).",
 		func(ctx context.Context, _ *sdk.CallToolRequest, in stepIn) (SandboxInfo, error) {
 			sb, err := t.sandbox(ctx, in.Sandbox)
 			if err != nil {
