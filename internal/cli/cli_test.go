@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,5 +71,19 @@ func TestForkCountCheckedFirst(t *testing.T) {
 	_, errs, code := runCLI(t, "fork", "dev", "--count", "99")
 	if code == 0 || !strings.Contains(errs, "--count 99: want 1 to 16") || strings.Contains(errs, "fork of") || strings.Contains(errs, "sbxd") {
 		t.Errorf("fork --count 99: exit %d, stderr %q; want only the --count error", code, errs)
+	}
+}
+
+// TestUploadModeKeepsSpecialBits: sbx cp of a single file into a sandbox
+// sends its setuid, setgid and sticky bits as the API's mode (04755), not
+// Go's FileMode.Perm() that drops them.
+func TestUploadModeKeepsSpecialBits(t *testing.T) {
+	for m, want := range map[fs.FileMode]uint32{
+		0o644: 0o644, fs.ModeSetuid | 0o755: 0o4755, fs.ModeSetgid | 0o711: 0o2711,
+		fs.ModeSticky | 0o777: 0o1777, fs.ModeSetuid | fs.ModeSetgid | 0o750: 0o6750,
+	} {
+		if got := unixMode(m); got != want {
+			t.Errorf("%v: mode %04o, want %04o", m, got, want)
+		}
 	}
 }
