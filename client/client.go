@@ -132,7 +132,8 @@ func (c *Client) Health(ctx context.Context) (*api.Health, error) {
 
 // Error is an error answer of the API.
 type Error struct {
-	// Status is the HTTP status (0 for an error line of an NDJSON stream).
+	// Status is the HTTP status (0 for an error line of an NDJSON stream,
+	// and for a stream that ended before its final line: code unavailable).
 	Status    int
 	Code      api.Code
 	Message   string
