@@ -296,7 +296,12 @@ func readStream(resp *http.Response, progress Progress, out any) error {
 	for sc.Scan() {
 		var l api.StreamLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return fmt.Errorf("bad NDJSON line %q: %w", sc.Text(), err)
+			bad := sc.Text()
+			if !sc.Scan() {
+				// The last, unfinished line of a cut answer.
+				return streamCut(sc.Err(), streamCutAdvice)
+			}
+			return fmt.Errorf("bad NDJSON line %q: %w", bad, err)
 		}
 		switch l.Type {
 		case api.LineInfo:
@@ -314,9 +319,12 @@ func readStream(resp *http.Response, progress Progress, out any) error {
 			return &Error{Code: l.Code, Message: l.Error, RequestID: l.RequestID}
 		}
 	}
-	return streamCut(sc.Err(), "the operation either finished or is rolled back when sbxd starts again (its journal); "+
-		"check with 'sbx ls' and 'sbx checkpoints NAME' (or GET /v1/sandboxes) before you retry")
+	return streamCut(sc.Err(), streamCutAdvice)
 }
+
+// streamCutAdvice is what to do after a long operation's answer was cut.
+const streamCutAdvice = "the operation either finished or is rolled back when sbxd starts again (its journal); " +
+	"check with 'sbx ls' and 'sbx checkpoints NAME' (or GET /v1/sandboxes) before you retry"
 
 // streamCut turns the end of an NDJSON answer that came without its final
 // line into an error. err is what reading the body failed with (nil for a

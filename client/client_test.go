@@ -135,6 +135,25 @@ func TestStreamCutBySBXDDeath(t *testing.T) {
 	}
 }
 
+// TestStreamCutMidLine: sbxd killed in the middle of writing a line: the
+// unfinished line is the cut, not a bad line.
+func TestStreamCutMidLine(t *testing.T) {
+	c := fakeSBXD(t, hijackAfter(t, `{"type":"info","data":"pausing","time":"2026-01-01T00:00:00Z"}`+"\n"+`{"type":"info","da`))
+	sb := &Sandbox{c: c, Sandbox: api.Sandbox{ID: "sbx_1", Name: "dev"}}
+	if _, err := sb.CheckpointStream(context.Background(), "", nil); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "sbxd went away") {
+		t.Fatalf("a checkpoint cut mid-line: %v, want unavailable", err)
+	}
+	c = fakeSBXD(t, hijackAfter(t, `{"type":"stdout","da`))
+	sb = &Sandbox{c: c, Sandbox: api.Sandbox{ID: "sbx_1"}}
+	st, err := sb.Stream(context.Background(), api.ExecRequest{Cmd: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Wait(nil, nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("an exec cut mid-line: %v, want unavailable", err)
+	}
+}
+
 func TestExecStreamCutBySBXDDeath(t *testing.T) {
 	c := fakeSBXD(t, hijackAfter(t, `{"type":"stdout","data":"partial"}`))
 	sb := &Sandbox{c: c, Sandbox: api.Sandbox{ID: "sbx_1"}}
