@@ -132,7 +132,8 @@ func (c *Client) Health(ctx context.Context) (*api.Health, error) {
 
 // Error is an error answer of the API.
 type Error struct {
-	// Status is the HTTP status (0 for an error line of an NDJSON stream).
+	// Status is the HTTP status (0 for an error line of an NDJSON stream,
+	// and for a stream that ended before its final line: code unavailable).
 	Status    int
 	Code      api.Code
 	Message   string
@@ -295,7 +296,12 @@ func readStream(resp *http.Response, progress Progress, out any) error {
 	for sc.Scan() {
 		var l api.StreamLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return fmt.Errorf("bad NDJSON line %q: %w", sc.Text(), err)
+			bad := sc.Text()
+			if !sc.Scan() {
+				// The last, unfinished line of a cut answer.
+				return streamCut(sc.Err(), streamCutAdvice)
+			}
+			return fmt.Errorf("bad NDJSON line %q: %w", bad, err)
 		}
 		switch l.Type {
 		case api.LineInfo:
@@ -313,10 +319,30 @@ func readStream(resp *http.Response, progress Progress, out any) error {
 			return &Error{Code: l.Code, Message: l.Error, RequestID: l.RequestID}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("sbxd stream: %w", err)
+	return streamCut(sc.Err(), streamCutAdvice)
+}
+
+// streamCutAdvice is what to do after a long operation's answer was cut.
+const streamCutAdvice = "the operation either finished or is rolled back when sbxd starts again (its journal); " +
+	"check with 'sbx ls' and 'sbx checkpoints NAME' (or GET /v1/sandboxes) before you retry"
+
+// streamCut turns the end of an NDJSON answer that came without its final
+// line into an error. err is what reading the body failed with (nil for a
+// clean end of the body). The client's own cancel (its context, or Close of
+// the stream) is returned as is; anything else (EOF, a reset connection)
+// means sbxd went away mid-operation and is an *Error with code
+// unavailable whose message says so, then advice.
+func streamCut(err error, advice string) error {
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, http.ErrBodyReadAfterClose) || errors.Is(err, net.ErrClosed)) {
+		return err
 	}
-	return errors.New("sbxd stream ended without a complete or error line")
+	why := "the answer ended before its final line"
+	if err != nil {
+		why = fmt.Sprintf("the connection broke before the final line: %v", err)
+	}
+	return &Error{Code: api.CodeUnavailable,
+		Message: fmt.Sprintf("sbxd went away in the middle of the operation (%s); %s", why, advice)}
 }
 
 // long runs a long operation and decodes its result into out.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,3 +99,70 @@ func TestBadURL(t *testing.T) {
 }
 
 type timeT = time.Time
+
+// hijackAfter answers with line (an NDJSON progress line) then drops the
+// connection without ending the chunked body, as a kill -9 of sbxd does.
+func hijackAfter(t *testing.T, line string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintln(w, line)
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		conn.Close()
+	}
+}
+
+func TestStreamCutBySBXDDeath(t *testing.T) {
+	c := fakeSBXD(t, hijackAfter(t, `{"type":"info","data":"pausing","time":"2026-01-01T00:00:00Z"}`))
+	sb := &Sandbox{c: c, Sandbox: api.Sandbox{ID: "sbx_1", Name: "dev"}}
+	var lines []string
+	_, err := sb.CheckpointStream(context.Background(), "", func(m string, _ time.Time) { lines = append(lines, m) })
+	if len(lines) != 1 {
+		t.Fatalf("progress lines %v", lines)
+	}
+	var ae *Error
+	if !errors.As(err, &ae) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a stream cut by sbxd's death is %v, want an unavailable *Error", err)
+	}
+	for _, want := range []string{"sbxd went away in the middle of the operation", "finished or is rolled back", "sbx checkpoints NAME"} {
+		if !strings.Contains(ae.Message, want) {
+			t.Errorf("message %q lacks %q", ae.Message, want)
+		}
+	}
+}
+
+// TestStreamCutMidLine: sbxd killed in the middle of writing a line: the
+// unfinished line is the cut, not a bad line.
+func TestStreamCutMidLine(t *testing.T) {
+	c := fakeSBXD(t, hijackAfter(t, `{"type":"info","data":"pausing","time":"2026-01-01T00:00:00Z"}`+"\n"+`{"type":"info","da`))
+	sb := &Sandbox{c: c, Sandbox: api.Sandbox{ID: "sbx_1", Name: "dev"}}
+	if _, err := sb.CheckpointStream(context.Background(), "", nil); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "sbxd went away") {
+		t.Fatalf("a checkpoint cut mid-line: %v, want unavailable", err)
+	}
+	c = fakeSBXD(t, hijackAfter(t, `{"type":"stdout","da`))
+	sb = &Sandbox{c: c, Sandbox: api.Sandbox{ID: "sbx_1"}}
+	st, err := sb.Stream(context.Background(), api.ExecRequest{Cmd: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Wait(nil, nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("an exec cut mid-line: %v, want unavailable", err)
+	}
+}
+
+func TestExecStreamCutBySBXDDeath(t *testing.T) {
+	c := fakeSBXD(t, hijackAfter(t, `{"type":"stdout","data":"partial"}`))
+	sb := &Sandbox{c: c, Sandbox: api.Sandbox{ID: "sbx_1"}}
+	st, err := sb.Stream(context.Background(), api.ExecRequest{Cmd: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Wait(nil, nil)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "sbxd went away") || !strings.Contains(err.Error(), "sbx ps NAME") {
+		t.Fatalf("an exec stream cut by sbxd's death is %v, want unavailable with advice", err)
+	}
+}

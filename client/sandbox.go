@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -158,6 +157,10 @@ func (sb *Sandbox) Stream(ctx context.Context, req api.ExecRequest) (*ExecStream
 	return newExecStream(resp, req.Encoding == api.EncodingBase64), nil
 }
 
+// execCutAdvice is what to do after an exec's answer was cut.
+const execCutAdvice = "the command's exit status is unknown: it may still run, or have ended; " +
+	"check with 'sbx ls' and 'sbx ps NAME' before you run it again"
+
 // Events yields the stream's stdout, stderr and final exit events. A broken
 // stream or an error line ends it with an error. With the base64 encoding,
 // Data holds the decoded bytes.
@@ -167,6 +170,10 @@ func (s *ExecStream) Events() iter.Seq2[api.ExecEvent, error] {
 			var ev api.ExecEvent
 			if err := json.Unmarshal(s.sc.Bytes(), &ev); err != nil {
 				s.err = fmt.Errorf("bad exec stream line: %w", err)
+				if !s.sc.Scan() {
+					// The last, unfinished line of a cut answer.
+					s.err = streamCut(s.sc.Err(), execCutAdvice)
+				}
 				yield(api.ExecEvent{}, s.err)
 				return
 			}
@@ -195,11 +202,7 @@ func (s *ExecStream) Events() iter.Seq2[api.ExecEvent, error] {
 				return
 			}
 		}
-		if err := s.sc.Err(); err != nil {
-			s.err = err
-		} else {
-			s.err = errors.New("exec stream ended without an exit line")
-		}
+		s.err = streamCut(s.sc.Err(), execCutAdvice)
 		yield(api.ExecEvent{}, s.err)
 	}
 }

@@ -20,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -55,7 +57,67 @@ func NewServer(c *client.Client, version string) *sdk.Server {
 		})
 	t := &tools{c: c}
 	t.add(s)
+	s.AddReceivingMiddleware(argErrorsSayWhatNext)
 	return s
+}
+
+// toolArgs maps a tool's name to the text that names its arguments
+// ("sandbox (required), command (required), cwd"), for argument errors.
+var toolArgs sync.Map
+
+// argsOf names the arguments of a tool whose input is t (a struct): each
+// field's JSON name, "(required)" when it has no omitempty.
+func argsOf(t reflect.Type) string {
+	if t.Kind() != reflect.Struct {
+		return ""
+	}
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "" {
+			name = f.Name
+		}
+		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
+			name += " (required)"
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// argErrorsSayWhatNext is a receiving middleware: the SDK checks a tool
+// call's arguments against the tool's input schema before the tool runs
+// and answers a tool error of its own ("validating \"arguments\": ...").
+// It gets the code invalid_argument first and a Next: that names the
+// tool's arguments, as the tools' own errors do.
+func argErrorsSayWhatNext(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		res, err := next(ctx, method, req)
+		r, ok := res.(*sdk.CallToolResult)
+		if err != nil || method != "tools/call" || !ok || !r.IsError || len(r.Content) != 1 {
+			return res, err
+		}
+		tc, ok := r.Content[0].(*sdk.TextContent)
+		if !ok || !(strings.HasPrefix(tc.Text, `validating "arguments"`) || strings.HasPrefix(tc.Text, "json: ")) {
+			return res, err
+		}
+		cr, ok := req.(*sdk.CallToolRequest)
+		if !ok || cr.Params == nil {
+			return res, err
+		}
+		args, _ := toolArgs.Load(cr.Params.Name)
+		tc.Text = fmt.Sprintf("%s: %s. Next: call %s again with only its arguments: %v (tools/list has their schema)",
+			api.CodeInvalidArgument, tc.Text, cr.Params.Name, args)
+		return res, err
+	}
 }
 
 // Handler serves MCP over streamable HTTP (stateless: every request stands

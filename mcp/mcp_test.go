@@ -88,3 +88,37 @@ func TestCutKeepsUTF8(t *testing.T) {
 		t.Fatalf("a short output changed: %q %d", got, n)
 	}
 }
+
+// TestArgumentErrorSaysWhatNext: a call with a wrong argument name (the
+// SDK rejects it before the tool runs) is a tool error with the code
+// invalid_argument and a Next: that names the tool's arguments.
+func TestArgumentErrorSaysWhatNext(t *testing.T) {
+	ctx := context.Background()
+	c, err := client.New(client.WithURL("http://127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := sdk.NewInMemoryTransports()
+	if _, err := NewServer(c, "test").Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for _, args := range []map[string]any{
+		{"sandbox": "dev", "cmd": "ls"},                // wrong name
+		{"sandbox": "dev", "command": "ls", "undo": 3}, // wrong type
+	} {
+		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "exec", Arguments: args})
+		if err != nil || !r.IsError || len(r.Content) != 1 {
+			t.Fatalf("exec %v: %+v, %v; want a tool error", args, r, err)
+		}
+		got := r.Content[0].(*sdk.TextContent).Text
+		if !strings.HasPrefix(got, "invalid_argument: ") || !strings.Contains(got, "Next: ") ||
+			!strings.Contains(got, "command (required)") || !strings.Contains(got, "rollback_on_failure") {
+			t.Errorf("exec %v → %q; want invalid_argument and a Next: naming exec's arguments", args, got)
+		}
+	}
+}

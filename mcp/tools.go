@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -161,6 +162,7 @@ func (t *tools) sandbox(ctx context.Context, name string) (*client.Sandbox, erro
 
 // tool adds a tool whose errors come back as tool errors for a model.
 func tool[In, Out any](s *sdk.Server, name, title, desc string, h func(context.Context, *sdk.CallToolRequest, In) (Out, error)) {
+	toolArgs.LoadOrStore(name, argsOf(reflect.TypeFor[In]()))
 	sdk.AddTool(s, &sdk.Tool{Name: name, Title: title, Description: desc},
 		func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, Out, error) {
 			out, err := h(ctx, req, in)
@@ -331,7 +333,7 @@ func (t *tools) add(s *sdk.Server) {
 			return infoOf(res.Copies[0]), nil
 		})
 	tool(s, "try_in_copy", "Try a step in a copy",
-		"Run a risky step in a live copy of the sandbox (offline unless online), then verify. If both pass, the copy replaces the sandbox under the same name; if either fails, the copy is deleted and the sandbox is untouched.",
+		"Run a risky step in a live copy of the sandbox (offline unless online), then verify. If both pass, the copy replaces the sandbox under the same name (a new id; its checkpoints start again at v0, the disk before the step); if either fails, the copy is deleted and the sandbox is untouched.",
 		func(ctx context.Context, _ *sdk.CallToolRequest, in tryIn) (*TryOutput, error) {
 			sb, err := t.sandbox(ctx, in.Sandbox)
 			if err != nil {
@@ -357,7 +359,7 @@ func (t *tools) add(s *sdk.Server) {
 			return map[string]any{"snapshot": sn.ID, "step": in.Step, "sandbox": sb.Name}, nil
 		})
 	tool(s, "go_back_to", "Go back to a step",
-		"Replace the sandbox by one started from the snapshot of a step (see snapshot): disk, memory and processes as they were then, same name.",
+		"Replace the sandbox by one started from the snapshot of a step (see snapshot): disk, memory and processes as they were then, same name (a new id; its checkpoints start again at v0).",
 		func(ctx context.Context, _ *sdk.CallToolRequest, in stepIn) (SandboxInfo, error) {
 			sb, err := t.sandbox(ctx, in.Sandbox)
 			if err != nil {

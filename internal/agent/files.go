@@ -225,7 +225,9 @@ func writeFile(c *conn, path string, mode uint32) error {
 	f := os.NewFile(uintptr(fd), tmp)
 	n, err := io.CopyBuffer(f, body, make([]byte, 256<<10))
 	if err == nil {
-		err = f.Chmod(fs.FileMode(mode & 0o777))
+		// Setuid, setgid and sticky bits are kept (os.File.Chmod takes
+		// Go's FileMode, whose bits for them are not 0o7000).
+		err = unix.Fchmod(fd, mode&0o7777)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

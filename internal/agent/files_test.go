@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -460,6 +461,46 @@ func TestSortedNamesTwice(t *testing.T) {
 		names, err := sortedNames(int(d.Fd()), dir)
 		if err != nil || len(names) != 2 {
 			t.Fatalf("walk %d: %v %v", i+1, names, err)
+		}
+	}
+}
+
+// TestSpecialModeBitsKept: a file written with mode 04755 (sbx cp of a
+// setuid program) or a tar entry with setuid, setgid or sticky bits keeps
+// them inside the sandbox, as an image's su or ping does. (The host side
+// of sbx cp drops them on purpose: docs/api.md.)
+func TestSpecialModeBitsKept(t *testing.T) {
+	cl := startAgent(t, 0)
+	ctx := context.Background()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "prog")
+	st, err := cl.WriteFile(ctx, p, 0o4755, strings.NewReader("#!/bin/sh\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode() != fs.ModeSetuid|0o755 || st.Mode != 0o4755 {
+		t.Errorf("write with mode 04755: %v (answered %o), %v; want setuid kept", fi.Mode(), st.Mode, err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "shared/", Typeflag: tar.TypeDir, Mode: 0o1777})
+	tw.WriteHeader(&tar.Header{Name: "shared/suid", Typeflag: tar.TypeReg, Size: 1, Mode: 0o4755})
+	tw.Write([]byte("x"))
+	tw.WriteHeader(&tar.Header{Name: "shared/sgid", Typeflag: tar.TypeReg, Size: 1, Mode: 0o2711})
+	tw.Write([]byte("y"))
+	tw.Close()
+	dst := filepath.Join(dir, "in")
+	if _, err := cl.TarIn(ctx, dst, &buf); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]fs.FileMode{
+		"shared":      fs.ModeDir | fs.ModeSticky | 0o777,
+		"shared/suid": fs.ModeSetuid | 0o755,
+		"shared/sgid": fs.ModeSetgid | 0o711,
+	} {
+		if fi, err := os.Stat(filepath.Join(dst, name)); err != nil || fi.Mode() != want {
+			t.Errorf("tar entry %s: %v, %v; want %v", name, fi.Mode(), err, want)
 		}
 	}
 }

@@ -483,7 +483,7 @@ func (x *extractor) extract(hdr *tar.Header, name string, r io.Reader) (int64, e
 	if err != nil {
 		return 0, err
 	}
-	mode := uint32(hdr.Mode & 0o777)
+	mode := uint32(hdr.Mode & 0o7777) // setuid, setgid and sticky bits kept: this is the sandbox's disk
 	ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
 	var n int64
 	switch hdr.Typeflag {

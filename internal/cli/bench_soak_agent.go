@@ -162,6 +162,11 @@ func (a *soakAgent) do(ctx context.Context, kind, what string, f func(ctx contex
 	}
 	var ae *client.Error
 	isAPI := errors.As(err, &ae)
+	if isAPI && ae.Code == api.CodeUnavailable && a.s.epoch.Load() != ep {
+		// The client's word for an answer the kill cut (or sbxd's 503
+		// while it stopped): not an answer of the API.
+		isAPI = false
+	}
 	switch {
 	case !isAPI && a.s.epoch.Load() != ep:
 		a.s.count(kind, "interrupted", "")

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"sort"
@@ -120,7 +121,25 @@ func (a *app) root() *cobra.Command {
 		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(), a.portsCmd(),
 		a.suspendCmd(), a.resumeCmd(), a.eventCmd(), a.eventsCmd(), a.updateCmd(),
 		a.netCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd())
+	for _, c := range root.Commands() {
+		if c.HasSubCommands() && !c.Runnable() {
+			c.RunE = needSubcommand
+		}
+	}
 	return root
+}
+
+// needSubcommand runs a command group (sbx net, sbx image, ...) called
+// without one of its subcommands: a usage error, exit 2, that names them.
+func needSubcommand(cmd *cobra.Command, _ []string) error {
+	var subs []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			subs = append(subs, c.Name())
+		}
+	}
+	return &exitError{code: 2, err: fmt.Errorf("%s needs a subcommand: %s (run '%s --help' for usage)",
+		cmd.CommandPath(), strings.Join(subs, ", "), cmd.CommandPath())}
 }
 
 // addOutput adds -o/--output to a read command.
@@ -279,8 +298,8 @@ func (a *app) createCmd() *cobra.Command {
 	f.StringVar(&req.Name, "name", "", "sandbox name (default: generated)")
 	f.StringVar(&req.Image, "image", "", "image (default: default)")
 	f.Float64Var(&req.CPUs, "cpus", 0, "CPU limit in cores (default 1)")
-	f.IntVar(&req.MemoryMB, "memory", 0, "memory limit in MiB (default 1024)")
-	f.IntVar(&req.DiskMB, "disk", 0, "disk quota in MiB of what the sandbox writes (default: sbxd's, 10240; needs btrfs layers)")
+	f.Var((*mibValue)(&req.MemoryMB), "memory", "memory limit: MiB (1024) or with a unit (512M, 2G) (default 1024)")
+	f.Var((*mibValue)(&req.DiskMB), "disk", "disk quota of what the sandbox writes: MiB (10240) or with a unit (512M, 20G) (default: sbxd's, 10240; needs btrfs layers)")
 	f.StringArrayVar(&labels, "label", nil, "label KEY=VALUE (repeatable)")
 	f.StringArrayVar(&env, "env", nil, "environment KEY=VALUE for every exec (repeatable)")
 	f.StringVar(&req.Snapshot, "from-snapshot", "", "start from a memory snapshot (ID), running")
@@ -431,4 +450,29 @@ func sandboxReadCmd[T any](a *app, c *cobra.Command, read func(context.Context, 
 	}
 	a.addOutput(c)
 	return c
+}
+
+// mibValue is a flag's size in MiB: a whole number of MiB ("1024"), or a
+// whole number with a binary unit: M/MiB (MiB), G/GiB (GiB), T/TiB; MB, GB
+// and TB are read as MiB, GiB and TiB too.
+type mibValue int
+
+// String gives the size in MiB.
+func (v *mibValue) String() string { return strconv.Itoa(int(*v)) }
+
+// Type names the flag's value in usage text.
+func (v *mibValue) Type() string { return "size" }
+
+// Set parses s; an error names the forms it accepts.
+func (v *mibValue) Set(s string) error {
+	num := strings.TrimRight(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+	unit := strings.ToUpper(s[len(num):])
+	mul := map[string]int64{"": 1, "M": 1, "MB": 1, "MIB": 1, "G": 1 << 10, "GB": 1 << 10, "GIB": 1 << 10,
+		"T": 1 << 20, "TB": 1 << 20, "TIB": 1 << 20}[unit]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || mul == 0 || n < 0 || n > math.MaxInt32/mul {
+		return fmt.Errorf("%q: give MiB as a whole number (1024) or a whole number with a unit: 512M, 2G (M = MiB, G = GiB)", s)
+	}
+	*v = mibValue(n * mul)
+	return nil
 }

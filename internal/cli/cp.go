@@ -79,11 +79,28 @@ func (a *app) upload(cmd *cobra.Command, sb *client.Sandbox, local, remote strin
 			return err
 		}
 		defer f.Close()
-		return sb.WriteFile(cmd.Context(), remote, f, uint32(fi.Mode().Perm()))
+		return sb.WriteFile(cmd.Context(), remote, f, unixMode(fi.Mode()))
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(tarDir(local, pw)) }()
 	return sb.Upload(cmd.Context(), remote, pr)
+}
+
+// unixMode gives m's permission bits with its setuid, setgid and sticky
+// bits as the API's mode wants them (0o4000, 0o2000, 0o1000; Go's FileMode
+// keeps them elsewhere, so Perm() drops them).
+func unixMode(m fs.FileMode) uint32 {
+	mode := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
 }
 
 // tarDir writes dir's contents as a tar with names relative to dir.

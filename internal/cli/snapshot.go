@@ -155,7 +155,7 @@ func (a *app) forkCmd() *cobra.Command {
 			if req.Network, err = nf.rules(cmd); err != nil {
 				return err
 			}
-			if req.Count < 1 {
+			if req.Count < 1 || req.Count > api.MaxForkCount {
 				return fmt.Errorf("--count %d: want 1 to %d copies", req.Count, api.MaxForkCount)
 			}
 			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])

@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
 	"github.com/sbxhq/sbx/mcp"
 )
@@ -17,7 +19,18 @@ const mcpPath = "/v1/mcp"
 // serveMCP serves /v1/mcp. Its tools act through a client of this same
 // API, in process, that carries the caller's key (with auth), so every
 // rule of the API applies to them unchanged.
+// Only POST is served: the transport is stateless, so there is no session
+// for GET to stream on or for DELETE to end; other methods answer the
+// API's JSON 405 (method_not_allowed, Allow: POST).
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request, auth bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, api.ErrorResponse{Error: api.ErrorBody{
+			Code: api.CodeMethodNotAllowed,
+			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: POST): MCP here is streamable HTTP, stateless: "+
+				"POST each JSON-RPC message; there is no session to open a GET stream on or to DELETE", r.Method, mcpPath)}})
+		return
+	}
 	self := s.self(auth)
 	key := ""
 	if auth {

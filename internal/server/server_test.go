@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -137,5 +138,25 @@ func TestDecodeRules(t *testing.T) {
 	var rules api.NetworkRules
 	if err := decodeBody(t, `{"allow": ["x.org"]}`, &rules); err != nil || !rules.Internet || rules.Allow[0] != "x.org" {
 		t.Fatalf("rules without internet: %+v, %v", rules, err)
+	}
+}
+
+// TestMCPWrongMethod: /v1/mcp serves only POST (stateless streamable
+// HTTP); GET and DELETE answer the API's JSON 405 with Allow: POST and a
+// message that says so, not the MCP library's plain text.
+func TestMCPWrongMethod(t *testing.T) {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
+	for _, m := range []string{"GET", "DELETE"} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(m, mcpPath, nil)
+		r.Header.Set("Accept", "text/event-stream")
+		s.Handler(false).ServeHTTP(rec, r)
+		var er api.ErrorResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &er); err != nil || rec.Code != 405 ||
+			er.Error.Code != api.CodeMethodNotAllowed || rec.Header().Get("Allow") != "POST" ||
+			!strings.Contains(er.Error.Message, "stateless") || !strings.Contains(er.Error.Message, "POST") {
+			t.Errorf("%s %s: %d Allow %q %q; want the API's JSON 405 method_not_allowed that says to POST",
+				m, mcpPath, rec.Code, rec.Header().Get("Allow"), rec.Body.String())
+		}
 	}
 }

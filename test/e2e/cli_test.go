@@ -161,6 +161,36 @@ func TestCLICopyFileSemantics(t *testing.T) {
 	}
 }
 
+// TestCLICopySetuid: sbx cp of a setuid file (and a directory holding
+// one) into a sandbox keeps the bit there; copying it back out drops it on
+// the host, on purpose (docs/api.md).
+func TestCLICopySetuid(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	dir := t.TempDir()
+	src := filepath.Join(dir, "d", "suid")
+	os.MkdirAll(filepath.Dir(src), 0o755)
+	os.WriteFile(src, []byte("#!/bin/sh\n"), 0o755)
+	if err := os.Chmod(src, 0o755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := sbxCLI(t, "", "cp", src, sb.Name+":/workspace/suid"); code != 0 {
+		t.Fatalf("cp a file in: %s", errs)
+	}
+	if _, errs, code := sbxCLI(t, "", "cp", filepath.Dir(src), sb.Name+":/workspace/d"); code != 0 {
+		t.Fatalf("cp a directory in: %s", errs)
+	}
+	if out := mustSh(t, sb, "stat -c %a /workspace/suid /workspace/d/suid"); out != "4755\n4755\n" {
+		t.Fatalf("modes inside the sandbox: %q, want 4755 for both", out)
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	if _, errs, code := sbxCLI(t, "", "cp", sb.Name+":/workspace/suid", back); code != 0 {
+		t.Fatalf("cp out: %s", errs)
+	}
+	if fi, err := os.Stat(back); err != nil || fi.Mode() != 0o755 {
+		t.Fatalf("mode on the host after cp out: %v %v; want 0755, setuid dropped", fi.Mode(), err)
+	}
+}
+
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
