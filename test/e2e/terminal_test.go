@@ -218,8 +218,14 @@ func TestCLIExecTTY(t *testing.T) {
 // pseudo-terminal gives, through the Go client and through sbx exec -t
 // with no input: no stray byte (a NUL shown as ^@) before the output.
 func TestTerminalOutputExact(t *testing.T) {
+	for _, image := range []string{"busybox", "default"} {
+		t.Run(image, func(t *testing.T) { testTerminalOutputExact(t, image) })
+	}
+}
+
+func testTerminalOutputExact(t *testing.T, image string) {
 	ctx := ctxT(t)
-	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: image})
 	term, err := sb.Terminal(ctx, client.TerminalOptions{Cmd: []string{"echo", "hi"}})
 	if err != nil {
 		t.Fatal(err)
