@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/creack/pty"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
@@ -252,6 +253,33 @@ func testTerminalOutputExact(t *testing.T, image string) {
 		if string(out) != "hi\r\n" {
 			t.Fatalf("sbx %s showed %q, want %q", strings.Join(args, " "), out, "hi\r\n")
 		}
+	}
+
+	// Piped input, whose end is typed as Ctrl-D: no NUL either.
+	for _, c := range []struct{ in, cmd string }{{"", "cat"}, {"x\n", "cat"}, {"echo hi\nexit\n", ""}} {
+		args := []string{"--socket", h.sock, "exec", "-t", sb.Name, "--", "sh", "-c", c.cmd}
+		if c.cmd == "" {
+			args = []string{"--socket", h.sock, "shell", sb.Name}
+		}
+		cmd := exec.Command(h.binDir+"/sbx", args...)
+		cmd.Stdin = strings.NewReader(c.in)
+		out, err := cmd.CombinedOutput()
+		if err != nil || bytes.IndexByte(out, 0) >= 0 {
+			t.Fatalf("sbx %s with input %q: %v, showed %q (want no NUL)", strings.Join(args[2:], " "), c.in, err, out)
+		}
+	}
+
+	// On a terminal of its own (raw mode: what sbx writes arrives as is).
+	cmd := exec.Command(h.binDir+"/sbx", "--socket", h.sock, "shell", sb.Name, "--", "echo", "hi")
+	ptm, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptm.Close()
+	got, _ = io.ReadAll(ptm) // EIO once sbx exits and the terminal closes
+	_ = cmd.Wait()
+	if !bytes.HasSuffix(got, []byte("hi\r\n")) || bytes.IndexByte(got, 0) >= 0 || bytes.Contains(got, []byte("^@")) {
+		t.Fatalf("sbx shell on a terminal showed %q, want hi\\r\\n and no NUL", got)
 	}
 }
 
