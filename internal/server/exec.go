@@ -14,19 +14,33 @@ import (
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
+// errTTYOnPOST answers a POST .../exec that asks for a terminal (?tty= or
+// "tty" in the body): the terminal is its own route.
+var errTTYOnPOST = errdefs.Invalid("tty", "POST .../exec runs a command without a terminal; "+
+	"a terminal is a WebSocket: GET /v1/sandboxes/{name}/exec?tty=1 with Upgrade: websocket (sbx shell, sbx exec -t)")
+
 // exec runs a command: buffered ({stdout, stderr, exit_code, duration_ms})
 // or, with Accept: application/x-ndjson, streamed as stdout/stderr lines
 // ending with an exit line. Failures to start (no such executable, bad cwd,
 // unknown sandbox) are plain error answers in both modes. A client that
 // disconnects kills the process.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	// POST runs a command without a terminal: ?tty= is refused rather
+	// than ignored, and so is "tty" in the body, whatever its JSON kind.
+	if r.URL.Query().Has("tty") {
+		s.writeError(w, r, errTTYOnPOST)
+		return
+	}
 	var req api.ExecRequest
 	if err := decode(w, r, MaxExecBody, &req, false); err != nil {
+		if errdefs.IsInvalidArgument(err) && strings.HasPrefix(err.Error(), "tty: ") {
+			err = errTTYOnPOST
+		}
 		s.writeError(w, r, err)
 		return
 	}
 	if req.TTY != nil {
-		s.writeError(w, r, errdefs.Invalid("tty", "a terminal is a WebSocket: GET .../exec?tty=1 with Upgrade: websocket"))
+		s.writeError(w, r, errTTYOnPOST)
 		return
 	}
 	var stdin io.Reader

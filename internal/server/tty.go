@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -19,6 +21,12 @@ import (
 // defaultShell is what a terminal runs when the request names no command:
 // a login bash where the image has one, else sh.
 var defaultShell = []string{"/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"}
+
+// TerminalWriteTimeout bounds each write of sbxd to a terminal's
+// WebSocket: a client that reads nothing for this long (its socket's
+// buffers full) is cut off, as if it had disconnected: the socket is
+// closed and the command killed.
+const TerminalWriteTimeout = 30 * time.Second
 
 // execTTY serves GET /v1/sandboxes/{name}/exec?tty=1: a command on a
 // pseudo-terminal, over a WebSocket (api.TTYMessage; docs/api.md). Binary
@@ -86,9 +94,10 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
+	out := &wsWriter{ctx: ctx, c: c, cancel: cancel, timeout: TerminalWriteTimeout}
 	send := func(m api.TTYMessage) error {
 		b, _ := json.Marshal(m)
-		return c.Write(ctx, websocket.MessageText, b)
+		return out.write(websocket.MessageText, b)
 	}
 	proc, err := s.eng.Exec(ctx, r.PathValue("name"), req, inR)
 	if err != nil {
@@ -127,8 +136,12 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	out := &wsWriter{ctx: ctx, c: c}
 	ex, err := proc.Wait(out, out)
+	if out.stalled.Load() {
+		s.log.Warn("terminal cut: its client read nothing for the write timeout",
+			"sandbox", r.PathValue("name"), "pid", proc.PID(), "timeout", TerminalWriteTimeout)
+		return
+	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return // the client went: nobody to tell
@@ -143,15 +156,32 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 	_ = c.Close(websocket.StatusNormalClosure, "")
 }
 
-// wsWriter sends each write as one binary message.
+// wsWriter sends each write as one binary message, each within timeout.
+// A write that times out closes the connection (coder/websocket does, on
+// the write's context) and cancels the terminal, as a client's disconnect
+// does: the command is killed.
 type wsWriter struct {
-	ctx context.Context
-	c   *websocket.Conn
+	ctx     context.Context
+	c       *websocket.Conn
+	cancel  context.CancelFunc
+	timeout time.Duration
+	stalled atomic.Bool
 }
 
 func (w *wsWriter) Write(b []byte) (int, error) {
-	if err := w.c.Write(w.ctx, websocket.MessageBinary, b); err != nil {
+	if err := w.write(websocket.MessageBinary, b); err != nil {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+func (w *wsWriter) write(typ websocket.MessageType, b []byte) error {
+	ctx, cancel := context.WithTimeout(w.ctx, w.timeout)
+	defer cancel()
+	err := w.c.Write(ctx, typ, b)
+	if err != nil && w.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		w.stalled.Store(true)
+		w.cancel()
+	}
+	return err
 }

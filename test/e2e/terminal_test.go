@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -11,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+	"github.com/creack/pty"
+
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
+	"github.com/sbxhq/sbx/internal/server"
 )
 
 // screen collects what a terminal shows, for tests to wait on.
@@ -207,5 +212,110 @@ func TestCLIExecTTY(t *testing.T) {
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 3 || !strings.Contains(string(out), "on-a-tty") {
 		t.Fatalf("sbx exec -t: %v\n%s", err, out)
+	}
+}
+
+// TestTerminalOutputExact: what a terminal shows is exactly what the
+// pseudo-terminal gives, through the Go client and through sbx exec -t
+// with no input: no stray byte (a NUL shown as ^@) before the output.
+func TestTerminalOutputExact(t *testing.T) {
+	for _, image := range []string{"busybox", "default"} {
+		t.Run(image, func(t *testing.T) { testTerminalOutputExact(t, image) })
+	}
+}
+
+func testTerminalOutputExact(t *testing.T, image string) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: image})
+	term, err := sb.Terminal(ctx, client.TerminalOptions{Cmd: []string{"echo", "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(term)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := term.Wait(); err != nil || code != 0 {
+		t.Fatalf("echo hi on a terminal: exit %d, %v", code, err)
+	}
+	if string(got) != "hi\r\n" {
+		t.Fatalf("sb.Terminal(echo hi) showed %q, want %q", got, "hi\r\n")
+	}
+
+	for _, args := range [][]string{{"exec", "-t", sb.Name, "--", "echo", "hi"}, {"shell", sb.Name, "--", "echo", "hi"}} {
+		cmd := exec.Command(h.binDir+"/sbx", append([]string{"--socket", h.sock}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("sbx %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		if string(out) != "hi\r\n" {
+			t.Fatalf("sbx %s showed %q, want %q", strings.Join(args, " "), out, "hi\r\n")
+		}
+	}
+
+	// Piped input, whose end is typed as Ctrl-D: no NUL either.
+	for _, c := range []struct{ in, cmd string }{{"", "cat"}, {"x\n", "cat"}, {"echo hi\nexit\n", ""}} {
+		args := []string{"--socket", h.sock, "exec", "-t", sb.Name, "--", "sh", "-c", c.cmd}
+		if c.cmd == "" {
+			args = []string{"--socket", h.sock, "shell", sb.Name}
+		}
+		cmd := exec.Command(h.binDir+"/sbx", args...)
+		cmd.Stdin = strings.NewReader(c.in)
+		out, err := cmd.CombinedOutput()
+		if err != nil || bytes.IndexByte(out, 0) >= 0 {
+			t.Fatalf("sbx %s with input %q: %v, showed %q (want no NUL)", strings.Join(args[2:], " "), c.in, err, out)
+		}
+	}
+
+	// On a terminal of its own (raw mode: what sbx writes arrives as is).
+	cmd := exec.Command(h.binDir+"/sbx", "--socket", h.sock, "shell", sb.Name, "--", "echo", "hi")
+	ptm, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptm.Close()
+	got, _ = io.ReadAll(ptm) // EIO once sbx exits and the terminal closes
+	_ = cmd.Wait()
+	if !bytes.HasSuffix(got, []byte("hi\r\n")) || bytes.IndexByte(got, 0) >= 0 || bytes.Contains(got, []byte("^@")) {
+		t.Fatalf("sbx shell on a terminal showed %q, want hi\\r\\n and no NUL", got)
+	}
+}
+
+// TestTerminalStalledClient: a terminal client that stops reading its
+// WebSocket is cut off after sbxd's write timeout: the command is killed
+// (not left to run for the terminal's 24 h) and the sandbox answers
+// execs as before.
+func TestTerminalStalledClient(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	u := "ws://" + h.listen + "/v1/sandboxes/" + sb.Name + "/exec?tty=1&cmd=yes&cmd=stalled-terminal"
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + h.apiKey}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	// Never read c: sbxd's writes fill the socket's buffers and block.
+	running := func() bool { return strings.Contains(mustSh(t, sb, "ps"), "stalled-terminal") }
+	deadline := time.Now().Add(10 * time.Second)
+	for !running() {
+		if time.Now().After(deadline) {
+			t.Fatal("the terminal's command did not start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	deadline = time.Now().Add(server.TerminalWriteTimeout + 60*time.Second)
+	for running() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command of a terminal whose client reads nothing still runs after %v (write timeout %v)",
+				server.TerminalWriteTimeout+60*time.Second, server.TerminalWriteTimeout)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if out := mustSh(t, sb, "echo still-$((20+1))"); !strings.Contains(out, "still-21") {
+		t.Fatalf("exec after the cut terminal: %q", out)
 	}
 }
