@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -291,8 +292,22 @@ func TestTerminalStalledClient(t *testing.T) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
 	u := "ws://" + h.listen + "/v1/sandboxes/" + sb.Name + "/exec?tty=1&cmd=yes&cmd=stalled-terminal"
+	// A small receive buffer on the client's socket, set before it
+	// connects: sbxd's writes block after tens of KiB, not after the
+	// megabytes that autotuned loopback buffers take (which a pty in a
+	// sandbox on a loaded machine fills only slowly).
+	small := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
 	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + h.apiKey}},
+		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: small.DialContext}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -307,11 +322,14 @@ func TestTerminalStalledClient(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	deadline = time.Now().Add(server.TerminalWriteTimeout + 60*time.Second)
+	// Generous: the bug this catches is a wait of the terminal's whole
+	// timeout (24 h by default).
+	limit := server.TerminalWriteTimeout + 3*time.Minute
+	deadline = time.Now().Add(limit)
 	for running() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the command of a terminal whose client reads nothing still runs after %v (write timeout %v)",
-				server.TerminalWriteTimeout+60*time.Second, server.TerminalWriteTimeout)
+				limit, server.TerminalWriteTimeout)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
