@@ -439,6 +439,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	log.Info("runsc platform", "platform", rt.Choice().Platform, "reason", rt.Choice().Reason)
+	if n := rt.Strays(); n > 0 {
+		log.Warn("killed runsc commands that the last sbxd left running when it stopped", "count", n)
+	}
 	images, err := disk.NewImages(filepath.Join(cfg.DataDir, "images"), cfg.CacheDir, st, log)
 	if err != nil {
 		return err

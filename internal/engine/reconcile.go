@@ -185,10 +185,10 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *store.Sandbox, status
 	case api.StateSuspended:
 		// Its memory and disk are in the blob store; nothing of it runs
 		// or stays on the host but the local copy of its memory image.
-		if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
-			if err := e.rt.Delete(ctx, sb.ID); err != nil {
-				return reconciled{err: err}
-			}
+		// Delete also when runsc lists no container: a resume that the
+		// crash cut short can leave its processes without runsc state.
+		if err := e.rt.Delete(ctx, sb.ID); err != nil {
+			return reconciled{err: err}
 		}
 		if err := e.net.Delete(sb.ID); err != nil {
 			return reconciled{err: err}
@@ -201,10 +201,8 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *store.Sandbox, status
 		}
 		return reconciled{known: true, suspended: true}
 	case api.StateStopped:
-		if st, ok := status[sb.ID]; ok && st != runtime.StatusMissing {
-			if err := e.rt.Delete(ctx, sb.ID); err != nil {
-				return reconciled{err: err}
-			}
+		if err := e.rt.Delete(ctx, sb.ID); err != nil {
+			return reconciled{err: err}
 		}
 		if err := e.net.Delete(sb.ID); err != nil {
 			return reconciled{err: err}

@@ -3,8 +3,13 @@ package gvisor
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestDeleteRemovesCgroups: a boot that failed before runsc kept state
@@ -30,5 +35,102 @@ func TestDeleteRemovesCgroups(t *testing.T) {
 	}
 	if _, err := os.Stat(cg); !os.IsNotExist(err) {
 		t.Fatalf("the cgroup %s is still there: %v", cg, err)
+	}
+}
+
+// TestDeleteKillsLeftovers: a runsc run or restore cut short by a crash of
+// sbxd can leave the container's processes in its cgroup without runsc
+// state; Delete kills them and removes the cgroup (it used to leave both).
+func TestDeleteKillsLeftovers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	base := "/sys/fs/cgroup/pids"
+	if _, err := os.Stat(base); err != nil {
+		base = "/sys/fs/cgroup"
+	}
+	parent := "/sbx-test-" + filepath.Base(t.TempDir())
+	cg := filepath.Join(base, parent, "sbx_left")
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		t.Skipf("cannot make a cgroup: %v", err)
+	}
+	defer os.Remove(filepath.Join(base, parent))
+	defer os.Remove(cg)
+	left := exec.Command("sleep", "3600")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = left.Process.Kill() }()
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(left.Process.Pid)), 0o644); err != nil {
+		t.Skipf("cannot move a process into a cgroup: %v", err)
+	}
+	r := &Runtime{cfg: Config{Root: t.TempDir(), CgroupParent: parent}, logs: map[string]*initLog{}}
+	if err := r.Delete(context.Background(), "sbx_left"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- left.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the leftover process exited 0; want killed")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Delete left a process of the container running in its cgroup")
+	}
+	if _, err := os.Stat(cg); !os.IsNotExist(err) {
+		t.Fatalf("the cgroup %s is still there: %v", cg, err)
+	}
+}
+
+// TestEndStrayVerbs: a runsc command on this root that outlived the sbxd
+// that ran it is killed; runsc commands on another root, and the sandbox
+// and gofer processes on this root, are left alone.
+func TestEndStrayVerbs(t *testing.T) {
+	runsc := filepath.Join(t.TempDir(), "runsc")
+	root := t.TempDir()
+	start := func(argv0, rootFlag string) *exec.Cmd {
+		// sh reads stdin, which never gets a line: it waits until killed.
+		c := &exec.Cmd{Path: "/bin/sh", Args: []string{argv0, "-c", "read x", "sh", rootFlag}}
+		if _, err := c.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		return c
+	}
+	stray := start(runsc, "--root="+root)
+	other := start(runsc, "--root="+root+"-other")
+	sandbox := start("runsc-sandbox", "--root="+root)
+	// The processes must have exec'd before their cmdline names runsc.
+	waitCmdline := func(c *exec.Cmd, want string) {
+		for i := 0; i < 500; i++ {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(c.Process.Pid) + "/cmdline")
+			if strings.HasPrefix(string(b), want+"\x00") {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("process %d never showed %s in its cmdline", c.Process.Pid, want)
+	}
+	waitCmdline(stray, runsc)
+	waitCmdline(other, runsc)
+	waitCmdline(sandbox, "runsc-sandbox")
+	n, err := EndStrayVerbs(runsc, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("EndStrayVerbs killed %d processes, want 1 (the runsc command on this root)", n)
+	}
+	if err := stray.Wait(); err == nil {
+		t.Fatal("the stray runsc command exited 0; want killed")
+	}
+	for _, c := range []*exec.Cmd{other, sandbox} {
+		if err := c.Process.Signal(syscall.Signal(0)); err != nil {
+			t.Fatalf("process %v was killed: %v", c.Args, err)
+		}
 	}
 }

@@ -55,6 +55,7 @@ type Runtime struct {
 	cfg     Config
 	version string // runsc --version's first line
 	choice  PlatformChoice
+	strays  int // runsc commands of an earlier sbxd that New killed
 
 	logsMu sync.Mutex
 	logs   map[string]*initLog // container id → the drain of its init's output
@@ -82,6 +83,9 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{cfg: cfg, logs: map[string]*initLog{}}
+	if r.strays, err = EndStrayVerbs(cfg.Runsc, cfg.Root); err != nil {
+		return nil, fmt.Errorf("end the runsc commands an earlier sbxd left: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := r.run(ctx, nil, "--version")
@@ -96,6 +100,10 @@ func New(cfg Config) (*Runtime, error) {
 	r.cfg.Platform = r.choice.Platform
 	return r, nil
 }
+
+// Strays is how many runsc commands an earlier sbxd on the same root left
+// running when it died, which New killed (see EndStrayVerbs).
+func (r *Runtime) Strays() int { return r.strays }
 
 // Choice is the platform in use and why it was chosen.
 func (r *Runtime) Choice() PlatformChoice { return r.choice }
@@ -507,8 +515,12 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// removeCgroups removes the (empty) cgroups of container id, under every
-// cgroup v1 controller or the v2 hierarchy; missing ones are fine.
+// removeCgroups kills what is left in the cgroups of container id and
+// removes them, under every cgroup v1 controller or the v2 hierarchy;
+// missing ones are fine. Processes can be left there without runsc state:
+// a runsc run or restore that an sbxd crash cut short after it started the
+// sandbox and gofer processes but before it saved the container's state.
+// Such processes are invisible to runsc list, kill and delete.
 func (r *Runtime) removeCgroups(id string) {
 	if id == "" || strings.ContainsAny(id, "/.") {
 		return
@@ -516,8 +528,106 @@ func (r *Runtime) removeCgroups(id string) {
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", r.cfg.CgroupParent, id))
 	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent, id))
 	for _, d := range dirs {
+		if err := unix.Rmdir(d); err == nil || !errors.Is(err, unix.EBUSY) {
+			continue
+		}
+		// EBUSY: processes are left in it. Kill them and wait (bounded)
+		// until the kernel has reaped them, then remove the cgroup.
+		for i := 0; i < 50; i++ {
+			pids := cgroupPids(d)
+			if len(pids) == 0 {
+				break
+			}
+			for _, pid := range pids {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		_ = unix.Rmdir(d)
 	}
+}
+
+// cgroupPids lists the processes of cgroup dir d (its cgroup.procs file).
+func cgroupPids(d string) []int {
+	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// EndStrayVerbs kills, with SIGKILL, the runsc commands (runsc run,
+// restore, checkpoint, delete, …: processes whose argv[0] is runsc's path
+// and whose flags name root with --root=) that an earlier sbxd on root left
+// running when it died, and waits up to 5 s until they are gone. Call it
+// before anything else reads runsc's state on root: a runsc restore that
+// outlived a crashed sbxd would otherwise start a container after the next
+// sbxd decided that the sandbox is suspended. The sandbox and gofer
+// processes (argv[0] "runsc-sandbox", "runsc-gofer") are not touched. It
+// returns how many it killed; an error only when /proc cannot be read.
+func EndStrayVerbs(runsc, root string) (int, error) {
+	des, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	self := os.Getpid()
+	var killed []int
+	for _, de := range des {
+		pid, err := strconv.Atoi(de.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		if isStrayVerb(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), runsc, root) {
+			if unix.Kill(pid, unix.SIGKILL) == nil {
+				killed = append(killed, pid)
+			}
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range killed {
+		for time.Now().Before(deadline) && unix.Kill(pid, 0) == nil && !isZombie(pid) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return len(killed), nil
+}
+
+// isStrayVerb reports whether argv is a runsc command on root: argv[0] is
+// runsc (the path sbxd runs) and one argument is --root=root.
+func isStrayVerb(argv []string, runsc, root string) bool {
+	if len(argv) < 2 || argv[0] != runsc {
+		return false
+	}
+	for _, a := range argv[1:] {
+		if a == "--root="+root {
+			return true
+		}
+	}
+	return false
+}
+
+// isZombie reports whether pid has exited but is not reaped yet (state Z
+// in /proc/PID/stat); a stray verb's parent is gone, so init reaps it.
+func isZombie(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z'
+	}
+	return false
 }
 
 // exists reports whether runsc has state for container id in its root
