@@ -257,6 +257,21 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	if err != nil {
 		return nil, err
 	}
+	// The request is activity from here on: the idle loop does not decide
+	// to suspend the sandbox while it starts. One that decided before waits
+	// its suspend out, and the sandbox wakes again for this request.
+	starting := e.busy(sb.ID)
+	defer starting()
+	if e.idleSuspending(sb.ID) {
+		unlock, err := e.lockID(ctx, sb.ID, sb.Name, "exec", lockOrWait)
+		if err != nil {
+			return nil, err
+		}
+		unlock()
+		if sb, err = e.ensureRunning(ctx, sb.ID); err != nil {
+			return nil, err
+		}
+	}
 	env, err := e.execEnv(ctx, sb, req.Env)
 	if err != nil {
 		return nil, err

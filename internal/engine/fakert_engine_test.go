@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -922,5 +923,57 @@ func TestFakeRecoverWarmPool(t *testing.T) {
 	}
 	if out, _ := h.run(t, "x", "echo", "kept"); out != "kept\n" {
 		t.Fatalf("the claimed sandbox after the pool went: %q", out)
+	}
+}
+
+// TestFakeExecWaitsForIdleSuspend: an exec that arrives once the idle loop
+// has decided to suspend the sandbox waits for that suspend to end and then
+// runs (it used to start its command in the suspending sandbox and fail
+// with "stopped while the request ran"); a request in flight keeps the idle
+// loop from deciding at all.
+func TestFakeExecWaitsForIdleSuspend(t *testing.T) {
+	t.Parallel()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	ctx := context.Background()
+	sb := f.create(t, "a")
+	long := time.Now().Add(-time.Hour)
+	done := f.e.busy(sb.ID)
+	if f.e.claimIdle(sb.ID, long, time.Millisecond) {
+		t.Fatal("the idle loop claimed a sandbox with a request in flight")
+	}
+	done()
+	time.Sleep(5 * time.Millisecond)
+	// What the idle loop does: the lock, then the claim, then the suspend.
+	unlock, err := f.e.lockID(ctx, sb.ID, sb.Name, "suspend", lockOrConflict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.e.claimIdle(sb.ID, long, time.Millisecond) {
+		unlock()
+		t.Fatal("the idle loop did not claim an idle sandbox")
+	}
+	ran := make(chan error, 1)
+	go func() {
+		out, code, err := f.tryRun("a", "echo", "after")
+		if err == nil && (out != "after\n" || code != 0) {
+			err = fmt.Errorf("exec: %q, exit %d", out, code)
+		}
+		ran <- err
+	}()
+	select {
+	case err := <-ran:
+		unlock()
+		t.Fatalf("the exec did not wait for the idle suspend: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	f.e.releaseIdle(sb.ID)
+	unlock()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("the exec after the idle suspend: %v", err)
+		}
+	case <-time.After(hangDeadline):
+		t.Fatal("the exec did not go on once the idle suspend ended")
 	}
 }

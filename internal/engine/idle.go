@@ -26,6 +26,46 @@ func (e *Engine) busy(id string) func() {
 	}
 }
 
+// claimIdle marks sandbox id as being suspended for idleness, when it has
+// had no request in flight for at least timeout (counted from start when it
+// had none since); false when a request ran meanwhile. A request that
+// begins after the claim sees it (idleSuspending) and waits for the suspend.
+func (e *Engine) claimIdle(id string, start time.Time, timeout time.Duration) bool {
+	in := e.liveInstance(id)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	last := start
+	if !in.lastActive.IsZero() {
+		last = in.lastActive
+	}
+	if in.inflight > 0 || time.Since(last) < timeout {
+		return false
+	}
+	in.idleSuspend = true
+	return true
+}
+
+// releaseIdle ends claimIdle's mark.
+func (e *Engine) releaseIdle(id string) {
+	if in := e.peekInstance(id); in != nil {
+		in.mu.Lock()
+		in.idleSuspend = false
+		in.mu.Unlock()
+	}
+}
+
+// idleSuspending reports whether an idle suspend of sandbox id was decided
+// before now (see claimIdle).
+func (e *Engine) idleSuspending(id string) bool {
+	in := e.peekInstance(id)
+	if in == nil {
+		return false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.idleSuspend
+}
+
 // touch records activity on sandbox id now.
 func (e *Engine) touch(id string) { e.busy(id)() }
 
@@ -85,12 +125,18 @@ func (e *Engine) idleLoop() {
 				continue // an operation runs: not idle
 			}
 			cur, err := e.getLocked(e.ctx, sb.ID)
-			if err == nil && cur.State == api.StateRunning && len(cur.Volumes) == 0 {
+			// Decided again under the lock, atomically with the count of
+			// requests in flight: one that began since the check above
+			// keeps the sandbox up; one that begins after the claim waits
+			// for the suspend (see Exec) instead of failing in it.
+			if err == nil && cur.State == api.StateRunning && len(cur.Volumes) == 0 &&
+				e.claimIdle(cur.ID, since, time.Duration(cur.TimeoutMS)*time.Millisecond) {
 				e.log.Info("idle: suspending", "sandbox", cur.Name, "timeout_ms", cur.TimeoutMS)
 				if _, err := e.suspendLocked(context.WithoutCancel(e.ctx), cur, cur.WakeOn, nil); err != nil {
 					e.log.Warn("idle suspend failed", "sandbox", cur.Name, "err", err)
 					e.touch(cur.ID) // try again after another timeout
 				}
+				e.releaseIdle(cur.ID)
 			}
 			unlock()
 		}

@@ -37,6 +37,10 @@ type instance struct {
 	// timeout measures (busy, idleFor).
 	inflight   int
 	lastActive time.Time
+	// idleSuspend is set, under mu, by the idle loop when it decided to
+	// suspend the sandbox (no request in flight); a request that begins
+	// meanwhile waits for the suspend and wakes the sandbox again.
+	idleSuspend bool
 	// ports are the open connections of DialPort, closed when it stops
 	// (trackPortConn, closePortConns).
 	ports map[*portConn]bool
