@@ -68,8 +68,9 @@ func (c Caller) eventOwner() string {
 	return c.KeyID
 }
 
-// requireAdmin answers ErrForbidden for a tenant key.
-func (c Caller) requireAdmin(what string) error {
+// RequireAdmin answers ErrForbidden for a tenant key (what: the request,
+// for the message); nil for an admin.
+func (c Caller) RequireAdmin(what string) error {
 	if !c.Admin {
 		return errdefs.New(errdefs.ErrForbidden, "%s needs an admin key; this is a tenant key", what)
 	}
