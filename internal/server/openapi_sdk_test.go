@@ -27,6 +27,7 @@ var (
 		"NetworkRefusal": "NetworkRefusal", "NetworkLog": "NetworkLog", "SbxEvent": "Event",
 		"EventResult": "EventResult", "ProcessInfo": "Process", "Port": "Port", "Health": "Health", "Image": "Image",
 		"DeliveryRequest": "DeliveryRequest", "Delivery": "Delivery", "Teardown": "Teardown",
+		"CreateKeyRequest": "CreateKeyRequest", "Key": "Key", "CreatedKey": "CreatedKey",
 	}
 	pyTypes = map[string]string{
 		"NetworkRules": "NetworkRules", "Volume": "Volume", "Source": "Source", "SandboxInfo": "Sandbox",
