@@ -35,7 +35,7 @@ var (
 		"Checkpoint": "Checkpoint", "Change": "Change", "Diff": "Diff", "Snapshot": "Snapshot", "Process": "Process",
 		"Port": "Port", "NetworkCounts": "NetworkCounts", "NetworkRefusal": "NetworkRefusal",
 		"NetworkLog": "NetworkLog", "Event": "Event", "EventResult": "EventResult", "Image": "Image", "Health": "Health",
-		"Delivery": "Delivery", "Teardown": "Teardown",
+		"Delivery": "Delivery", "Teardown": "Teardown", "Key": "Key", "CreatedKey": "CreatedKey",
 	}
 )
 
