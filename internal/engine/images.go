@@ -40,12 +40,14 @@ func (e *Engine) GetImage(ctx context.Context, name string) (*store.Image, error
 	return img, nil
 }
 
-// mayWriteImage checks that ctx's caller may make image name, replacing
-// any image of that name: an admin may; a tenant may make a new name or
-// replace its own image. Image names are unique per sbxd, so a name that
-// another key's image (or the operator's) holds is ErrNameTaken, which
-// says no more than that.
-func (e *Engine) mayWriteImage(ctx context.Context, name string) error {
+// MayWriteImage checks that ctx's caller may make image name (a build,
+// pull or import), replacing any image of that name: an admin may; a
+// tenant may make a new name or replace its own image. Image names are
+// unique per sbxd, so a name that another key's image (or the operator's)
+// holds is ErrNameTaken, which says no more than that. The server asks
+// before it starts the operation's stream; BuildImage, PullImage and
+// ImportImage ask again.
+func (e *Engine) MayWriteImage(ctx context.Context, name string) error {
 	c := CallerOf(ctx)
 	if c.Admin {
 		return nil
@@ -90,7 +92,7 @@ func (e *Engine) BuildImage(ctx context.Context, req api.BuildImageRequest, prog
 	if name == "" {
 		name = disk.DefaultImage
 	}
-	if err := e.mayWriteImage(ctx, name); err != nil {
+	if err := e.MayWriteImage(ctx, name); err != nil {
 		return nil, err
 	}
 	img, err := e.images.Build(ctx, req, imageOwner(ctx), progress)
@@ -103,7 +105,7 @@ func (e *Engine) PullImage(ctx context.Context, req api.PullImageRequest, progre
 	if err := disk.ValidateImageName(req.Name); err != nil {
 		return nil, err
 	}
-	if err := e.mayWriteImage(ctx, req.Name); err != nil {
+	if err := e.MayWriteImage(ctx, req.Name); err != nil {
 		return nil, err
 	}
 	img, err := e.images.Pull(ctx, req, imageOwner(ctx), progress)
@@ -116,7 +118,7 @@ func (e *Engine) ImportImage(ctx context.Context, name string, r io.Reader, prog
 	if err := disk.ValidateImageName(name); err != nil {
 		return nil, err
 	}
-	if err := e.mayWriteImage(ctx, name); err != nil {
+	if err := e.MayWriteImage(ctx, name); err != nil {
 		return nil, err
 	}
 	img, err := e.images.Import(ctx, name, imageOwner(ctx), r, progress)

@@ -55,6 +55,14 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	name := req.Name
+	if name == "" {
+		name = disk.DefaultImage
+	}
+	if err := s.eng.MayWriteImage(r.Context(), name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	s.long(w, r, func(ctx context.Context, progress func(string)) (any, error) {
 		img, err := s.eng.BuildImage(ctx, req, progress)
 		if err != nil {
@@ -68,6 +76,14 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	var req api.PullImageRequest
 	if err := decode(w, r, MaxJSONBody, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := disk.ValidateImageName(req.Name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.eng.MayWriteImage(r.Context(), req.Name); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -85,6 +101,10 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("name")
 	if err := disk.ValidateImageName(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.eng.MayWriteImage(r.Context(), name); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
