@@ -22,14 +22,12 @@ import (
 var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	ErrUnauthorized    = errors.New("unauthorized")
-	// ErrForbidden: a tenant key asked for what only admin keys may do.
-	ErrForbidden = errors.New("forbidden")
-	ErrNotFound  = errors.New("not found")
-	ErrNameTaken = errors.New("name taken")
-	ErrConflict  = errors.New("conflict")
-	ErrHasVolume = errors.New("sandbox has a volume")
-	ErrTooLarge  = errors.New("too large")
-	ErrQuota     = errors.New("quota exceeded")
+	ErrNotFound        = errors.New("not found")
+	ErrNameTaken       = errors.New("name taken")
+	ErrConflict        = errors.New("conflict")
+	ErrHasVolume       = errors.New("sandbox has a volume")
+	ErrTooLarge        = errors.New("too large")
+	ErrQuota           = errors.New("quota exceeded")
 	// ErrCapacity: the host admits no more (sandbox or snapshot count,
 	// CPUs or memory of all sandboxes together).
 	ErrCapacity    = errors.New("no capacity")
@@ -43,6 +41,8 @@ var (
 	// ErrPortTimeout: a sandbox's TCP port did not connect or answer
 	// within its deadline.
 	ErrPortTimeout = errors.New("port timeout")
+	// ErrForbidden: a tenant key asked for what only admin keys may do.
+	ErrForbidden = errors.New("forbidden")
 
 	ErrSandboxNotFound    = fmt.Errorf("sandbox %w", ErrNotFound)
 	ErrImageNotFound      = fmt.Errorf("image %w", ErrNotFound)

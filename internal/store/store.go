@@ -50,13 +50,13 @@ type Sandbox struct {
 	SuspendTime time.Time
 	// KeepAlive: a process running in the sandbox counts as activity for
 	// the idle timeout (TimeoutMS).
-	KeepAlive bool
+	KeepAlive  bool
+	CreateTime time.Time
+	UpdateTime time.Time
 	// Owner is the id of the API key that made the sandbox ("" the
 	// operator: the Unix socket or a key given with --api-key). A fork
 	// belongs to its source's owner.
-	Owner      string
-	CreateTime time.Time
-	UpdateTime time.Time
+	Owner string
 }
 
 // Image is the record of an unpacked image.
@@ -64,15 +64,15 @@ type Image struct {
 	Name string
 	// ID names the unpacked root filesystem's directory; it changes when the
 	// image is rebuilt, and the old one is kept while sandboxes use it.
-	ID        string
-	Digest    string
-	Source    string
-	SizeBytes int64
-	Env       []string
+	ID         string
+	Digest     string
+	Source     string
+	SizeBytes  int64
+	Env        []string
+	CreateTime time.Time
 	// Owner is the id of the API key that pulled, built or imported it;
 	// "" for the operator's images, which every key may use.
-	Owner      string
-	CreateTime time.Time
+	Owner string
 }
 
 // Checkpoint is the record of a disk checkpoint of a sandbox.
@@ -123,12 +123,12 @@ type Snapshot struct {
 	Suspend bool
 	// State is "ready", or "expired" (its bytes are gone; kept as a
 	// tombstone so a lookup can say so).
-	State string
-	// Owner is the id of the API key that owns the source sandbox.
-	Owner      string
+	State      string
 	CreateTime time.Time
 	// ExpireTime is when it is collected; zero for never.
 	ExpireTime time.Time
+	// Owner is the id of the API key that owns the source sandbox.
+	Owner string
 }
 
 // Delivery is the record of a delivery: an archive of files taken from a
@@ -158,10 +158,10 @@ type Delivery struct {
 	Digest   string
 	Previous string
 	// Metadata is the caller's JSON object, or nil.
-	Metadata []byte
-	// Owner is the id of the API key that owns the source sandbox.
-	Owner      string
+	Metadata   []byte
 	CreateTime time.Time
+	// Owner is the id of the API key that owns the source sandbox.
+	Owner string
 }
 
 // Op is an entry of the operation journal: an operation that must be
@@ -187,15 +187,15 @@ type Event struct {
 	SandboxID   string
 	Data        []byte
 	ContentType string
-	// Owner is the id of the API key that posted it ("" the operator).
-	// A pending event is delivered only to sandboxes of the same owner,
-	// or, posted by the operator, to any.
-	Owner      string
-	CreateTime time.Time
+	CreateTime  time.Time
 	// DeliverTime is when it was delivered (zero while pending).
 	DeliverTime time.Time
 	// ExpireTime is when a pending event is dropped.
 	ExpireTime time.Time
+	// Owner is the id of the API key that posted it ("" an admin). A
+	// pending event is delivered only to sandboxes of the same owner, or,
+	// posted by an admin, to any.
+	Owner string
 }
 
 // EventQuery selects events: a sandbox's delivered events (SandboxID), or
