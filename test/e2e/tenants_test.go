@@ -401,7 +401,8 @@ func tenantTerminal(t *testing.T, bearer, sandboxA, marker string) {
 }
 
 // TestRevokeEndsExec: revoking a tenant key ends its exec stream at once
-// with unauthorized, and its next request is 401; its sandbox stays.
+// with unauthorized and closes its terminal, and its next request is 401;
+// its sandbox stays.
 func TestRevokeEndsExec(t *testing.T) {
 	ctx := ctxT(t)
 	k, c := tenantKey(t, "revoked")
@@ -410,6 +411,22 @@ func TestRevokeEndsExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.c.Sandboxes.Delete(context.Background(), sb.ID) })
+	// A terminal of the key, open across the revoke.
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer wcancel()
+	term, _, err := websocket.Dial(wctx, "ws://"+h.listen+"/v1/sandboxes/"+sb.Name+"/exec?tty=1&cmd=sh&cmd=-c&cmd=echo+tty-up%3B+sleep+600",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + k.Secret}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.CloseNow()
+	for seen := ""; !strings.Contains(seen, "tty-up"); {
+		_, b, err := term.Read(wctx)
+		if err != nil {
+			t.Fatalf("terminal before the revoke: %v (read %q)", err, seen)
+		}
+		seen += string(b)
+	}
 	st, err := sb.Stream(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "echo started; sleep 600"}})
 	if err != nil {
 		t.Fatal(err)
@@ -434,6 +451,15 @@ func TestRevokeEndsExec(t *testing.T) {
 	}
 	if !revoked || !errors.Is(end, client.ErrUnauthorized) {
 		t.Fatalf("the stream ended with %v, want unauthorized after the revoke", end)
+	}
+	// The terminal ends too (within the test's bound, not after its sleep).
+	for {
+		if _, _, err := term.Read(wctx); err != nil {
+			if wctx.Err() != nil {
+				t.Fatal("the revoked key's terminal stayed open")
+			}
+			break
+		}
 	}
 	_, err = c.Sandboxes.List(ctx, nil)
 	wantCode(t, err, api.CodeUnauthorized)
