@@ -49,6 +49,8 @@ type Client struct {
 	Deliveries *Deliveries
 	// Events posts events that wake suspended sandboxes.
 	Events *Events
+	// Keys makes, lists and revokes API keys.
+	Keys *Keys
 }
 
 // Option configures a Client.
@@ -118,6 +120,7 @@ func New(opts ...Option) (*Client, error) {
 	c.Snapshots = &Snapshots{c: c}
 	c.Deliveries = &Deliveries{c: c}
 	c.Events = &Events{c: c}
+	c.Keys = &Keys{c: c}
 	return c, nil
 }
 
@@ -164,6 +167,8 @@ func (e *Error) Is(target error) bool {
 var (
 	ErrInvalidArgument    = &Error{Code: api.CodeInvalidArgument}
 	ErrUnauthorized       = &Error{Code: api.CodeUnauthorized}
+	ErrForbidden          = &Error{Code: api.CodeForbidden}
+	ErrKeyNotFound        = &Error{Code: api.CodeKeyNotFound}
 	ErrNotFound           = &Error{Code: api.CodeNotFound}
 	ErrSandboxNotFound    = &Error{Code: api.CodeSandboxNotFound}
 	ErrCheckpointNotFound = &Error{Code: api.CodeCheckpointNotFound}
@@ -254,6 +259,8 @@ func codeOfStatus(s int) api.Code {
 		return api.CodeInvalidArgument
 	case 401:
 		return api.CodeUnauthorized
+	case 403:
+		return api.CodeForbidden
 	case 404:
 		return api.CodeNotFound
 	case 409:

@@ -81,6 +81,7 @@ func complete(data string) []json.RawMessage {
 const (
 	checkpointJSON = `{"id":"v1","create_time":"2026-11-29T10:00:00Z","comment":"deps","source_id":null,"health":"ok","size_bytes":10,"added_bytes":10,"files":1}`
 	snapshotJSON   = `{"id":"snap_0123456789abcdef","name":"step-1","sandbox":"c1","create_time":"2026-11-29T10:00:00Z","expire_time":"2026-11-30T10:00:00Z","memory_bytes":100,"disk_bytes":10,"stored_bytes":50,"metadata":{"sbx_chain":{"sandbox":"c1","step":"step-1"}},"billable":true}`
+	keyJSON        = `{"id":"key_0123456789abcdef","name":"agent-1","labels":{"team":"a"},"admin":false,"daily_limit_usd":2.5,"create_time":"2026-11-29T10:00:00Z"}`
 	deliveryJSON   = `{"id":"dlv_0123456789abcdef","name":"release-1","seq":1,"sandbox":"c2","sandbox_id":"sbx_0123456789abcdef","archive_digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111","archive_bytes":6,"files":1,"digest":"sha256:2222222222222222222222222222222222222222222222222222222222222222","previous":"","envelope":{"payloadType":"application/vnd.in-toto+json","payload":"e30=","signatures":[{"keyid":"k1","sig":"c2ln"}]},"metadata":{"ticket":"T-16"},"create_time":"2026-11-29T10:00:00Z"}`
 )
 
@@ -152,6 +153,15 @@ func script() []confCase {
 			Response: confResponse{Status: 404, Body: j(`{"error":{"code":"not_found","message":"no delivery dlv_missing"}}`)}},
 		{Call: "delivery_archive", Args: j(`{"id":"dlv_0123456789abcdef"}`), Response: confResponse{Status: 200, BodyText: text("zstd!\n")}},
 		{Call: "delivery_key", Args: j(`{}`), Response: confResponse{Status: 200, BodyText: text("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n")}},
+		{Call: "create_key", Args: j(`{"request":{"name":"agent-1","daily_limit_usd":2.5,"labels":{"team":"a"}}}`),
+			Response: confResponse{Status: 201, Body: j(keyJSON[:len(keyJSON)-1] + `,"secret":"sbxk_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}`)}},
+		{Call: "create_key", Args: j(`{"request":{"name":"root","admin":true}}`), ErrorCode: "forbidden",
+			Response: confResponse{Status: 403, Body: j(`{"error":{"code":"forbidden","message":"creating API keys needs an admin key; this is a tenant key"}}`)}},
+		{Call: "list_keys", Args: j(`{"revoked":true}`), Response: confResponse{Status: 200, Body: j(`[` + keyJSON + `]`)}},
+		{Call: "get_key", Args: j(`{"id":"agent-1"}`), Response: confResponse{Status: 200, Body: j(keyJSON)}},
+		{Call: "revoke_key", Args: j(`{"id":"key_0123456789abcdef"}`), Response: confResponse{Status: 204}},
+		{Call: "revoke_key", Args: j(`{"id":"key_0123456789abcdef"}`), ErrorCode: "key_not_found",
+			Response: confResponse{Status: 404, Body: j(`{"error":{"code":"key_not_found","message":"API key \"key_0123456789abcdef\" is already revoked"}}`)}},
 		{Call: "delete", Args: j(`{}`), Response: confResponse{Status: 204}},
 	}
 }
@@ -182,6 +192,9 @@ var callNames = []string{
 	"list_deliveries {sandbox}, get_delivery {id}",
 	"delivery_archive {id}: the archive's bytes; they must equal the canned body",
 	"delivery_key {}: the node's public key (PEM); it must equal the canned body",
+	"create_key {request}: make an API key from the request object; the result carries the secret",
+	"list_keys {revoked}: list API keys (revoked ones too when revoked is true: ?revoked=1)",
+	"get_key {id}, revoke_key {id}: one API key by id or name; revoke it (DELETE)",
 	"delete {}: delete the current sandbox",
 }
 
@@ -206,6 +219,7 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		WakeOn   string            `json:"wake_on"`
 		Key      string            `json:"key"`
 		Data     json.RawMessage   `json:"data"`
+		Revoked  bool              `json:"revoked"`
 	}
 	if err := json.Unmarshal(cc.Args, &a); err != nil {
 		return err
@@ -324,6 +338,20 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		if b, err = c.Deliveries.PublicKey(ctx); err == nil && string(b) != *cc.Response.BodyText {
 			err = fmt.Errorf("key %q, want %q", b, *cc.Response.BodyText)
 		}
+	case "create_key":
+		var req api.CreateKeyRequest
+		if err = json.Unmarshal(a.Request, &req); err == nil {
+			var k *api.CreatedKey
+			if k, err = c.Keys.Create(ctx, req); err == nil && k.Secret == "" {
+				err = fmt.Errorf("no secret in %+v", k)
+			}
+		}
+	case "list_keys":
+		_, err = c.Keys.List(ctx, a.Revoked)
+	case "get_key":
+		_, err = c.Keys.Get(ctx, a.ID)
+	case "revoke_key":
+		err = c.Keys.Revoke(ctx, a.ID)
 	case "delete":
 		err = sb.Delete(ctx)
 	default:

@@ -87,3 +87,18 @@ func TestUploadModeKeepsSpecialBits(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyCommands: `sbx key` needs a subcommand; a bad --daily-limit is a
+// usage error before anything reaches sbxd.
+func TestKeyCommands(t *testing.T) {
+	_, errs, code := runCLI(t, "key")
+	if code != 2 || !strings.Contains(errs, "create") || !strings.Contains(errs, "rm") {
+		t.Errorf("sbx key: exit %d %q", code, errs)
+	}
+	for _, bad := range []string{"-1", "x", "NaN", "Inf"} {
+		_, errs, code := runCLI(t, "key", "create", "k", "--daily-limit", bad)
+		if code == 0 || !strings.Contains(errs, "daily-limit") || strings.Contains(errs, "connect") {
+			t.Errorf("--daily-limit %s: exit %d %q; want a usage error naming the flag", bad, code, errs)
+		}
+	}
+}

@@ -41,6 +41,8 @@ var (
 	// ErrPortTimeout: a sandbox's TCP port did not connect or answer
 	// within its deadline.
 	ErrPortTimeout = errors.New("port timeout")
+	// ErrForbidden: a tenant key asked for what only admin keys may do.
+	ErrForbidden = errors.New("forbidden")
 
 	ErrSandboxNotFound    = fmt.Errorf("sandbox %w", ErrNotFound)
 	ErrImageNotFound      = fmt.Errorf("image %w", ErrNotFound)
@@ -49,6 +51,7 @@ var (
 	ErrFileNotFound       = fmt.Errorf("file %w", ErrNotFound)
 	ErrProcessNotFound    = fmt.Errorf("process %w", ErrNotFound)
 	ErrEventNotFound      = fmt.Errorf("event %w", ErrNotFound)
+	ErrKeyNotFound        = fmt.Errorf("API key %w", ErrNotFound)
 
 	ErrCheckpointFailed = fmt.Errorf("checkpoint %w", ErrFailed)
 	ErrRestoreFailed    = fmt.Errorf("restore %w", ErrFailed)
@@ -106,9 +109,11 @@ var codes = []struct {
 	{ErrFileNotFound, api.CodeFileNotFound},
 	{ErrProcessNotFound, api.CodeProcessNotFound},
 	{ErrEventNotFound, api.CodeEventNotFound},
+	{ErrKeyNotFound, api.CodeKeyNotFound},
 	{ErrNotFound, api.CodeNotFound},
 	{ErrInvalidArgument, api.CodeInvalidArgument},
 	{ErrUnauthorized, api.CodeUnauthorized},
+	{ErrForbidden, api.CodeForbidden},
 	{ErrNameTaken, api.CodeNameTaken},
 	{ErrHasVolume, api.CodeSandboxHasVolume},
 	{ErrConflict, api.CodeConflict},

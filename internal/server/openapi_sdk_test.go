@@ -27,6 +27,7 @@ var (
 		"NetworkRefusal": "NetworkRefusal", "NetworkLog": "NetworkLog", "SbxEvent": "Event",
 		"EventResult": "EventResult", "ProcessInfo": "Process", "Port": "Port", "Health": "Health", "Image": "Image",
 		"DeliveryRequest": "DeliveryRequest", "Delivery": "Delivery", "Teardown": "Teardown",
+		"CreateKeyRequest": "CreateKeyRequest", "Key": "Key", "CreatedKey": "CreatedKey",
 	}
 	pyTypes = map[string]string{
 		"NetworkRules": "NetworkRules", "Volume": "Volume", "Source": "Source", "SandboxInfo": "Sandbox",
@@ -34,7 +35,7 @@ var (
 		"Checkpoint": "Checkpoint", "Change": "Change", "Diff": "Diff", "Snapshot": "Snapshot", "Process": "Process",
 		"Port": "Port", "NetworkCounts": "NetworkCounts", "NetworkRefusal": "NetworkRefusal",
 		"NetworkLog": "NetworkLog", "Event": "Event", "EventResult": "EventResult", "Image": "Image", "Health": "Health",
-		"Delivery": "Delivery", "Teardown": "Teardown",
+		"Delivery": "Delivery", "Teardown": "Teardown", "Key": "Key", "CreatedKey": "CreatedKey",
 	}
 )
 

@@ -363,4 +363,17 @@ func TestOpenAPIContract(t *testing.T) {
 	k.do(call{method: "DELETE", path: "/v1/snapshots/{id}", params: sn, status: 204})
 	k.do(call{method: "DELETE", path: "/v1/sandboxes/{name}", params: sb, status: 204})
 	k.do(call{method: "DELETE", path: "/v1/sandboxes/{name}", params: sb, status: 404})
+
+	// API keys.
+	out = k.do(call{method: "POST", path: "/v1/keys", body: map[string]any{"name": name, "daily_limit_usd": 1.5,
+		"labels": map[string]string{"oa": name}}, status: 201})
+	var made api.CreatedKey
+	_ = json.Unmarshal(out, &made)
+	kp := map[string]string{"id": made.ID}
+	k.do(call{method: "POST", path: "/v1/keys", body: map[string]any{"name": name + "-x", "daily_limit_usd": -1}, status: 400, invalid: true})
+	k.do(call{method: "GET", path: "/v1/keys", status: 200})
+	k.do(call{method: "GET", path: "/v1/keys/{id}", params: kp, status: 200})
+	k.do(call{method: "DELETE", path: "/v1/keys/{id}", params: kp, status: 204})
+	k.do(call{method: "GET", path: "/v1/keys", query: "revoked=1", status: 200})
+	k.do(call{method: "DELETE", path: "/v1/keys/{id}", params: kp, status: 404})
 }

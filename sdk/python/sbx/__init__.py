@@ -16,13 +16,13 @@ are a convenience, not a security boundary: the sandbox is the boundary.
 from .classify import CHECKPOINT, FORK, GIT, KINDS, NONE, checkpoint_for
 from .client import DEFAULT_SOCKET, Client, ExecStream, ForkResult, Sandbox
 from .errors import (Capacity, CaptureLimit, CheckpointFailed, CheckpointNotFound, Conflict, ConnectionFailed, FileNotFound,
-                     EventNotFound, ForkFailed, ImageNotFound, Internal, InvalidArgument, MethodNotAllowed, NameTaken,
+                     EventNotFound, Forbidden, ForkFailed, KeyNotFound, ImageNotFound, Internal, InvalidArgument, MethodNotAllowed, NameTaken,
                      NotFound, PortTimeout, PortUnreachable, ProcessNotFound, ProtocolError, QuotaExceeded,
                      RestoreFailed, ResumeFailed, SandboxHasVolume, SandboxNotFound, SbxError,
                      SnapshotFailed, SnapshotNotFound, SuspendFailed, TooLarge, Unauthorized,
                      Unavailable, error_for)
-from .types import (Change, Checkpoint, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
-                    Health, Image, NetworkCounts, NetworkLog, NetworkRefusal, NetworkRules, Port,
+from .types import (Change, Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
+                    Health, Image, Key, NetworkCounts, NetworkLog, NetworkRefusal, NetworkRules, Port,
                     Process, SandboxInfo, Snapshot, Source, Teardown, UndoInfo, Volume)
 from .undo import GuardResult, TryResult, chain, go_back_to, guarded, remember, try_in_copy
 
@@ -35,8 +35,8 @@ __all__ = [
     "SandboxInfo", "NetworkRules", "Volume", "Source", "ExecResult", "ExecEvent", "UndoInfo",
     "FileInfo", "Checkpoint", "Change", "Diff", "Snapshot", "Process", "Port", "NetworkLog",
     "NetworkCounts", "NetworkRefusal", "Event", "EventResult", "Image", "Health",
-    "Delivery", "Teardown",
-    "SbxError", "InvalidArgument", "Unauthorized", "NotFound", "SandboxNotFound",
+    "Delivery", "Teardown", "Key", "CreatedKey",
+    "SbxError", "InvalidArgument", "Unauthorized", "Forbidden", "KeyNotFound", "NotFound", "SandboxNotFound",
     "CheckpointNotFound", "SnapshotNotFound", "ImageNotFound", "FileNotFound", "ProcessNotFound",
     "EventNotFound", "CaptureLimit", "PortTimeout",
     "MethodNotAllowed", "NameTaken", "Conflict", "SandboxHasVolume", "TooLarge", "QuotaExceeded",

@@ -12,8 +12,8 @@ from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Mapping,
 
 from ._transport import NDJSON, Progress, Transport, iter_lines, labels_query, seg
 from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, error_for
-from .types import (Checkpoint, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo, Health,
-                    Image, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Volume,
+from .types import (Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
+                    Health, Image, Key, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Volume,
                     rules_to_dict)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -271,6 +271,40 @@ class Client:
         """Cancel every pending event of ``key``; return how many there were."""
         r = self._t.json("DELETE", "/v1/events", [("key", key)]) or {}
         return int(r.get("cancelled", 0))
+
+    # --- API keys ---------------------------------------------------------
+
+    def create_key(self, name: str, daily_limit_usd: Optional[float] = None,
+                   labels: Optional[Mapping[str, str]] = None, admin: bool = False) -> CreatedKey:
+        """Make an API key (admin keys only: Forbidden with a tenant key).
+
+        ``daily_limit_usd`` is its spending limit per UTC day in US dollars
+        (``None``: none); ``admin=True`` makes an admin key, else a tenant key
+        that sees only what it makes. The answer carries ``secret``, shown
+        this once. Raises InvalidArgument (naming the field), NameTaken."""
+        body: Dict[str, Any] = {"name": name}
+        if daily_limit_usd is not None:
+            body["daily_limit_usd"] = daily_limit_usd
+        if labels:
+            body["labels"] = dict(labels)
+        if admin:
+            body["admin"] = True
+        return CreatedKey.from_dict(self._t.json("POST", "/v1/keys", None, body))
+
+    def list_keys(self, revoked: bool = False) -> List[Key]:
+        """The live API keys, oldest first (with ``revoked``, revoked ones too); a tenant key gets its own."""
+        q = [("revoked", "1")] if revoked else None
+        return [Key.from_dict(o) for o in self._t.json("GET", "/v1/keys", q) or []]
+
+    def get_key(self, id_or_name: str) -> Key:
+        """One API key by id or (live) name. Raises KeyNotFound."""
+        return Key.from_dict(self._t.json("GET", "/v1/keys/" + seg(id_or_name)))
+
+    def revoke_key(self, id_or_name: str) -> None:
+        """Revoke an API key at once: its open streams end and it authenticates nothing more.
+
+        Admin keys only (Forbidden). Raises KeyNotFound."""
+        self._t.json("DELETE", "/v1/keys/" + seg(id_or_name))
 
     # --- deliveries -------------------------------------------------------
 

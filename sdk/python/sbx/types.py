@@ -136,6 +136,8 @@ def _converter(owner: type, f: "Field[Any]", tp: Any) -> Callable[[Any], Any]:
             return parse_time
         if inner in (str, int):
             return _opt(inner)
+        if inner is float:
+            return lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
         if is_dataclass(inner):
             return inner.from_dict  # type: ignore[union-attr]
     if is_dataclass(tp):
@@ -527,6 +529,43 @@ class Health(_Model):
     runtime: str = ""
     warm_sandboxes: int = 0
     pid: int = 0
+
+
+@dataclass
+class Key(_Model):
+    """An API key's record (``GET /v1/keys``); never its secret.
+
+    ``id`` is ``key_`` and 16 hex digits: the objects the key makes belong to
+    it. An ``admin`` key sees every object and manages keys; a tenant key
+    only what it made. ``daily_limit_usd`` is the spending limit per UTC day
+    in US dollars, ``None`` for none. ``revoke_time`` is set on revoked keys
+    (listed with ``revoked=True``).
+    """
+
+    id: str = ""
+    name: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
+    admin: bool = False
+    daily_limit_usd: Optional[float] = None
+    create_time: Optional[datetime] = None
+    revoke_time: Optional[datetime] = None
+
+
+@dataclass
+class CreatedKey(_Model):
+    """The answer of ``POST /v1/keys``: the record and, this once, ``secret`` (``sbxk_…``).
+
+    sbxd keeps only the secret's SHA-256: store it now.
+    """
+
+    id: str = ""
+    name: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
+    admin: bool = False
+    daily_limit_usd: Optional[float] = None
+    create_time: Optional[datetime] = None
+    revoke_time: Optional[datetime] = None
+    secret: str = field(default="", repr=False)
 
 
 @dataclass

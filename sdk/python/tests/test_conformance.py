@@ -120,6 +120,16 @@ class Driver:
         if name == "delivery_key":
             self.read_back = c.delivery_public_key()
             return self.read_back
+        if name == "create_key":
+            k = c.create_key(**a["request"])
+            assert k.secret.startswith("sbxk_") and k.daily_limit_usd in (None, 2.5), k
+            return k
+        if name == "list_keys":
+            return c.list_keys(a.get("revoked", False))
+        if name == "get_key":
+            return c.get_key(a["id"])
+        if name == "revoke_key":
+            return c.revoke_key(a["id"])
         if name == "delete":
             return sb.delete()
         raise AssertionError(f"unknown call {name!r}")

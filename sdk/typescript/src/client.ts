@@ -8,9 +8,9 @@ import { SandboxNotFoundError, SbxProtocolError, errorFromCode } from './errors.
 import type { IncomingMessage } from 'node:http';
 import { NDJSON, Transport, ndjsonLines, readAll, seg, type Query } from './http.js';
 import type {
-  Checkpoint, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
+  Checkpoint, CreateKeyRequest, CreatedKey, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
   FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo,
-  ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, WriteFileResult,
+  Key, ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, WriteFileResult,
 } from './types.js';
 
 // Node 20 has Symbol.asyncDispose (as Symbol.for('nodejs.asyncDispose')); older
@@ -279,6 +279,30 @@ export class Client {
   async deliveryPublicKey(o: CallOptions = {}): Promise<string> {
     const res = await this.t.request({ method: 'GET', path: '/v1/deliveries/key', accept: 'application/x-pem-file', signal: o.signal });
     return (await readAll(res)).toString('utf8');
+  }
+
+  /**
+   * Makes an API key (admin keys only: `ForbiddenError` with a tenant key).
+   * The answer carries its `secret`, shown this once.
+   */
+  createKey(req: CreateKeyRequest, o: CallOptions = {}): Promise<CreatedKey> {
+    return this.t.json<CreatedKey>({ method: 'POST', path: '/v1/keys', json: req, signal: o.signal });
+  }
+
+  /** The live API keys, oldest first (with `revoked`, revoked ones too); a tenant key gets its own only. */
+  async listKeys(o: CallOptions & { revoked?: boolean } = {}): Promise<Key[]> {
+    const query: Query = { revoked: o.revoked ? '1' : undefined };
+    return (await this.t.json<Key[]>({ method: 'GET', path: '/v1/keys', query, signal: o.signal })) ?? [];
+  }
+
+  /** One API key by id or (live) name, or `KeyNotFoundError`. */
+  getKey(idOrName: string, o: CallOptions = {}): Promise<Key> {
+    return this.t.json<Key>({ method: 'GET', path: '/v1/keys/' + seg(idOrName), signal: o.signal });
+  }
+
+  /** Revokes an API key at once: its open streams end, it authenticates nothing more (admin keys only). */
+  async revokeKey(idOrName: string, o: CallOptions = {}): Promise<void> {
+    await this.t.json({ method: 'DELETE', path: '/v1/keys/' + seg(idOrName), signal: o.signal });
   }
 
   /** Images. */

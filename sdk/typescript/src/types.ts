@@ -281,6 +281,44 @@ export interface Delivery {
   teardown?: Teardown;
 }
 
+/** Body of `POST /v1/keys` (admin keys only). */
+export interface CreateKeyRequest {
+  /** Unique among live keys: `[A-Za-z0-9][A-Za-z0-9._-]{0,62}`, not starting with `key_`. */
+  name: string;
+  /** Spending limit per UTC day in US dollars (≥ 0); absent or null for none. */
+  daily_limit_usd?: number | null;
+  labels?: Record<string, string>;
+  /** An admin key sees every object and manages keys; a tenant key (the default) only what it made. */
+  admin?: boolean;
+}
+
+/** An API key's record (`GET /v1/keys`); never its secret. */
+export interface Key {
+  /** `key_` and 16 hex digits; the objects the key makes belong to it. */
+  id: string;
+  name: string;
+  labels: Record<string, string>;
+  admin: boolean;
+  /** US dollars per UTC day, or null for no limit. */
+  daily_limit_usd: number | null;
+  create_time: string;
+  /** When it was revoked (listed with `revoked: true`). */
+  revoke_time?: string;
+}
+
+/** The answer of `POST /v1/keys`: the record and, this once, the secret. */
+export interface CreatedKey {
+  id: string;
+  name: string;
+  labels: Record<string, string>;
+  admin: boolean;
+  daily_limit_usd: number | null;
+  create_time: string;
+  revoke_time?: string;
+  /** The bearer token, `sbxk_…`; sbxd keeps only its SHA-256. */
+  secret: string;
+}
+
 /** Body of `POST /v1/sandboxes/{name}/fork`. */
 export interface ForkRequest {
   name?: string;

@@ -109,6 +109,14 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
       assert.equal((await client.deliveryArchive(a.id)).toString('utf8'), c.response.body_text);
       return;
     case 'delivery_key': assert.equal(await client.deliveryPublicKey(), c.response.body_text); return;
+    case 'create_key': {
+      const k = await client.createKey(a.request);
+      assert.ok(k.secret.startsWith('sbxk_'), 'the created key carries its secret');
+      return;
+    }
+    case 'list_keys': await client.listKeys({ revoked: a.revoked }); return;
+    case 'get_key': await client.getKey(a.id); return;
+    case 'revoke_key': await client.revokeKey(a.id); return;
     case 'delete': await sb().delete(); return;
     default: assert.fail(`unknown call ${c.call}`);
   }
