@@ -206,6 +206,41 @@ type Usage struct {
 	MemoryMB int
 }
 
+// UsageRow is the usage one sandbox accrued within one UTC hour: CPU
+// seconds used, GiB-seconds of memory allocated while running, and
+// byte-seconds of checkpoint and snapshot bytes stored. Rows outlive their
+// sandbox.
+type UsageRow struct {
+	SandboxID, SandboxName string
+	// KeyID is the API key billed ("" the operator's).
+	KeyID string
+	// Hour is the start of the UTC hour; First and Last bound the accrual
+	// within it (Hour <= First <= Last <= Hour+1h).
+	Hour, First, Last time.Time
+
+	CPUSeconds, MemoryGiBSeconds, StoredByteSeconds float64
+}
+
+// UsageMeter is the meter's last reading of one sandbox: whether its
+// container ran, the container's CPU counter (ns) and when it was read.
+// The storage meter (SandboxID "") keeps only Time, the last accrual of
+// stored bytes.
+type UsageMeter struct {
+	SandboxID string
+	Running   bool
+	CPUNanos  uint64
+	Time      time.Time
+}
+
+// StoredBytes is what one sandbox keeps in the blob store: the bytes its
+// disk checkpoints added plus those of its ready snapshots that are
+// billable (not a fork's own). SandboxName is from a snapshot's record
+// ("" when only checkpoints count).
+type StoredBytes struct {
+	SandboxID, SandboxName string
+	Bytes                  int64
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	// Labels must all match (key=value).
@@ -298,6 +333,20 @@ type Store interface {
 	ListDeliveries(ctx context.Context, sandboxIDOrName string) ([]*Delivery, error)
 	// LastDelivery returns the last delivery of the chain, nil if none.
 	LastDelivery(ctx context.Context) (*Delivery, error)
+
+	// AddUsage adds rows to the usage of their (SandboxID, Hour), keeping
+	// the earliest First and latest Last, replaces the meters given and
+	// removes the meters of dropMeters, in one transaction.
+	AddUsage(ctx context.Context, rows []*UsageRow, meters []*UsageMeter, dropMeters []string) error
+	// ListUsage returns the usage rows whose hour overlaps [since, until),
+	// by hour then sandbox id.
+	ListUsage(ctx context.Context, since, until time.Time) ([]*UsageRow, error)
+	// UsageMeters returns every meter's last reading.
+	UsageMeters(ctx context.Context) ([]*UsageMeter, error)
+	// ListStoredBytes returns what each sandbox (deleted ones included,
+	// through their snapshots) keeps in the blob store; sandboxes that
+	// keep nothing are left out.
+	ListStoredBytes(ctx context.Context) ([]*StoredBytes, error)
 
 	// PutImage inserts or replaces an image record.
 	PutImage(ctx context.Context, img *Image) error

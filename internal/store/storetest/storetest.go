@@ -28,6 +28,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
 	t.Run("SandboxUsage", func(t *testing.T) { testSandboxUsage(t, open(t)) })
 	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, open(t)) })
+	t.Run("Usage", func(t *testing.T) { testUsage(t, open(t)) })
+	t.Run("StoredBytes", func(t *testing.T) { testStoredBytes(t, open(t)) })
 }
 
 func testSnapshots(t *testing.T, s store.Store) {
@@ -480,5 +482,93 @@ func testDeliveries(t *testing.T, s store.Store) {
 	}
 	if last, err := s.LastDelivery(ctx); err != nil || last == nil || last.ID != "dlv_2" {
 		t.Fatalf("last: %+v %v", last, err)
+	}
+}
+
+// testUsage: rows of one (sandbox, hour) add up and keep the widest
+// bounds; a list selects by overlapping hour; meters are replaced and
+// dropped with the rows, in one step; usage outlives its sandbox.
+func testUsage(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	h9 := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	row := func(id string, hour time.Time, first, last time.Duration, cpu float64) *store.UsageRow {
+		return &store.UsageRow{SandboxID: id, SandboxName: "n-" + id, KeyID: "key_" + id, Hour: hour,
+			First: hour.Add(first), Last: hour.Add(last), CPUSeconds: cpu, MemoryGiBSeconds: 2 * cpu, StoredByteSeconds: 1e9 * cpu}
+	}
+	_ = s.CreateSandbox(ctx, sandbox("sbx_a", "a"))
+	if err := s.AddUsage(ctx, []*store.UsageRow{row("sbx_a", h9, 10*time.Minute, 20*time.Minute, 1.5), row("sbx_b", h9.Add(time.Hour), 0, time.Minute, 4)},
+		[]*store.UsageMeter{{SandboxID: "sbx_a", Running: true, CPUNanos: 1 << 40, Time: h9.Add(20 * time.Minute)}, {SandboxID: "", Time: h9}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	later := row("sbx_a", h9, 5*time.Minute, 30*time.Minute, 0.5)
+	later.SandboxName, later.KeyID = "", ""
+	if err := s.AddUsage(ctx, []*store.UsageRow{later}, []*store.UsageMeter{{SandboxID: "sbx_a", Running: false, CPUNanos: 7, Time: h9.Add(30 * time.Minute)}}, []string{""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox(ctx, "sbx_a"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListUsage(ctx, h9.Add(59*time.Minute), h9.Add(90*time.Minute))
+	if err != nil || len(got) != 2 || got[0].SandboxID != "sbx_a" || got[1].SandboxID != "sbx_b" {
+		t.Fatalf("list: %+v %v", got, err)
+	}
+	a := got[0]
+	if a.CPUSeconds != 2 || a.MemoryGiBSeconds != 4 || a.StoredByteSeconds != 2e9 || a.SandboxName != "n-sbx_a" || a.KeyID != "key_sbx_a" ||
+		!a.Hour.Equal(h9) || !a.First.Equal(h9.Add(5*time.Minute)) || !a.Last.Equal(h9.Add(30*time.Minute)) {
+		t.Fatalf("added row: %+v", a)
+	}
+	if got, _ := s.ListUsage(ctx, h9.Add(-time.Hour), h9); len(got) != 0 {
+		t.Fatalf("an hour before: %+v", got)
+	}
+	if got, _ := s.ListUsage(ctx, h9.Add(90*time.Minute), h9.Add(3*time.Hour)); len(got) != 1 || got[0].SandboxID != "sbx_b" {
+		t.Fatalf("the next hour: %+v", got)
+	}
+	ms, err := s.UsageMeters(ctx)
+	if err != nil || len(ms) != 1 || ms[0].SandboxID != "sbx_a" || ms[0].Running || ms[0].CPUNanos != 7 || !ms[0].Time.Equal(h9.Add(30*time.Minute)) {
+		t.Fatalf("meters: %+v %v", ms, err)
+	}
+	// A failed transaction writes nothing: a canceled context.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.AddUsage(cctx, []*store.UsageRow{row("sbx_c", h9, 0, time.Minute, 1)}, nil, nil); err == nil {
+		t.Fatal("add on a canceled context succeeded")
+	}
+	if got, _ := s.ListUsage(ctx, h9, h9.Add(time.Hour)); len(got) != 1 {
+		t.Fatalf("a failed add left rows: %+v", got)
+	}
+}
+
+// testStoredBytes: checkpoints' added bytes and billable snapshots'
+// stored bytes add up per sandbox; a fork's own snapshot and an expired
+// one do not count; snapshots count after their sandbox is deleted.
+func testStoredBytes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_ = s.CreateSandbox(ctx, sandbox("sbx_a", "a"))
+	for seq, b := range []int64{0, 100, 20} {
+		if err := s.AddCheckpoint(ctx, &store.Checkpoint{SandboxID: "sbx_a", Seq: seq, Manifest: []string{"sha256:a"}, AddedBytes: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sn := range []*store.Snapshot{
+		{ID: "snap_1", SandboxID: "sbx_a", SandboxName: "a", StoredBytes: 1000, State: "ready"},
+		{ID: "snap_2", SandboxID: "sbx_a", SandboxName: "a", StoredBytes: 5000, Fork: true, State: "ready"},
+		{ID: "snap_3", SandboxID: "sbx_gone", SandboxName: "gone", StoredBytes: 7, State: "ready"},
+		{ID: "snap_4", SandboxID: "sbx_gone", SandboxName: "gone", StoredBytes: 9, State: "expired"},
+		{ID: "snap_5", SandboxID: "sbx_s", SandboxName: "s", StoredBytes: 3, Suspend: true, State: "ready"},
+	} {
+		if err := s.AddSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ListStoredBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, b := range got {
+		parts = append(parts, fmt.Sprintf("%s:%s:%d", b.SandboxID, b.SandboxName, b.Bytes))
+	}
+	if s := strings.Join(parts, " "); s != "sbx_a:a:1120 sbx_gone:gone:7 sbx_s:s:3" {
+		t.Fatalf("stored bytes: %s", s)
 	}
 }
