@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -322,5 +323,50 @@ func TestFakeUsageShortLived(t *testing.T) {
 	if len(u.Usage) != 1 || u.Usage[0].Sandbox != "short" || u.Usage[0].CPUSeconds < burnt.Seconds() ||
 		u.Usage[0].MemoryGiBSeconds <= 0 || u.Usage[0].MemoryGiBSeconds > 64.0/1024*time.Since(before).Seconds() || u.Usage[0].Cost <= 0 {
 		t.Fatalf("usage of a deleted short-lived sandbox (burnt %v): %+v", burnt, u.Usage)
+	}
+}
+
+// BenchmarkUsageSample is one sample of the usage meter with 200 running
+// sandboxes, each with checkpoints, on the real SQLite store (the CPU
+// counters come from memory; BenchmarkCgroupStats in runtime/gvisor is the
+// cost of reading one sandbox's cgroup). Its time divided by the interval
+// (DefaultUsageInterval) is the meter's share of a core.
+func BenchmarkUsageSample(b *testing.B) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "sbx.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	rt := &counterRuntime{cpu: map[string]uint64{}}
+	e := &Engine{st: st, log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: Config{Prices: api.DefaultUsagePrices}}
+	m := newMeter(e, rt, DefaultUsageInterval)
+	clock := t0
+	m.now = func() time.Time { return clock }
+	ctx := context.Background()
+	for i := range 200 {
+		id := fmt.Sprintf("sbx_%016x", i)
+		if err := st.CreateSandbox(ctx, &store.Sandbox{ID: id, Name: fmt.Sprintf("s%d", i), State: api.StateRunning,
+			Image: "default", CPUs: 1, MemoryMB: 1024}); err != nil {
+			b.Fatal(err)
+		}
+		for seq := range 3 {
+			if err := st.AddCheckpoint(ctx, &store.Checkpoint{SandboxID: id, Seq: seq, Manifest: []string{"sha256:a"}, AddedBytes: 1 << 20}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rt.set(id, 0)
+		m.started(ctx, id)
+	}
+	var n uint64
+	for b.Loop() {
+		n++
+		clock = clock.Add(DefaultUsageInterval)
+		for id := range rt.cpu {
+			rt.cpu[id] = n * uint64(time.Second)
+		}
+		if err := m.sample(ctx, clock); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
