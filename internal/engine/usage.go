@@ -414,10 +414,10 @@ func (e *Engine) Usage(ctx context.Context, q UsageQuery) (*api.Usage, error) {
 		q.GroupBy = api.UsageBySandbox
 	case api.UsageBySandbox, api.UsageByKey, api.UsageByDay:
 	default:
-		return nil, fmt.Errorf("%w: group_by must be sandbox, key or day, not %q", errdefs.ErrInvalidArgument, q.GroupBy)
+		return nil, errdefs.Invalid("group_by", "%q: want sandbox, key or day", q.GroupBy)
 	}
 	if !q.Until.After(q.Since) {
-		return nil, fmt.Errorf("%w: until must be after since", errdefs.ErrInvalidArgument)
+		return nil, errdefs.Invalid("until", "must be after since")
 	}
 	rows, err := e.st.ListUsage(ctx, q.Since, q.Until)
 	if err != nil {
