@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 )
@@ -152,9 +153,20 @@ func script() []confCase {
 			Response: confResponse{Status: 404, Body: j(`{"error":{"code":"not_found","message":"no delivery dlv_missing"}}`)}},
 		{Call: "delivery_archive", Args: j(`{"id":"dlv_0123456789abcdef"}`), Response: confResponse{Status: 200, BodyText: text("zstd!\n")}},
 		{Call: "delivery_key", Args: j(`{}`), Response: confResponse{Status: 200, BodyText: text("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n")}},
+		{Call: "usage", Args: j(`{"since":"2026-11-29T00:00:00Z","until":"2026-11-30T00:00:00Z","group_by":"day"}`),
+			Response: confResponse{Status: 200, Body: j(usageJSON)}},
+		{Call: "usage", Args: j(`{"group_by":"week"}`), ErrorCode: "invalid_argument",
+			Response: confResponse{Status: 400, Body: j(`{"error":{"code":"invalid_argument","message":"group_by: \"week\": want sandbox, key or day"}}`)}},
 		{Call: "delete", Args: j(`{}`), Response: confResponse{Status: 204}},
 	}
 }
+
+// usageJSON is an answer of GET /v1/usage?group_by=day: the pricing
+// example of a 3-minute fork of a 2 vCPU / 4 GiB sandbox.
+const usageJSON = `{"since":"2026-11-29T00:00:00Z","until":"2026-11-30T00:00:00Z","group_by":"day",` +
+	`"prices":{"cpu_hour":0.025,"memory_gib_hour":0.0075,"storage_gb_month":0.08},` +
+	`"usage":[{"day":"2026-11-29","cpu_seconds":180,"memory_gib_seconds":720,"stored_byte_seconds":0,"cost":0.00275}],` +
+	`"total":{"cpu_seconds":180,"memory_gib_seconds":720,"stored_byte_seconds":0,"cost":0.00275}}`
 
 // callNames documents the calls and their arguments for the other SDKs.
 var callNames = []string{
@@ -182,6 +194,7 @@ var callNames = []string{
 	"list_deliveries {sandbox}, get_delivery {id}",
 	"delivery_archive {id}: the archive's bytes; they must equal the canned body",
 	"delivery_key {}: the node's public key (PEM); it must equal the canned body",
+	"usage {since, until, group_by}: GET /v1/usage, each argument sent only when given (times as RFC 3339 UTC, as given)",
 	"delete {}: delete the current sandbox",
 }
 
@@ -206,6 +219,9 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		WakeOn   string            `json:"wake_on"`
 		Key      string            `json:"key"`
 		Data     json.RawMessage   `json:"data"`
+		Since    time.Time         `json:"since"`
+		Until    time.Time         `json:"until"`
+		GroupBy  string            `json:"group_by"`
 	}
 	if err := json.Unmarshal(cc.Args, &a); err != nil {
 		return err
@@ -324,6 +340,8 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		if b, err = c.Deliveries.PublicKey(ctx); err == nil && string(b) != *cc.Response.BodyText {
 			err = fmt.Errorf("key %q, want %q", b, *cc.Response.BodyText)
 		}
+	case "usage":
+		_, err = c.Usage(ctx, UsageQuery{Since: a.Since, Until: a.Until, GroupBy: a.GroupBy})
 	case "delete":
 		err = sb.Delete(ctx)
 	default:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import http.client
 import io
 import json
@@ -13,7 +14,7 @@ from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Mapping,
 from ._transport import NDJSON, Progress, Transport, iter_lines, labels_query, seg
 from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, error_for
 from .types import (Checkpoint, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo, Health,
-                    Image, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Volume,
+                    Image, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Usage, Volume,
                     rules_to_dict)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -271,6 +272,25 @@ class Client:
         """Cancel every pending event of ``key``; return how many there were."""
         r = self._t.json("DELETE", "/v1/events", [("key", key)]) or {}
         return int(r.get("cancelled", 0))
+
+    # --- usage ------------------------------------------------------------
+
+    def usage(self, since: Any = None, until: Any = None, group_by: Optional[str] = None) -> Usage:
+        """Usage in ``[since, until)`` (default: the current UTC day until now), grouped.
+
+        ``since`` and ``until`` are ``datetime`` (naive ones are taken as UTC)
+        or RFC 3339 strings; ``group_by`` is ``"sandbox"`` (default), ``"key"``
+        or ``"day"``. Each entry carries ``cpu_seconds``, ``memory_gib_seconds``,
+        ``stored_byte_seconds`` and ``cost`` in US dollars. Raises
+        InvalidArgument for a bad window or group.
+        """
+        q = []
+        for name, t in (("since", since), ("until", until)):
+            if t is not None:
+                q.append((name, _rfc3339(t)))
+        if group_by:
+            q.append(("group_by", group_by))
+        return Usage.from_dict(self._t.json("GET", "/v1/usage", q or None))
 
     # --- deliveries -------------------------------------------------------
 
@@ -977,3 +997,12 @@ class Sandbox:
         from .undo import chain
 
         return chain(self)
+
+
+def _rfc3339(t: Any) -> str:
+    """An RFC 3339 UTC string of a datetime (naive: UTC), or a string as is."""
+    if isinstance(t, str):
+        return t
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -120,6 +120,10 @@ class Driver:
         if name == "delivery_key":
             self.read_back = c.delivery_public_key()
             return self.read_back
+        if name == "usage":
+            u = c.usage(a.get("since"), a.get("until"), a.get("group_by"))
+            assert abs(u.total.cost - sum(e.cost for e in u.usage)) < 1e-12 and u.prices.cpu_hour > 0, u
+            return u
         if name == "delete":
             return sb.delete()
         raise AssertionError(f"unknown call {name!r}")

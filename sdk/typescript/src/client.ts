@@ -10,7 +10,7 @@ import { NDJSON, Transport, ndjsonLines, readAll, seg, type Query } from './http
 import type {
   Checkpoint, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
   FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo,
-  ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, WriteFileResult,
+  ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, Usage, UsageGroupBy, WriteFileResult,
 } from './types.js';
 
 // Node 20 has Symbol.asyncDispose (as Symbol.for('nodejs.asyncDispose')); older
@@ -279,6 +279,18 @@ export class Client {
   async deliveryPublicKey(o: CallOptions = {}): Promise<string> {
     const res = await this.t.request({ method: 'GET', path: '/v1/deliveries/key', accept: 'application/x-pem-file', signal: o.signal });
     return (await readAll(res)).toString('utf8');
+  }
+
+  /**
+   * Usage in `[since, until)` (default: the current UTC day until now),
+   * grouped by sandbox (default), API key or UTC day, each entry priced
+   * in US dollars. `since` and `until` are `Date`s or RFC 3339 strings.
+   * A bad window or group is an {@link InvalidArgumentError}.
+   */
+  usage(o: CallOptions & { since?: Date | string; until?: Date | string; groupBy?: UsageGroupBy } = {}): Promise<Usage> {
+    const time = (t?: Date | string) => (t instanceof Date ? t.toISOString().replace(/\.\d{3}Z$/, 'Z') : t || undefined);
+    const query: Query = { since: time(o.since), until: time(o.until), group_by: o.groupBy || undefined };
+    return this.t.json<Usage>({ method: 'GET', path: '/v1/usage', query, signal: o.signal });
   }
 
   /** Images. */

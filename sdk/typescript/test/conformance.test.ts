@@ -109,6 +109,11 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
       assert.equal((await client.deliveryArchive(a.id)).toString('utf8'), c.response.body_text);
       return;
     case 'delivery_key': assert.equal(await client.deliveryPublicKey(), c.response.body_text); return;
+    case 'usage': {
+      const u = await client.usage({ since: a.since, until: a.until, groupBy: a.group_by });
+      assert.equal(u.total.cost, u.usage.reduce((n, e) => n + e.cost, 0));
+      return;
+    }
     case 'delete': await sb().delete(); return;
     default: assert.fail(`unknown call ${c.call}`);
   }
