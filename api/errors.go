@@ -16,6 +16,9 @@ const (
 	CodeInvalidArgument Code = "invalid_argument"
 	// CodeUnauthorized: missing or wrong API key. 401.
 	CodeUnauthorized Code = "unauthorized"
+	// CodeForbidden: the key is valid but a tenant key, and the request
+	// is for admin keys only (managing API keys). 403. An sbx extension.
+	CodeForbidden Code = "forbidden"
 	// CodeSandboxNotFound: no sandbox has that name or id. 404.
 	CodeSandboxNotFound Code = "sandbox_not_found"
 	// CodeCheckpointNotFound: the sandbox has no checkpoint with that id. 404.
@@ -33,6 +36,9 @@ const (
 	// CodeEventNotFound: no pending event has that id (it was delivered,
 	// cancelled or expired). 404. An sbx extension.
 	CodeEventNotFound Code = "event_not_found"
+	// CodeKeyNotFound: no live API key has that id or name. 404. An sbx
+	// extension.
+	CodeKeyNotFound Code = "key_not_found"
 	// CodeNotFound: the route does not exist. 404.
 	CodeNotFound Code = "not_found"
 	// CodeMethodNotAllowed: the route exists for other methods (see the
@@ -99,8 +105,10 @@ func (c Code) HTTPStatus() int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
 	case CodeSandboxNotFound, CodeCheckpointNotFound, CodeSnapshotNotFound,
-		CodeImageNotFound, CodeFileNotFound, CodeProcessNotFound, CodeEventNotFound, CodeNotFound:
+		CodeImageNotFound, CodeFileNotFound, CodeProcessNotFound, CodeEventNotFound, CodeKeyNotFound, CodeNotFound:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed

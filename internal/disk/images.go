@@ -156,7 +156,7 @@ func (m *Images) Ensure(ctx context.Context, name string, progress Progress) (*s
 		return img, err
 	}
 	m.log.Info("default image missing: building it", "image", name)
-	return m.Build(ctx, api.BuildImageRequest{Name: DefaultImage}, progress)
+	return m.Build(ctx, api.BuildImageRequest{Name: DefaultImage}, "", progress)
 }
 
 func newID() string {
@@ -185,7 +185,9 @@ var suiteRE = regexp.MustCompile(`^[a-z][a-z0-9-]{1,30}$`)
 // Build builds an image with mmdebstrap (Debian minbase plus packages) and
 // unpacks it under req.Name. The mmdebstrap tarball is cached by recipe
 // digest unless req.NoCache. Progress gets mmdebstrap's output lines.
-func (m *Images) Build(ctx context.Context, req api.BuildImageRequest, progress Progress) (*store.Image, error) {
+// owner is recorded as the image's Owner (the API key that asked; "" for
+// the operator).
+func (m *Images) Build(ctx context.Context, req api.BuildImageRequest, owner string, progress Progress) (*store.Image, error) {
 	if req.Name == "" {
 		req.Name = DefaultImage
 	}
@@ -221,7 +223,7 @@ func (m *Images) Build(ctx context.Context, req api.BuildImageRequest, progress 
 		}
 		defer f.Close()
 		progress("unpacking root filesystem")
-		return m.unpack(ctx, req.Name, rc.digest(), "build:mmdebstrap "+rc.Suite+" minbase+"+strings.Join(rc.Packages, ","),
+		return m.unpack(ctx, req.Name, owner, rc.digest(), "build:mmdebstrap "+rc.Suite+" minbase+"+strings.Join(rc.Packages, ","),
 			DefaultEnv, func(dir string) (int64, error) { return untar(f, dir) })
 	})
 }
@@ -289,9 +291,9 @@ func (m *Images) mmdebstrapTar(ctx context.Context, rc recipe, noCache bool, pro
 }
 
 // unpack fills a new image directory with fill, prepares it for sbx, and
-// records it under name, replacing an older image of that name (whose
-// directory GC removes once no sandbox uses it).
-func (m *Images) unpack(ctx context.Context, name, digest, source string, env []string, fill func(dir string) (int64, error)) (*store.Image, error) {
+// records it under name, owned by owner, replacing an older image of that
+// name (whose directory GC removes once no sandbox uses it).
+func (m *Images) unpack(ctx context.Context, name, owner, digest, source string, env []string, fill func(dir string) (int64, error)) (*store.Image, error) {
 	id := newID()
 	tmp := filepath.Join(m.dir, ".tmp-"+id)
 	if err := os.MkdirAll(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
@@ -314,7 +316,7 @@ func (m *Images) unpack(ctx context.Context, name, digest, source string, env []
 	if len(env) == 0 {
 		env = DefaultEnv
 	}
-	img := &store.Image{Name: name, ID: id, Digest: digest, Source: source, SizeBytes: size, Env: env, CreateTime: time.Now().UTC()}
+	img := &store.Image{Name: name, ID: id, Digest: digest, Source: source, SizeBytes: size, Env: env, Owner: owner, CreateTime: time.Now().UTC()}
 	if err := m.st.PutImage(ctx, img); err != nil {
 		os.RemoveAll(filepath.Join(m.dir, id))
 		return nil, err
@@ -412,8 +414,8 @@ func mountpointDirs(root string) error {
 // Import unpacks an image from r, which holds one of: a docker-save archive
 // (manifest.json), a tar of an OCI image layout (oci-layout, index.json), or
 // a plain root filesystem tarball; each may be gzip-compressed. tmpDir
-// receives a spooled copy of r.
-func (m *Images) Import(ctx context.Context, name string, r io.Reader, progress Progress) (*store.Image, error) {
+// receives a spooled copy of r. owner is recorded as the image's Owner.
+func (m *Images) Import(ctx context.Context, name, owner string, r io.Reader, progress Progress) (*store.Image, error) {
 	if err := ValidateImageName(name); err != nil {
 		return nil, err
 	}
@@ -452,7 +454,7 @@ func (m *Images) Import(ctx context.Context, name string, r io.Reader, progress 
 			if err != nil {
 				return nil, errdefs.Invalid("body", "bad docker archive: %v", err)
 			}
-			return m.unpackOCI(ctx, name, "archive", img, progress)
+			return m.unpackOCI(ctx, name, owner, "archive", img, progress)
 		case "oci":
 			dir, err := os.MkdirTemp(m.dir, ".layout-")
 			if err != nil {
@@ -469,7 +471,7 @@ func (m *Images) Import(ctx context.Context, name string, r io.Reader, progress 
 			if err != nil {
 				return nil, err
 			}
-			return m.unpackOCI(ctx, name, "oci-layout", img, progress)
+			return m.unpackOCI(ctx, name, owner, "oci-layout", img, progress)
 		default:
 			if _, err := spool.Seek(0, io.SeekStart); err != nil {
 				return nil, err
@@ -483,7 +485,7 @@ func (m *Images) Import(ctx context.Context, name string, r io.Reader, progress 
 			}
 			progress("unpacking root filesystem tarball")
 			digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
-			return m.unpack(ctx, name, digest, "archive:rootfs", DefaultEnv, func(dir string) (int64, error) {
+			return m.unpack(ctx, name, owner, digest, "archive:rootfs", DefaultEnv, func(dir string) (int64, error) {
 				size, err := untar(spool, dir)
 				if err != nil {
 					// Paths in the message are the tarball's, not the host's.
@@ -577,7 +579,7 @@ func pickImage(idx v1.ImageIndex, platform v1.Platform) (v1.Image, error) {
 
 // unpackOCI flattens img's layers (applying whiteouts, as the OCI image
 // spec's layer rules say) and unpacks the result.
-func (m *Images) unpackOCI(ctx context.Context, name, source string, img v1.Image, progress Progress) (*store.Image, error) {
+func (m *Images) unpackOCI(ctx context.Context, name, owner, source string, img v1.Image, progress Progress) (*store.Image, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, errdefs.Invalid("image", "bad manifest: %v", err)
@@ -598,7 +600,7 @@ func (m *Images) unpackOCI(ctx context.Context, name, source string, img v1.Imag
 	}
 	progress(fmt.Sprintf("image %s: %d layers, %d bytes compressed", digest, len(layers), total))
 	env := cfg.Config.Env
-	return m.unpack(ctx, name, digest.String(), source, env, func(dir string) (int64, error) {
+	return m.unpack(ctx, name, owner, digest.String(), source, env, func(dir string) (int64, error) {
 		rc := mutate.Extract(img)
 		defer rc.Close()
 		progress("unpacking layers")
@@ -610,8 +612,9 @@ func (m *Images) unpackOCI(ctx context.Context, name, source string, img v1.Imag
 	})
 }
 
-// Pull fetches req.Ref from its registry and unpacks it under req.Name.
-func (m *Images) Pull(ctx context.Context, req api.PullImageRequest, progress Progress) (*store.Image, error) {
+// Pull fetches req.Ref from its registry and unpacks it under req.Name,
+// owned by owner.
+func (m *Images) Pull(ctx context.Context, req api.PullImageRequest, owner string, progress Progress) (*store.Image, error) {
 	if err := ValidateImageName(req.Name); err != nil {
 		return nil, err
 	}
@@ -651,7 +654,7 @@ func (m *Images) Pull(ctx context.Context, req api.PullImageRequest, progress Pr
 			}
 			return nil, errdefs.New(errdefs.ErrUnavailable, "pull %s: the registry could not be read (not a registry, or unreachable)", ref)
 		}
-		return m.unpackOCI(ctx, req.Name, "registry:"+ref.String(), img, progress)
+		return m.unpackOCI(ctx, req.Name, owner, "registry:"+ref.String(), img, progress)
 	})
 }
 

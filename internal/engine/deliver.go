@@ -231,7 +231,7 @@ func (e *Engine) packAndRecord(ctx context.Context, sb *store.Sandbox, id string
 	e.faultCtx(ctx, "deliver:stored")
 	sum := hex.EncodeToString(h.Sum(nil))
 	d := &store.Delivery{ID: id, Name: req.Name, SandboxID: sb.ID, SandboxName: sb.Name,
-		ArchiveDigest: "sha256:" + sum, ArchiveBytes: size, Files: len(files), Metadata: req.Metadata}
+		ArchiveDigest: "sha256:" + sum, ArchiveBytes: size, Files: len(files), Metadata: req.Metadata, Owner: sb.Owner}
 	for _, c := range chunks {
 		d.Chunks = append(d.Chunks, string(c.Digest))
 	}
@@ -419,22 +419,41 @@ func (e *Engine) recoverDeliver(ctx context.Context, op *store.Op) {
 	e.deleteOp(ctx, op.SandboxID, op.ID)
 }
 
-// GetDelivery returns a delivery record or ErrNotFound.
+// GetDelivery returns a delivery record, or ErrNotFound when there is
+// none that ctx's caller may see.
 func (e *Engine) GetDelivery(ctx context.Context, id string) (*store.Delivery, error) {
-	return e.st.GetDelivery(ctx, id)
+	d, err := e.st.GetDelivery(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !CallerOf(ctx).Sees(d.Owner) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no delivery %q", id)
+	}
+	return d, nil
 }
 
 // ListDeliveries returns the deliveries of a sandbox (id or name; "" all),
-// oldest first.
+// oldest first, of those ctx's caller may see.
 func (e *Engine) ListDeliveries(ctx context.Context, sandbox string) ([]*store.Delivery, error) {
-	return e.st.ListDeliveries(ctx, sandbox)
+	all, err := e.st.ListDeliveries(ctx, sandbox)
+	if err != nil {
+		return nil, err
+	}
+	c := CallerOf(ctx)
+	out := all[:0]
+	for _, d := range all {
+		if c.Sees(d.Owner) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }
 
 // DeliveryArchive returns a reader of delivery id's archive bytes. Each
 // chunk is checked against its digest as it is read: a lost or corrupt
 // chunk ends the reader with blob.ErrNotFound or blob.ErrCorrupt.
 func (e *Engine) DeliveryArchive(ctx context.Context, id string) (*store.Delivery, io.ReadCloser, error) {
-	d, err := e.st.GetDelivery(ctx, id)
+	d, err := e.GetDelivery(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -123,9 +123,11 @@ func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, content
 		return nil, errdefs.New(errdefs.ErrTooLarge, "an event's body is at most %d bytes", MaxEventBytes)
 	}
 	ctx = context.WithoutCancel(ctx)
+	// A tenant's event wakes and reaches only its own sandboxes.
+	c := CallerOf(ctx)
 	e.eventsMu.Lock()
 	defer e.eventsMu.Unlock()
-	sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{})
+	sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{Owners: c.owners()})
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +144,7 @@ func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, content
 		return nil, err
 	}
 	if len(waiting) == 0 {
-		if err := e.checkEventRoom(ctx, store.EventQuery{Pending: true, Key: key}, fmt.Sprintf("key %q", key), lim.PerKeyCount, lim.PerKeyBytes, size); err != nil {
+		if err := e.checkEventRoom(ctx, store.EventQuery{Pending: true, Key: key, Owners: []string{c.eventOwner()}}, fmt.Sprintf("key %q", key), lim.PerKeyCount, lim.PerKeyBytes, size); err != nil {
 			return nil, err
 		}
 	}
@@ -155,7 +157,8 @@ func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, content
 	out := &PostedEvent{}
 	id := newEventID()
 	for _, sb := range waiting {
-		ev := &store.Event{ID: id, Key: key, SandboxID: sb.ID, Data: data, ContentType: contentType, CreateTime: now, DeliverTime: now}
+		ev := &store.Event{ID: id, Key: key, SandboxID: sb.ID, Data: data, ContentType: contentType, CreateTime: now, DeliverTime: now,
+			Owner: c.eventOwner()}
 		if len(out.Woken) > 0 {
 			ev.ID = newEventID()
 		}
@@ -171,7 +174,8 @@ func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, content
 		if retention <= 0 {
 			retention = DefaultEventRetention
 		}
-		ev := &store.Event{ID: id, Key: key, Data: data, ContentType: contentType, CreateTime: now, ExpireTime: now.Add(retention)}
+		ev := &store.Event{ID: id, Key: key, Data: data, ContentType: contentType, CreateTime: now, ExpireTime: now.Add(retention),
+			Owner: c.eventOwner()}
 		if err := e.st.AddEvent(ctx, ev); err != nil {
 			return nil, err
 		}
@@ -194,7 +198,8 @@ func (e *Engine) deliverPending(ctx context.Context, sb *store.Sandbox) {
 	if sb.WakeOn == "" {
 		return
 	}
-	evs, err := e.st.TakePending(context.WithoutCancel(ctx), sb.WakeOn, sb.ID, time.Now().UTC())
+	// It takes the events of its owner and the operator's (Caller.eventOwner).
+	evs, err := e.st.TakePending(context.WithoutCancel(ctx), sb.WakeOn, sb.ID, []string{"", sb.Owner}, time.Now().UTC())
 	if err != nil {
 		e.log.Warn("deliver pending events", "sandbox", sb.Name, "err", err)
 		return
@@ -298,7 +303,8 @@ func (e *Engine) Events(ctx context.Context, idOrName string, p EventPage) ([]*s
 
 // PendingEvents returns a page of the events that wait for a sandbox to
 // suspend on their key (of key, or of every key when key is ""), oldest
-// first, and the cursor of the next page.
+// first, and the cursor of the next page: those ctx's caller posted (an
+// admin sees all).
 //
 // Errors: ErrInvalidArgument (key, limit, cursor).
 func (e *Engine) PendingEvents(ctx context.Context, key string, p EventPage) ([]*store.Event, string, error) {
@@ -307,7 +313,7 @@ func (e *Engine) PendingEvents(ctx context.Context, key string, p EventPage) ([]
 			return nil, "", err
 		}
 	}
-	q, err := p.query(store.EventQuery{Pending: true, Key: key})
+	q, err := p.query(store.EventQuery{Pending: true, Key: key, Owners: CallerOf(ctx).owners()})
 	if err != nil {
 		return nil, "", err
 	}
@@ -318,21 +324,22 @@ func (e *Engine) PendingEvents(ctx context.Context, key string, p EventPage) ([]
 	return evs, nextCursor(evs, q), nil
 }
 
-// CancelEvent deletes a pending event.
+// CancelEvent deletes a pending event that ctx's caller posted (an admin:
+// any).
 //
 // Errors: ErrEventNotFound (no pending event has that id: delivered,
-// cancelled or expired).
+// cancelled, expired, or another tenant's).
 func (e *Engine) CancelEvent(ctx context.Context, id string) error {
-	return e.st.DeletePendingEvent(ctx, id)
+	return e.st.DeletePendingEvent(ctx, id, CallerOf(ctx).owners())
 }
 
-// CancelEvents deletes the pending events of key and returns how many
-// there were.
+// CancelEvents deletes the pending events of key that ctx's caller posted
+// (an admin: all) and returns how many there were.
 //
 // Errors: ErrInvalidArgument (key).
 func (e *Engine) CancelEvents(ctx context.Context, key string) (int, error) {
 	if err := validateWakeKey("key", key); err != nil {
 		return 0, err
 	}
-	return e.st.DeletePendingEvents(ctx, key)
+	return e.st.DeletePendingEvents(ctx, key, CallerOf(ctx).owners())
 }

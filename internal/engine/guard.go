@@ -246,6 +246,9 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 	if err != nil {
 		return err
 	}
+	if !CallerOf(ctx).Sees(sn.Owner) {
+		return errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", snapID)
+	}
 	if sn.SandboxID != sb.ID {
 		return errdefs.Invalid("snapshot", "%s was taken of another sandbox", snapID)
 	}

@@ -90,7 +90,8 @@ func (e *Engine) validateNetwork(ctx context.Context, n *api.NetworkRules, self 
 		if err := ValidateName(field, c); err != nil {
 			return err
 		}
-		if _, err := e.st.GetSandbox(ctx, c); err != nil {
+		// Another tenant's sandbox is as missing as one that is not there.
+		if _, err := e.Get(ctx, c); err != nil {
 			return errdefs.Invalid(field, "no sandbox named %q", c)
 		}
 	}

@@ -120,6 +120,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if err != nil {
 		return nil, err
 	}
+	if !CallerOf(ctx).seesImage(img) {
+		return nil, errdefs.New(errdefs.ErrImageNotFound, "no image named %q", req.Image)
+	}
 	rules := defaultNetwork()
 	if req.Network != nil {
 		rules = normalizeNetwork(*req.Network)
@@ -129,6 +132,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Env: req.Env, Labels: req.Labels,
 		Network: rules,
 		Volumes: req.Volumes, TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
+		Owner: CallerOf(ctx).KeyID,
 	}
 	if len(req.Volumes) == 0 {
 		if warm, err := e.pool.claim(ctx, shape{img.ID, req.CPUs, req.MemoryMB, req.DiskMB}, sb); err != nil || warm != nil {
@@ -294,10 +298,14 @@ func (e *Engine) removeAll(ctx context.Context, id string) {
 	}
 }
 
-// Get returns the sandbox with that name or id.
+// Get returns the sandbox with that name or id, if ctx's caller may see
+// it (Caller.Sees); else, as for a missing one, ErrSandboxNotFound.
 func (e *Engine) Get(ctx context.Context, idOrName string) (*store.Sandbox, error) {
 	sb, err := e.st.GetSandbox(ctx, idOrName)
 	if err != nil {
+		return nil, err
+	}
+	if sb, err = hideSandbox(ctx, sb, idOrName); err != nil {
 		return nil, err
 	}
 	if sb.Pooled && sb.ID == idOrName {
@@ -306,9 +314,10 @@ func (e *Engine) Get(ctx context.Context, idOrName string) (*store.Sandbox, erro
 	return sb, nil
 }
 
-// List returns the sandboxes whose labels include all of labels.
+// List returns the sandboxes whose labels include all of labels, of
+// those ctx's caller may see.
 func (e *Engine) List(ctx context.Context, labels map[string]string) ([]*store.Sandbox, error) {
-	return e.st.ListSandboxes(ctx, store.SandboxFilter{Labels: labels})
+	return e.st.ListSandboxes(ctx, store.SandboxFilter{Labels: labels, Owners: CallerOf(ctx).owners()})
 }
 
 // Delete stops sandbox idOrName and deletes everything it owns. Another
@@ -323,6 +332,9 @@ func (e *Engine) List(ctx context.Context, labels map[string]string) ([]*store.S
 func (e *Engine) Delete(ctx context.Context, idOrName string) error {
 	sb, err := e.st.GetSandbox(ctx, idOrName)
 	if err != nil {
+		return err
+	}
+	if sb, err = hideSandbox(ctx, sb, idOrName); err != nil {
 		return err
 	}
 	if !sb.Pooled {

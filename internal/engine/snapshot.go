@@ -276,12 +276,14 @@ type snapshotKind struct {
 // newSnapshotRecord is the record, not yet stored (storeSnapshot), of
 // capture c of sb as snapshot id: its shape, its disk and what it stored.
 func newSnapshotRecord(sb *store.Sandbox, id string, c *captured, kind snapshotKind) *store.Snapshot {
+	// A snapshot belongs to its sandbox's owner, whoever took it.
 	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Network: sb.Network})
 	_, diskBytes := c.disk.Stats()
 	sn := &store.Snapshot{
 		ID: id, Name: kind.name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
 		Shape: shape, Disk: refStrings(c.diskRef), DiskBytes: diskBytes, StoredBytes: c.diskAdd,
 		Metadata: kind.metadata, Fork: kind.fork, Suspend: kind.suspend, State: "ready", CreateTime: time.Now().UTC(),
+		Owner: sb.Owner,
 	}
 	if !kind.fork && !kind.suspend {
 		sn.ExpireTime = sn.CreateTime.Add(kind.retention)
@@ -339,13 +341,14 @@ func (e *Engine) Snapshot(ctx context.Context, idOrName string, req api.Snapshot
 }
 
 // GetSnapshot returns a snapshot by id; an expired one is
-// ErrSnapshotNotFound saying so.
+// ErrSnapshotNotFound saying so, and so is one that ctx's caller may not
+// see, as if missing.
 func (e *Engine) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
 	sn, err := e.st.GetSnapshot(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if sn.Suspend {
+	if sn.Suspend || !CallerOf(ctx).Sees(sn.Owner) {
 		return nil, errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", id)
 	}
 	if sn.State == "expired" || (!sn.ExpireTime.IsZero() && time.Now().After(sn.ExpireTime)) {
@@ -354,7 +357,8 @@ func (e *Engine) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, e
 	return sn, nil
 }
 
-// ListSnapshots returns the snapshots that have not expired, newest first.
+// ListSnapshots returns the snapshots that have not expired, newest
+// first, of those ctx's caller may see.
 func (e *Engine) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
 	all, err := e.st.ListSnapshots(ctx, "")
 	if err != nil {
@@ -362,8 +366,9 @@ func (e *Engine) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
 	}
 	out := all[:0]
 	now := time.Now()
+	c := CallerOf(ctx)
 	for _, sn := range all {
-		if sn.State == "ready" && !sn.Suspend && (sn.ExpireTime.IsZero() || now.Before(sn.ExpireTime)) {
+		if sn.State == "ready" && !sn.Suspend && (sn.ExpireTime.IsZero() || now.Before(sn.ExpireTime)) && c.Sees(sn.Owner) {
 			out = append(out, sn)
 		}
 	}
@@ -376,7 +381,7 @@ func (e *Engine) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
 func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
 	if sn, err := e.st.GetSnapshot(ctx, id); err != nil {
 		return err
-	} else if sn.Suspend {
+	} else if sn.Suspend || !CallerOf(ctx).Sees(sn.Owner) {
 		return errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", id)
 	}
 	return e.removeSnapshot(ctx, id)
@@ -443,7 +448,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 		ID: newID(), Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
 		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, DiskMB: sh.DiskMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
-		CreateTime: time.Now().UTC(),
+		CreateTime: time.Now().UTC(), Owner: CallerOf(ctx).KeyID,
 	}
 	if !e.layers.Quota() {
 		sb.DiskMB = 0
@@ -630,6 +635,7 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 				ID: newID(), Name: name, State: api.StateCreating, Image: sb.Image, ImageID: sb.ImageID,
 				CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Labels: req.Labels, Network: normalizeNetwork(network),
 				SourceSandbox: sb.Name, SourceSnapshot: sn.ID, DiskSource: sb.Name + "/" + sn.ID, CreateTime: time.Now().UTC(),
+				Owner: sb.Owner, // a fork belongs to its source's owner
 			}
 			if err := e.startCopy(ctx, cp, sn, c.disk, c.dir); err != nil {
 				res.Errors[i] = fmt.Errorf("%v: %w", err, errdefs.ErrForkFailed)

@@ -22,12 +22,14 @@ import (
 var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	ErrUnauthorized    = errors.New("unauthorized")
-	ErrNotFound        = errors.New("not found")
-	ErrNameTaken       = errors.New("name taken")
-	ErrConflict        = errors.New("conflict")
-	ErrHasVolume       = errors.New("sandbox has a volume")
-	ErrTooLarge        = errors.New("too large")
-	ErrQuota           = errors.New("quota exceeded")
+	// ErrForbidden: a tenant key asked for what only admin keys may do.
+	ErrForbidden = errors.New("forbidden")
+	ErrNotFound  = errors.New("not found")
+	ErrNameTaken = errors.New("name taken")
+	ErrConflict  = errors.New("conflict")
+	ErrHasVolume = errors.New("sandbox has a volume")
+	ErrTooLarge  = errors.New("too large")
+	ErrQuota     = errors.New("quota exceeded")
 	// ErrCapacity: the host admits no more (sandbox or snapshot count,
 	// CPUs or memory of all sandboxes together).
 	ErrCapacity    = errors.New("no capacity")
@@ -49,6 +51,7 @@ var (
 	ErrFileNotFound       = fmt.Errorf("file %w", ErrNotFound)
 	ErrProcessNotFound    = fmt.Errorf("process %w", ErrNotFound)
 	ErrEventNotFound      = fmt.Errorf("event %w", ErrNotFound)
+	ErrKeyNotFound        = fmt.Errorf("API key %w", ErrNotFound)
 
 	ErrCheckpointFailed = fmt.Errorf("checkpoint %w", ErrFailed)
 	ErrRestoreFailed    = fmt.Errorf("restore %w", ErrFailed)
@@ -106,9 +109,11 @@ var codes = []struct {
 	{ErrFileNotFound, api.CodeFileNotFound},
 	{ErrProcessNotFound, api.CodeProcessNotFound},
 	{ErrEventNotFound, api.CodeEventNotFound},
+	{ErrKeyNotFound, api.CodeKeyNotFound},
 	{ErrNotFound, api.CodeNotFound},
 	{ErrInvalidArgument, api.CodeInvalidArgument},
 	{ErrUnauthorized, api.CodeUnauthorized},
+	{ErrForbidden, api.CodeForbidden},
 	{ErrNameTaken, api.CodeNameTaken},
 	{ErrHasVolume, api.CodeSandboxHasVolume},
 	{ErrConflict, api.CodeConflict},

@@ -19,7 +19,7 @@ func imageToAPI(img *store.Image) api.Image {
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
-	imgs, err := s.eng.Images().List(r.Context())
+	imgs, err := s.eng.ListImages(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -32,7 +32,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
-	img, err := s.eng.Images().Get(r.Context(), r.PathValue("name"))
+	img, err := s.eng.GetImage(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -56,7 +56,7 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.long(w, r, func(ctx context.Context, progress func(string)) (any, error) {
-		img, err := s.eng.Images().Build(ctx, req, progress)
+		img, err := s.eng.BuildImage(ctx, req, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +72,7 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.long(w, r, func(ctx context.Context, progress func(string)) (any, error) {
-		img, err := s.eng.Images().Pull(ctx, req, progress)
+		img, err := s.eng.PullImage(ctx, req, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +91,7 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 	// Progress lines go out while the body still comes in.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	s.long(w, r, func(ctx context.Context, progress func(string)) (any, error) {
-		img, err := s.eng.Images().Import(ctx, name, r.Body, progress)
+		img, err := s.eng.ImportImage(ctx, name, r.Body, progress)
 		if err != nil {
 			return nil, err
 		}

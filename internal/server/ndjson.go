@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -18,6 +19,9 @@ type stream struct {
 	w   http.ResponseWriter
 	rc  *http.ResponseController
 	enc *json.Encoder
+	// cut: the answer ended early (its key was revoked); later lines are
+	// dropped.
+	cut bool
 }
 
 func startStream(w http.ResponseWriter) *stream {
@@ -32,6 +36,9 @@ func startStream(w http.ResponseWriter) *stream {
 func (st *stream) line(v any) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.cut {
+		return
+	}
 	if st.enc.Encode(v) == nil {
 		_ = st.rc.Flush()
 	}
@@ -51,11 +58,36 @@ func (st *stream) complete(data any) {
 
 // long runs a long operation as an NDJSON answer: info lines from progress,
 // then complete with fn's result or error with its code. fn's context is
-// not cancelled when the client disconnects: an accepted operation finishes.
+// not cancelled when the client disconnects: an accepted operation
+// finishes. When the request's key is revoked, the answer ends at once
+// with an error line (unauthorized) while the operation goes on.
 func (s *Server) long(w http.ResponseWriter, r *http.Request, fn func(ctx context.Context, progress func(string)) (any, error)) {
 	st := startStream(w)
 	ctx := context.WithoutCancel(r.Context())
-	res, err := fn(ctx, st.info)
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := fn(ctx, st.info)
+		done <- result{res, err}
+	}()
+	var d result
+	select {
+	case d = <-done:
+	case <-r.Context().Done():
+		if errors.Is(context.Cause(r.Context()), errRevoked) {
+			body := s.errorOf(r.Context(), errRevoked)
+			st.line(api.StreamLine{Type: api.LineError, Error: body.Message, Code: body.Code, Time: now()})
+			st.mu.Lock()
+			st.cut = true
+			st.mu.Unlock()
+			return
+		}
+		d = <-done
+	}
+	res, err := d.res, d.err
 	if err != nil {
 		body := s.errorOf(ctx, err)
 		st.line(api.StreamLine{Type: api.LineError, Error: body.Message, Code: body.Code, RequestID: body.RequestID, Time: now()})

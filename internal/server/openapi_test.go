@@ -131,6 +131,7 @@ var goTypes = map[string]any{
 	"Port": api.Port{}, "DeliveryRequest": api.DeliveryRequest{}, "Delivery": api.Delivery{}, "Teardown": api.Teardown{},
 	"Usage": api.Usage{}, "UsageEntry": api.UsageEntry{}, "UsagePrices": api.UsagePrices{},
 	"FileWritten": FileWritten{}, "ArchiveWritten": ArchiveWritten{},
+	"CreateKeyRequest": api.CreateKeyRequest{}, "Key": api.Key{}, "CreatedKey": api.CreatedKey{},
 }
 
 // specOnly are the schemas that mirror no Go struct, and what they are.
@@ -440,7 +441,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	s.routes()
 	classes := []error{errdefs.ErrInvalidArgument, errdefs.ErrUnauthorized, errdefs.ErrSandboxNotFound,
 		errdefs.ErrCheckpointNotFound, errdefs.ErrSnapshotNotFound, errdefs.ErrImageNotFound, errdefs.ErrFileNotFound,
-		errdefs.ErrProcessNotFound, errdefs.ErrEventNotFound, errdefs.ErrNotFound, errdefs.ErrNameTaken,
+		errdefs.ErrProcessNotFound, errdefs.ErrEventNotFound, errdefs.ErrKeyNotFound, errdefs.ErrForbidden, errdefs.ErrNotFound, errdefs.ErrNameTaken,
 		errdefs.ErrConflict, errdefs.ErrHasVolume, errdefs.ErrTooLarge, errdefs.ErrQuota, errdefs.ErrCapacity,
 		errdefs.ErrCaptureLimit, errdefs.ErrCheckpointFailed, errdefs.ErrRestoreFailed, errdefs.ErrSnapshotFailed,
 		errdefs.ErrForkFailed, errdefs.ErrSuspendFailed, errdefs.ErrResumeFailed, errdefs.ErrPortUnreachable,

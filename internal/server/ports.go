@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
@@ -145,23 +145,35 @@ func (s *Server) previewOf(r *http.Request) (*preview, bool) {
 }
 
 // servePreview authenticates a request for a sandbox's port (when auth is
-// required) and proxies it.
+// required) and proxies it as its caller: a tenant key reaches only its
+// own sandboxes' ports, and its previews end when it is revoked.
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview, auth bool) {
 	q := r.URL.Query()
 	_, hasKey := q[previewKeyParam]
+	c := engine.Operator
 	if auth {
+		var cookieOK bool
+		var err error
+		if _, bearer := bearerKey(r.Header.Get("Authorization")); bearer {
+			c, err = s.authenticate(r)
+			if err == nil {
+				p.stripAuth = true
+			}
+		}
+		if !p.stripAuth {
+			c, cookieOK = s.previewCookieCaller(r, p)
+		}
 		switch {
-		case s.authorized(r):
-			p.stripAuth = true
-		case s.validPreviewCookie(r, p):
+		case p.stripAuth, cookieOK:
 		case hasKey:
 			key := q.Get(previewKeyParam)
-			if !s.validKey(key) {
+			token, err := s.previewTokenOf(r.Context(), key, p)
+			if err != nil {
 				s.writeError(w, r, errdefs.New(errdefs.ErrUnauthorized, "wrong API key in ?%s=", previewKeyParam))
 				return
 			}
 			http.SetCookie(w, &http.Cookie{
-				Name: previewCookie, Value: previewToken(key, p.name, p.portArg), Path: p.cookiePath(),
+				Name: previewCookie, Value: token, Path: p.cookiePath(),
 				HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
 			})
 			q.Del(previewKeyParam)
@@ -193,6 +205,12 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview
 		return
 	}
 	p.port = port
+	r, done, err := s.track(r, c)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer done()
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), previewKey{}, p))
 	defer cancel(nil)
 	p.cancel = cancel
@@ -214,20 +232,6 @@ func (s *Server) redirect(w http.ResponseWriter, r *http.Request, path string, q
 	w.WriteHeader(code)
 }
 
-// validKey reports whether key is one of the API keys.
-func (s *Server) validKey(key string) bool {
-	if key == "" {
-		return false
-	}
-	ok := false
-	for _, k := range s.cfg.APIKeys {
-		if subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 {
-			ok = true
-		}
-	}
-	return ok
-}
-
 // previewToken is the cookie value that admits a browser to one sandbox
 // port: an HMAC of the sandbox and port under an API key, so the cookie
 // neither reveals the key nor opens anything else.
@@ -237,16 +241,48 @@ func previewToken(key, name, port string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-func (s *Server) validPreviewCookie(r *http.Request, p *preview) bool {
-	ok := false
-	for _, c := range r.CookiesNamed(previewCookie) {
+// previewTokenOf returns the preview cookie of key for p: for a
+// configured key, previewToken under it; for a key record,
+// "<key id>.<previewToken under the key's stored hash>", which the record
+// can check again (and which stops working once the key is revoked).
+//
+// Errors: ErrUnauthorized (no such key, or revoked).
+func (s *Server) previewTokenOf(ctx context.Context, key string, p *preview) (string, error) {
+	c, err := s.callerOfKey(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	if c.KeyID == "" {
+		return previewToken(key, p.name, p.portArg), nil
+	}
+	return c.KeyID + "." + previewToken(engine.HashKey(key), p.name, p.portArg), nil
+}
+
+// previewCookieCaller returns the caller of a valid preview cookie of r
+// for p.
+func (s *Server) previewCookieCaller(r *http.Request, p *preview) (engine.Caller, bool) {
+	for _, ck := range r.CookiesNamed(previewCookie) {
+		if id, mac, ok := strings.Cut(ck.Value, "."); ok {
+			k, err := s.eng.GetKey(r.Context(), id)
+			if err != nil || k.ID != id || !k.RevokeTime.IsZero() {
+				continue
+			}
+			if hmac.Equal([]byte(mac), []byte(previewToken(k.Hash, p.name, p.portArg))) {
+				return engine.Caller{KeyID: k.ID, Admin: k.Admin}, true
+			}
+			continue
+		}
+		ok := false
 		for _, k := range s.cfg.APIKeys {
-			if hmac.Equal([]byte(c.Value), []byte(previewToken(k, p.name, p.portArg))) {
+			if hmac.Equal([]byte(ck.Value), []byte(previewToken(k, p.name, p.portArg))) {
 				ok = true
 			}
 		}
+		if ok {
+			return engine.Operator, true
+		}
 	}
-	return ok
+	return engine.Caller{}, false
 }
 
 // withoutCookie removes the cookie named name from Cookie header values.

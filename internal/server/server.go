@@ -41,7 +41,9 @@ const (
 
 // Config configures the API.
 type Config struct {
-	// APIKeys are the bearer keys accepted where auth is required (TCP).
+	// APIKeys are the operator's bearer keys (--api-key, $SBX_API_KEYS),
+	// accepted where auth is required (TCP) as admin keys. Keys made
+	// through POST /v1/keys are records in the store.
 	APIKeys []string
 	// PreviewDomain is the domain of host-based previews: a request whose
 	// Host is <port>-<name>.<PreviewDomain> goes whole to that sandbox's
@@ -84,6 +86,9 @@ type Server struct {
 	// it could not be converted.
 	openapi    []byte
 	openapiErr error
+	// streams are the requests in progress of each key record, ended
+	// when the key is revoked.
+	streams keyStreams
 }
 
 // New returns the API server.
@@ -162,6 +167,11 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
 	m.HandleFunc("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
 
+	m.HandleFunc("POST /v1/keys", s.createKey)
+	m.HandleFunc("GET /v1/keys", s.listKeys)
+	m.HandleFunc("GET /v1/keys/{id}", s.getKey)
+	m.HandleFunc("DELETE /v1/keys/{id}", s.deleteKey)
+
 	m.HandleFunc("GET /v1/images", s.listImages)
 	m.HandleFunc("GET /v1/images/{name}", s.getImage)
 	m.HandleFunc("DELETE /v1/images/{name}", s.deleteImage)
@@ -190,10 +200,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 }
 
 // Handler returns the API handler; with auth it requires a bearer key (the
-// TCP listener), without it trusts the caller (the Unix socket, guarded by
-// its file permissions). Requests for a sandbox's port (previews) are
-// proxied to it; with auth they take the key as a bearer key or as the
-// preview cookie that ?sbx_key=KEY sets.
+// TCP listener): a configured key acts as the operator (an admin), a key
+// record as itself (engine.Caller: a tenant sees only what it made).
+// Without auth it trusts the caller as the operator (the Unix socket,
+// guarded by its file permissions). Requests for a sandbox's port
+// (previews) are proxied to it; with auth they take the key as a bearer
+// key or as the preview cookie that ?sbx_key=KEY sets. The requests of a
+// key record end when it is revoked.
 func (s *Server) Handler(auth bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -204,21 +217,35 @@ func (s *Server) Handler(auth bool) http.Handler {
 		sw := &statusWriter{ResponseWriter: w}
 		if p, ok := s.previewOf(r); ok {
 			s.servePreview(sw, r, p, auth)
-		} else if auth && !s.authorized(r) {
-			s.writeError(sw, r, errdefs.New(errdefs.ErrUnauthorized, "missing or wrong API key (Authorization: Bearer <key>)"))
-		} else if r.URL.Path == mcpPath {
-			s.serveMCP(sw, r, auth)
 		} else {
-			s.route(sw, r)
+			s.serveAPI(sw, r, auth)
 		}
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"ms", time.Since(start).Milliseconds(), "request_id", rid)
 	})
 }
 
-func (s *Server) authorized(r *http.Request) bool {
-	key, ok := bearerKey(r.Header.Get("Authorization"))
-	return ok && s.validKey(key)
+// serveAPI authenticates r (with auth) and serves it as its caller.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, auth bool) {
+	c := engine.Operator
+	if auth {
+		var err error
+		if c, err = s.authenticate(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	r, done, err := s.track(r, c)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer done()
+	if r.URL.Path == mcpPath {
+		s.serveMCP(w, r, auth)
+	} else {
+		s.route(w, r)
+	}
 }
 
 // bearerKey returns the token of an Authorization header of the Bearer
@@ -286,6 +313,10 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 		if ctx.Err() == nil {
 			err = errdefs.New(errdefs.ErrUnavailable, "%v", err)
 		}
+	}
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errRevoked) {
+		// The key was revoked while its request ran.
+		err = errRevoked
 	}
 	code := errdefs.Code(err)
 	body := api.ErrorBody{Code: code, Message: err.Error()}

@@ -85,6 +85,13 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 	// a refused request runs nothing.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
+	// A revocation of the key ends the terminal and its command.
+	stop := context.AfterFunc(r.Context(), func() {
+		if errors.Is(context.Cause(r.Context()), errRevoked) {
+			cancel()
+		}
+	})
+	defer stop()
 	inR, inW := io.Pipe()
 	defer inW.Close()
 	c, err := websocket.Accept(w, r, nil)

@@ -50,7 +50,11 @@ type Sandbox struct {
 	SuspendTime time.Time
 	// KeepAlive: a process running in the sandbox counts as activity for
 	// the idle timeout (TimeoutMS).
-	KeepAlive  bool
+	KeepAlive bool
+	// Owner is the id of the API key that made the sandbox ("" the
+	// operator: the Unix socket or a key given with --api-key). A fork
+	// belongs to its source's owner.
+	Owner      string
 	CreateTime time.Time
 	UpdateTime time.Time
 }
@@ -60,11 +64,14 @@ type Image struct {
 	Name string
 	// ID names the unpacked root filesystem's directory; it changes when the
 	// image is rebuilt, and the old one is kept while sandboxes use it.
-	ID         string
-	Digest     string
-	Source     string
-	SizeBytes  int64
-	Env        []string
+	ID        string
+	Digest    string
+	Source    string
+	SizeBytes int64
+	Env       []string
+	// Owner is the id of the API key that pulled, built or imported it;
+	// "" for the operator's images, which every key may use.
+	Owner      string
 	CreateTime time.Time
 }
 
@@ -116,7 +123,9 @@ type Snapshot struct {
 	Suspend bool
 	// State is "ready", or "expired" (its bytes are gone; kept as a
 	// tombstone so a lookup can say so).
-	State      string
+	State string
+	// Owner is the id of the API key that owns the source sandbox.
+	Owner      string
 	CreateTime time.Time
 	// ExpireTime is when it is collected; zero for never.
 	ExpireTime time.Time
@@ -149,7 +158,9 @@ type Delivery struct {
 	Digest   string
 	Previous string
 	// Metadata is the caller's JSON object, or nil.
-	Metadata   []byte
+	Metadata []byte
+	// Owner is the id of the API key that owns the source sandbox.
+	Owner      string
 	CreateTime time.Time
 }
 
@@ -176,7 +187,11 @@ type Event struct {
 	SandboxID   string
 	Data        []byte
 	ContentType string
-	CreateTime  time.Time
+	// Owner is the id of the API key that posted it ("" the operator).
+	// A pending event is delivered only to sandboxes of the same owner,
+	// or, posted by the operator, to any.
+	Owner      string
+	CreateTime time.Time
 	// DeliverTime is when it was delivered (zero while pending).
 	DeliverTime time.Time
 	// ExpireTime is when a pending event is dropped.
@@ -195,6 +210,8 @@ type EventQuery struct {
 	After     int64
 	Limit     int
 	MaxBytes  int64
+	// Owners, when not nil, selects only events whose Owner is one of them.
+	Owners []string
 }
 
 // Usage is what the recorded sandboxes hold: Count sandboxes that are not
@@ -251,6 +268,30 @@ type SandboxFilter struct {
 	All bool
 	// SourceSnapshot selects sandboxes started from that snapshot.
 	SourceSnapshot string
+	// Owners, when not nil, selects only sandboxes whose Owner is one of
+	// them (a tenant's list).
+	Owners []string
+}
+
+// Key is the record of an API key (docs/api.md "API keys and tenants").
+// The secret itself is never stored: Hash is the lowercase hex SHA-256 of
+// it.
+type Key struct {
+	// ID is "key_" and 16 hex digits; objects record it as their Owner.
+	ID   string
+	Name string
+	Hash string
+	// Labels are the caller's key=value pairs.
+	Labels map[string]string
+	// Admin keys see and act on every object and may manage keys; tenant
+	// keys see only what they made.
+	Admin bool
+	// DailyLimitUSD is the spending limit per UTC day in US dollars; nil
+	// for no limit.
+	DailyLimitUSD *float64
+	CreateTime    time.Time
+	// RevokeTime is when the key was revoked; zero while it is live.
+	RevokeTime time.Time
 }
 
 // Store persists records. Methods are safe for concurrent use.
@@ -308,15 +349,18 @@ type Store interface {
 	// CountEvents counts the events q selects (its After, Limit and
 	// MaxBytes aside) and the bytes of their bodies.
 	CountEvents(ctx context.Context, q EventQuery) (n int, bytes int64, err error)
-	// DeletePendingEvent removes a pending event; errdefs.ErrEventNotFound
-	// when no pending event has that id.
-	DeletePendingEvent(ctx context.Context, id string) error
-	// DeletePendingEvents removes the pending events of key and returns
-	// how many there were.
-	DeletePendingEvents(ctx context.Context, key string) (int, error)
+	// DeletePendingEvent removes a pending event (with owners not nil,
+	// only one whose Owner is one of them); errdefs.ErrEventNotFound when
+	// no such pending event has that id.
+	DeletePendingEvent(ctx context.Context, id string, owners []string) error
+	// DeletePendingEvents removes the pending events of key (with owners
+	// not nil, those whose Owner is one of them) and returns how many
+	// there were.
+	DeletePendingEvents(ctx context.Context, key string, owners []string) (int, error)
 	// TakePending delivers to sandboxID the pending, unexpired events of
 	// key (all of them) and returns them, oldest first.
-	TakePending(ctx context.Context, key, sandboxID string, now time.Time) ([]*Event, error)
+	// With owners not nil, only events whose Owner is one of them.
+	TakePending(ctx context.Context, key, sandboxID string, owners []string, now time.Time) ([]*Event, error)
 	// DeleteEvents removes a sandbox's events; DeleteExpiredEvents the
 	// pending events that expired before now.
 	DeleteEvents(ctx context.Context, sandboxID string) error
@@ -355,6 +399,21 @@ type Store interface {
 	ListImages(ctx context.Context) ([]*Image, error)
 	// DeleteImage removes the record; a missing one is ErrImageNotFound.
 	DeleteImage(ctx context.Context, name string) error
+
+	// CreateKey inserts a key record; its ID and Hash must be new, and its
+	// Name unused among live keys (errdefs.ErrNameTaken).
+	CreateKey(ctx context.Context, k *Key) error
+	// GetKey finds a key by id or, among live keys, by name (revoked keys
+	// by id only); errdefs.ErrKeyNotFound when there is none.
+	GetKey(ctx context.Context, idOrName string) (*Key, error)
+	// KeyByHash finds the key whose Hash is hash, revoked or not;
+	// errdefs.ErrKeyNotFound when there is none.
+	KeyByHash(ctx context.Context, hash string) (*Key, error)
+	// ListKeys returns keys, oldest first; revoked ones too when revoked.
+	ListKeys(ctx context.Context, revoked bool) ([]*Key, error)
+	// RevokeKey sets the RevokeTime of a live key id; errdefs.ErrKeyNotFound
+	// when it does not exist or is already revoked.
+	RevokeKey(ctx context.Context, id string, at time.Time) error
 
 	Close() error
 }

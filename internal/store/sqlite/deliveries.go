@@ -13,13 +13,13 @@ import (
 )
 
 const deliveryCols = `seq, id, name, sandbox_id, sandbox_name, archive_digest, archive_bytes, chunks, files,
-	envelope, digest, previous, metadata, create_time`
+	envelope, digest, previous, metadata, create_time, owner`
 
 func scanDelivery(row interface{ Scan(...any) error }) (*store.Delivery, error) {
 	var d store.Delivery
 	var chunks, ct string
 	if err := row.Scan(&d.Seq, &d.ID, &d.Name, &d.SandboxID, &d.SandboxName, &d.ArchiveDigest, &d.ArchiveBytes,
-		&chunks, &d.Files, &d.Envelope, &d.Digest, &d.Previous, &d.Metadata, &ct); err != nil {
+		&chunks, &d.Files, &d.Envelope, &d.Digest, &d.Previous, &d.Metadata, &ct, &d.Owner); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(chunks), &d.Chunks); err != nil {
@@ -49,9 +49,9 @@ func (s *Store) AddDelivery(ctx context.Context, d *store.Delivery) error {
 	if d.Previous != last {
 		return errdefs.Conflictf("delivery %s follows %q, but the chain ends at %q", d.ID, d.Previous, last)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO deliveries (`+deliveryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO deliveries (`+deliveryCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		seq+1, d.ID, d.Name, d.SandboxID, d.SandboxName, d.ArchiveDigest, d.ArchiveBytes, toJSON(d.Chunks), d.Files,
-		d.Envelope, d.Digest, d.Previous, d.Metadata, fmtTime(d.CreateTime))
+		d.Envelope, d.Digest, d.Previous, d.Metadata, fmtTime(d.CreateTime), d.Owner)
 	if isUnique(err) {
 		return errdefs.Conflictf("delivery %s exists", d.ID)
 	}

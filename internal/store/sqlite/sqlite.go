@@ -104,7 +104,7 @@ func isUnique(err error) bool {
 
 const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
 	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time,
-	suspend_snapshot, wake_on, keep_alive, suspend_time`
+	suspend_snapshot, wake_on, keep_alive, suspend_time, owner`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var sb store.Sandbox
@@ -112,7 +112,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var state string
 	if err := row.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
 		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
-		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st); err != nil {
+		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st, &sb.Owner); err != nil {
 		return nil, err
 	}
 	sb.State = api.State(state)
@@ -135,11 +135,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	}
 	sb.UpdateTime = now
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
-		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime))
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner)
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -183,6 +183,11 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		q += ` AND source_snapshot = ?`
 		args = append(args, f.SourceSnapshot)
 	}
+	if f.Owners != nil {
+		var c string
+		c, args = inList("owner", f.Owners, args)
+		q += ` AND ` + c
+	}
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY create_time, id`, args...)
 	if err != nil {
 		return nil, err
@@ -212,6 +217,18 @@ func (s *Store) SandboxUsage(ctx context.Context) (store.Usage, error) {
 	return u, err
 }
 
+// inList is the condition "col IN (owners...)" and args with the owners
+// appended; an empty list matches nothing.
+func inList(col string, owners []string, args []any) (string, []any) {
+	if len(owners) == 0 {
+		return "0 = 1", args
+	}
+	for _, o := range owners {
+		args = append(args, o)
+	}
+	return col + " IN (?" + strings.Repeat(", ?", len(owners)-1) + ")", args
+}
+
 func matchLabels(have, want map[string]string) bool {
 	for k, v := range want {
 		if hv, ok := have[k]; !ok || hv != v {
@@ -227,11 +244,11 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, state_reason = ?,
 		image = ?, image_id = ?, cpus = ?, memory_mb = ?, disk_mb = ?, env = ?, labels = ?, network = ?, volumes = ?, timeout_ms = ?,
 		source_sandbox = ?, source_snapshot = ?, disk_source = ?, pooled = ?, create_time = ?, update_time = ?,
-		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ? WHERE id = ?`,
+		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ?, owner = ? WHERE id = ?`,
 		sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
-		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.ID)
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, sb.ID)
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -331,13 +348,13 @@ func (s *Store) DeleteCheckpoints(ctx context.Context, sandboxID string) error {
 }
 
 const snapshotCols = `id, name, sandbox_id, sandbox_name, image, image_id, shape, memory, disk, memory_bytes,
-	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time, suspend`
+	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time, suspend, owner`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (*store.Snapshot, error) {
 	var sn store.Snapshot
 	var shape, memory, disk, metadata, ct, et string
 	if err := row.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.SandboxName, &sn.Image, &sn.ImageID, &shape, &memory,
-		&disk, &sn.MemoryBytes, &sn.DiskBytes, &sn.StoredBytes, &metadata, &sn.Fork, &sn.State, &ct, &et, &sn.Suspend); err != nil {
+		&disk, &sn.MemoryBytes, &sn.DiskBytes, &sn.StoredBytes, &metadata, &sn.Fork, &sn.State, &ct, &et, &sn.Suspend, &sn.Owner); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(disk), &sn.Disk); err != nil {
@@ -375,7 +392,7 @@ func snapshotArgs(sn *store.Snapshot) []any {
 	}
 	return []any{sn.ID, sn.Name, sn.SandboxID, sn.SandboxName, sn.Image, sn.ImageID, orJSON(sn.Shape, "{}"),
 		orJSON(sn.Memory, "[]"), toJSON(disk), sn.MemoryBytes, sn.DiskBytes, sn.StoredBytes, meta, sn.Fork, sn.State,
-		fmtTime(sn.CreateTime), et, sn.Suspend}
+		fmtTime(sn.CreateTime), et, sn.Suspend, sn.Owner}
 }
 
 // AddSnapshot implements store.Store.
@@ -386,7 +403,7 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *store.Snapshot) error {
 	if sn.State == "" {
 		sn.State = "ready"
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		snapshotArgs(sn)...)
 	return err
 }
@@ -396,7 +413,7 @@ func (s *Store) UpdateSnapshot(ctx context.Context, sn *store.Snapshot) error {
 	args := snapshotArgs(sn)
 	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET name = ?, sandbox_id = ?, sandbox_name = ?, image = ?,
 		image_id = ?, shape = ?, memory = ?, disk = ?, memory_bytes = ?, disk_bytes = ?, stored_bytes = ?, metadata = ?,
-		fork = ?, state = ?, create_time = ?, expire_time = ?, suspend = ? WHERE id = ?`, append(args[1:], args[0])...)
+		fork = ?, state = ?, create_time = ?, expire_time = ?, suspend = ?, owner = ? WHERE id = ?`, append(args[1:], args[0])...)
 	if err != nil {
 		return err
 	}
@@ -494,7 +511,7 @@ func optTime(t time.Time) string {
 	return fmtTime(t)
 }
 
-const eventCols = `id, key, sandbox_id, data, content_type, create_time, deliver_time, expire_time`
+const eventCols = `id, key, sandbox_id, data, content_type, create_time, deliver_time, expire_time, owner`
 
 // eventSelect reads eventCols and the row's rowid (the event's Seq).
 const eventSelect = `SELECT ` + eventCols + `, rowid FROM events`
@@ -515,7 +532,7 @@ func scanEventsPage(rows *sql.Rows, limit int, maxBytes int64) ([]*store.Event, 
 		}
 		var ev store.Event
 		var ct, dt, et string
-		if err := rows.Scan(&ev.ID, &ev.Key, &ev.SandboxID, &ev.Data, &ev.ContentType, &ct, &dt, &et, &ev.Seq); err != nil {
+		if err := rows.Scan(&ev.ID, &ev.Key, &ev.SandboxID, &ev.Data, &ev.ContentType, &ct, &dt, &et, &ev.Owner, &ev.Seq); err != nil {
 			return nil, err
 		}
 		bytes += int64(len(ev.Data))
@@ -540,8 +557,9 @@ func (s *Store) AddEvent(ctx context.Context, ev *store.Event) error {
 	if data == nil {
 		data = []byte{}
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO events (`+eventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		ev.ID, ev.Key, ev.SandboxID, data, ev.ContentType, fmtTime(ev.CreateTime), optTime(ev.DeliverTime), optTime(ev.ExpireTime))
+	res, err := s.db.ExecContext(ctx, `INSERT INTO events (`+eventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		ev.ID, ev.Key, ev.SandboxID, data, ev.ContentType, fmtTime(ev.CreateTime), optTime(ev.DeliverTime), optTime(ev.ExpireTime),
+		ev.Owner)
 	if err != nil {
 		return err
 	}
@@ -564,6 +582,11 @@ func eventWhere(q store.EventQuery) (string, []any) {
 	}
 	if q.After > 0 {
 		conds, args = append(conds, "rowid > ?"), append(args, q.After)
+	}
+	if q.Owners != nil {
+		var c string
+		c, args = inList("owner", q.Owners, args)
+		conds = append(conds, c)
 	}
 	if len(conds) == 0 {
 		return "", nil
@@ -597,8 +620,14 @@ func (s *Store) CountEvents(ctx context.Context, q store.EventQuery) (int, int64
 }
 
 // DeletePendingEvent implements store.Store.
-func (s *Store) DeletePendingEvent(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE id = ? AND sandbox_id = ''`, id)
+func (s *Store) DeletePendingEvent(ctx context.Context, id string, owners []string) error {
+	q, args := `DELETE FROM events WHERE id = ? AND sandbox_id = ''`, []any{id}
+	if owners != nil {
+		var c string
+		c, args = inList("owner", owners, args)
+		q += ` AND ` + c
+	}
+	res, err := s.db.ExecContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
@@ -609,8 +638,14 @@ func (s *Store) DeletePendingEvent(ctx context.Context, id string) error {
 }
 
 // DeletePendingEvents implements store.Store.
-func (s *Store) DeletePendingEvents(ctx context.Context, key string) (int, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE key = ? AND sandbox_id = ''`, key)
+func (s *Store) DeletePendingEvents(ctx context.Context, key string, owners []string) (int, error) {
+	q, args := `DELETE FROM events WHERE key = ? AND sandbox_id = ''`, []any{key}
+	if owners != nil {
+		var c string
+		c, args = inList("owner", owners, args)
+		q += ` AND ` + c
+	}
+	res, err := s.db.ExecContext(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -619,14 +654,19 @@ func (s *Store) DeletePendingEvents(ctx context.Context, key string) (int, error
 }
 
 // TakePending implements store.Store, in one transaction.
-func (s *Store) TakePending(ctx context.Context, key, sandboxID string, now time.Time) ([]*store.Event, error) {
+func (s *Store) TakePending(ctx context.Context, key, sandboxID string, owners []string, now time.Time) ([]*store.Event, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, eventSelect+` WHERE key = ? AND sandbox_id = ''
-		ORDER BY rowid`, key)
+	q, args := eventSelect+` WHERE key = ? AND sandbox_id = ''`, []any{key}
+	if owners != nil {
+		var c string
+		c, args = inList("owner", owners, args)
+		q += ` AND ` + c
+	}
+	rows, err := tx.QueryContext(ctx, q+` ORDER BY rowid`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -698,18 +738,18 @@ func (s *Store) PutImage(ctx context.Context, img *store.Image) error {
 	if env == nil {
 		env = []string{}
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO images (name, id, digest, source, size_bytes, env, create_time)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET id = excluded.id, digest = excluded.digest,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO images (name, id, digest, source, size_bytes, env, create_time, owner)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET id = excluded.id, digest = excluded.digest,
 		source = excluded.source, size_bytes = excluded.size_bytes, env = excluded.env,
-		create_time = excluded.create_time`,
-		img.Name, img.ID, img.Digest, img.Source, img.SizeBytes, toJSON(env), fmtTime(img.CreateTime))
+		create_time = excluded.create_time, owner = excluded.owner`,
+		img.Name, img.ID, img.Digest, img.Source, img.SizeBytes, toJSON(env), fmtTime(img.CreateTime), img.Owner)
 	return err
 }
 
 func scanImage(row interface{ Scan(...any) error }) (*store.Image, error) {
 	var img store.Image
 	var env, ct string
-	if err := row.Scan(&img.Name, &img.ID, &img.Digest, &img.Source, &img.SizeBytes, &env, &ct); err != nil {
+	if err := row.Scan(&img.Name, &img.ID, &img.Digest, &img.Source, &img.SizeBytes, &env, &ct, &img.Owner); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(env), &img.Env); err != nil {
@@ -722,7 +762,7 @@ func scanImage(row interface{ Scan(...any) error }) (*store.Image, error) {
 // GetImage implements store.Store.
 func (s *Store) GetImage(ctx context.Context, name string) (*store.Image, error) {
 	img, err := scanImage(s.db.QueryRowContext(ctx,
-		`SELECT name, id, digest, source, size_bytes, env, create_time FROM images WHERE name = ?`, name))
+		`SELECT name, id, digest, source, size_bytes, env, create_time, owner FROM images WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.New(errdefs.ErrImageNotFound, "no image named %q", name)
 	}
@@ -731,7 +771,7 @@ func (s *Store) GetImage(ctx context.Context, name string) (*store.Image, error)
 
 // ListImages implements store.Store.
 func (s *Store) ListImages(ctx context.Context) ([]*store.Image, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, id, digest, source, size_bytes, env, create_time FROM images ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, id, digest, source, size_bytes, env, create_time, owner FROM images ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}

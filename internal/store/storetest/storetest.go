@@ -30,6 +30,138 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, open(t)) })
 	t.Run("Usage", func(t *testing.T) { testUsage(t, open(t)) })
 	t.Run("StoredBytes", func(t *testing.T) { testStoredBytes(t, open(t)) })
+	t.Run("Keys", func(t *testing.T) { testKeys(t, open(t)) })
+	t.Run("Owners", func(t *testing.T) { testOwners(t, open(t)) })
+}
+
+func testKeys(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	limit := 1.5
+	k := &store.Key{ID: "key_1", Name: "ci", Hash: "h1", Labels: map[string]string{"team": "a"}, DailyLimitUSD: &limit}
+	if err := s.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateKey(ctx, &store.Key{ID: "key_2", Name: "ci", Hash: "h2"}); !errors.Is(err, errdefs.ErrNameTaken) {
+		t.Fatalf("a second live key named ci: %v, want ErrNameTaken", err)
+	}
+	if err := s.CreateKey(ctx, &store.Key{ID: "key_2", Name: "ops", Hash: "h2", Admin: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"key_1", "ci"} {
+		got, err := s.GetKey(ctx, q)
+		if err != nil || got.ID != "key_1" || got.Labels["team"] != "a" || got.DailyLimitUSD == nil ||
+			*got.DailyLimitUSD != 1.5 || got.Admin || !got.RevokeTime.IsZero() || got.CreateTime.IsZero() {
+			t.Fatalf("GetKey(%q) = %+v, %v", q, got, err)
+		}
+	}
+	if got, err := s.KeyByHash(ctx, "h2"); err != nil || got.ID != "key_2" || !got.Admin || got.DailyLimitUSD != nil {
+		t.Fatalf("KeyByHash(h2) = %+v, %v", got, err)
+	}
+	if _, err := s.KeyByHash(ctx, "nope"); !errors.Is(err, errdefs.ErrKeyNotFound) {
+		t.Fatalf("KeyByHash(nope): %v", err)
+	}
+	at := time.Now().UTC()
+	if err := s.RevokeKey(ctx, "key_1", at); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RevokeKey(ctx, "key_1", at); !errors.Is(err, errdefs.ErrKeyNotFound) {
+		t.Fatalf("second revoke: %v", err)
+	}
+	if got, err := s.KeyByHash(ctx, "h1"); err != nil || got.RevokeTime.IsZero() {
+		t.Fatalf("a revoked key is found by hash, revoked: %+v %v", got, err)
+	}
+	if _, err := s.GetKey(ctx, "ci"); !errors.Is(err, errdefs.ErrKeyNotFound) {
+		t.Fatalf("a revoked key by name: %v", err)
+	}
+	if got, err := s.GetKey(ctx, "key_1"); err != nil || got.RevokeTime.IsZero() {
+		t.Fatalf("a revoked key by id: %+v %v", got, err)
+	}
+	// The name of a revoked key is free again.
+	if err := s.CreateKey(ctx, &store.Key{ID: "key_3", Name: "ci", Hash: "h3"}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.ListKeys(ctx, false); err != nil || len(l) != 2 || l[0].ID != "key_2" || l[1].ID != "key_3" {
+		t.Fatalf("live keys: %v %v", l, err)
+	}
+	if l, err := s.ListKeys(ctx, true); err != nil || len(l) != 3 {
+		t.Fatalf("all keys: %v %v", l, err)
+	}
+}
+
+func testOwners(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for i, owner := range []string{"", "key_a", "key_b", "key_a"} {
+		sb := &store.Sandbox{ID: fmt.Sprintf("sbx_%d", i), Name: fmt.Sprintf("s%d", i), State: api.StateRunning,
+			Image: "default", CPUs: 1, MemoryMB: 256, Owner: owner}
+		if err := s.CreateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.GetSandbox(ctx, "s1"); err != nil || got.Owner != "key_a" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	ids := func(sbs []*store.Sandbox) string {
+		var out []string
+		for _, sb := range sbs {
+			out = append(out, sb.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		owners []string
+		want   string
+	}{{nil, "sbx_0,sbx_1,sbx_2,sbx_3"}, {[]string{"key_a"}, "sbx_1,sbx_3"}, {[]string{"", "key_b"}, "sbx_0,sbx_2"}, {[]string{}, ""}} {
+		l, err := s.ListSandboxes(ctx, store.SandboxFilter{Owners: c.owners})
+		if err != nil || ids(l) != c.want {
+			t.Fatalf("owners %q: %s %v, want %s", c.owners, ids(l), err, c.want)
+		}
+	}
+	sn := &store.Snapshot{ID: "snap_1", SandboxID: "sbx_1", SandboxName: "s1", Image: "default", ImageID: "x", Owner: "key_a"}
+	if err := s.AddSnapshot(ctx, sn); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetSnapshot(ctx, "snap_1"); err != nil || got.Owner != "key_a" {
+		t.Fatalf("snapshot owner: %+v %v", got, err)
+	}
+	if err := s.PutImage(ctx, &store.Image{Name: "mine", ID: "i1", Digest: "d", Source: "s", Owner: "key_b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetImage(ctx, "mine"); err != nil || got.Owner != "key_b" {
+		t.Fatalf("image owner: %+v %v", got, err)
+	}
+	now := time.Now().UTC()
+	for i, owner := range []string{"key_a", "key_b", ""} {
+		if err := s.AddEvent(ctx, &store.Event{ID: fmt.Sprintf("ev_%d", i), Key: "k", Data: []byte("x"), Owner: owner}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l, err := s.ListEvents(ctx, store.EventQuery{Pending: true, Owners: []string{"key_b"}}); err != nil || len(l) != 1 || l[0].ID != "ev_1" {
+		t.Fatalf("pending events of key_b: %v %v", l, err)
+	}
+	got, err := s.TakePending(ctx, "k", "sbx_1", []string{"key_a", ""}, now)
+	if err != nil || len(got) != 2 || got[0].ID != "ev_0" || got[1].ID != "ev_2" || got[0].Owner != "key_a" {
+		t.Fatalf("take for key_a: %v %v", got, err)
+	}
+	if n, _, err := s.CountEvents(ctx, store.EventQuery{Pending: true}); err != nil || n != 1 {
+		t.Fatalf("key_b's event is left pending: %d %v", n, err)
+	}
+	if err := s.DeletePendingEvent(ctx, "ev_1", []string{"key_a"}); !errors.Is(err, errdefs.ErrEventNotFound) {
+		t.Fatalf("key_a cancels key_b's event: %v", err)
+	}
+	if n, err := s.DeletePendingEvents(ctx, "k", []string{"key_a"}); err != nil || n != 0 {
+		t.Fatalf("key_a cancels key k: %d %v", n, err)
+	}
+	if n, err := s.DeletePendingEvents(ctx, "k", []string{"key_b"}); err != nil || n != 1 {
+		t.Fatalf("key_b cancels key k: %d %v", n, err)
+	}
+	d := &store.Delivery{ID: "dlv_1", SandboxID: "sbx_1", SandboxName: "s1", ArchiveDigest: "sha256:x", Chunks: []string{},
+		Envelope: []byte("{}"), Digest: "sha256:e", Owner: "key_a"}
+	if err := s.AddDelivery(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetDelivery(ctx, "dlv_1"); err != nil || got.Owner != "key_a" {
+		t.Fatalf("delivery owner: %+v %v", got, err)
+	}
 }
 
 func testSnapshots(t *testing.T, s store.Store) {
@@ -317,14 +449,14 @@ func testEvents(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 	}
-	got, err := s.TakePending(ctx, "k", "sbx_a", now)
+	got, err := s.TakePending(ctx, "k", "sbx_a", nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || got[0].ID != "ev1" || got[1].ID != "ev2" || string(got[0].Data) != `{"ok":true}` || got[0].SandboxID != "sbx_a" {
 		t.Fatalf("pending of k: %+v", got)
 	}
-	if again, _ := s.TakePending(ctx, "k", "sbx_c", now); len(again) != 0 {
+	if again, _ := s.TakePending(ctx, "k", "sbx_c", nil, now); len(again) != 0 {
 		t.Fatalf("events delivered twice: %+v", again)
 	}
 	list, err := s.ListEvents(ctx, store.EventQuery{SandboxID: "sbx_a"})
@@ -343,7 +475,7 @@ func testEvents(t *testing.T, s store.Store) {
 	if list, _ := s.ListEvents(ctx, store.EventQuery{SandboxID: "sbx_b"}); len(list) != 1 {
 		t.Fatalf("another sandbox's events went: %+v", list)
 	}
-	if left, _ := s.TakePending(ctx, "other", "sbx_a", now); len(left) != 1 {
+	if left, _ := s.TakePending(ctx, "other", "sbx_a", nil, now); len(left) != 1 {
 		t.Fatalf("pending of other: %+v", left)
 	}
 
@@ -384,16 +516,16 @@ func testEvents(t *testing.T, s store.Store) {
 	if page, _ := s.ListEvents(ctx, store.EventQuery{Pending: true, Key: "page", MaxBytes: 1}); len(page) != 1 {
 		t.Fatalf("a page holds at least one event: %d", len(page))
 	}
-	if err := s.DeletePendingEvent(ctx, "p1"); err != nil {
+	if err := s.DeletePendingEvent(ctx, "p1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeletePendingEvent(ctx, "p1"); !errors.Is(err, errdefs.ErrEventNotFound) {
+	if err := s.DeletePendingEvent(ctx, "p1", nil); !errors.Is(err, errdefs.ErrEventNotFound) {
 		t.Fatalf("delete again: %v", err)
 	}
-	if err := s.DeletePendingEvent(ctx, "ev5"); !errors.Is(err, errdefs.ErrEventNotFound) {
+	if err := s.DeletePendingEvent(ctx, "ev5", nil); !errors.Is(err, errdefs.ErrEventNotFound) {
 		t.Fatalf("a delivered event is not pending: %v", err)
 	}
-	if n, err := s.DeletePendingEvents(ctx, "page"); err != nil || n != 4 {
+	if n, err := s.DeletePendingEvents(ctx, "page", nil); err != nil || n != 4 {
 		t.Fatalf("delete the key's: %d, %v", n, err)
 	}
 }

@@ -15,6 +15,8 @@ __all__ = [
     "SbxError",
     "InvalidArgument",
     "Unauthorized",
+    "Forbidden",
+    "KeyNotFound",
     "NotFound",
     "SandboxNotFound",
     "CheckpointNotFound",
@@ -83,6 +85,12 @@ class Unauthorized(SbxError):
     CODE = "unauthorized"
 
 
+class Forbidden(SbxError):
+    """403 ``forbidden``: a tenant key asked for what only admin keys may do (managing keys)."""
+
+    CODE = "forbidden"
+
+
 class NotFound(SbxError):
     """404: base of every not-found error; also the ``not_found`` code (no such route)."""
 
@@ -129,6 +137,12 @@ class EventNotFound(NotFound):
     """404 ``event_not_found``: no pending event has that id."""
 
     CODE = "event_not_found"
+
+
+class KeyNotFound(NotFound):
+    """404 ``key_not_found``: no live API key has that id or name."""
+
+    CODE = "key_not_found"
 
 
 class MethodNotAllowed(SbxError):
@@ -266,7 +280,7 @@ class ConnectionFailed(SbxError):
 _BY_CODE: Dict[str, Type[SbxError]] = {
     cls.CODE: cls
     for cls in (
-        InvalidArgument, Unauthorized, NotFound, SandboxNotFound, CheckpointNotFound,
+        InvalidArgument, Unauthorized, Forbidden, KeyNotFound, NotFound, SandboxNotFound, CheckpointNotFound,
         SnapshotNotFound, ImageNotFound, FileNotFound, ProcessNotFound, EventNotFound,
         MethodNotAllowed, NameTaken, Conflict, SandboxHasVolume, TooLarge, QuotaExceeded, Capacity,
         CaptureLimit, CheckpointFailed, RestoreFailed, SnapshotFailed, ForkFailed, SuspendFailed,
@@ -274,7 +288,7 @@ _BY_CODE: Dict[str, Type[SbxError]] = {
     )
 }
 
-_CODE_OF_STATUS = {400: "invalid_argument", 401: "unauthorized", 404: "not_found",
+_CODE_OF_STATUS = {400: "invalid_argument", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                    405: "method_not_allowed", 409: "conflict", 413: "too_large",
                    429: "quota_exceeded", 502: "port_unreachable", 503: "unavailable",
                    504: "port_timeout", 507: "capture_limit"}

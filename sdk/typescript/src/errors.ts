@@ -11,6 +11,7 @@
 export const codeStatus: Readonly<Record<string, number>> = {
   invalid_argument: 400,
   unauthorized: 401,
+  forbidden: 403,
   sandbox_not_found: 404,
   checkpoint_not_found: 404,
   snapshot_not_found: 404,
@@ -26,6 +27,7 @@ export const codeStatus: Readonly<Record<string, number>> = {
   quota_exceeded: 429,
   capacity: 429,
   event_not_found: 404,
+  key_not_found: 404,
   capture_limit: 507,
   port_timeout: 504,
   checkpoint_failed: 500,
@@ -96,6 +98,12 @@ export class FileNotFoundError extends NotFoundError {}
 export class ProcessNotFoundError extends NotFoundError {}
 /** `event_not_found` (404): no pending event has that id. */
 export class EventNotFoundError extends NotFoundError {}
+
+/** `key_not_found` (404): no live API key has that id or name. */
+export class KeyNotFoundError extends NotFoundError {}
+
+/** `forbidden` (403): a tenant key asked for what only admin keys may do (managing keys). */
+export class ForbiddenError extends SbxError {}
 /** `method_not_allowed` (405). */
 export class MethodNotAllowedError extends SbxError {}
 /** `name_taken` (409): a sandbox with that name exists. */
@@ -145,6 +153,8 @@ export const errorClasses: Readonly<Record<string, new (code: string, message: s
   file_not_found: FileNotFoundError,
   process_not_found: ProcessNotFoundError,
   event_not_found: EventNotFoundError,
+  key_not_found: KeyNotFoundError,
+  forbidden: ForbiddenError,
   method_not_allowed: MethodNotAllowedError,
   name_taken: NameTakenError,
   conflict: ConflictError,
@@ -176,6 +186,7 @@ export function codeOfStatus(status: number): string {
   switch (status) {
     case 400: return 'invalid_argument';
     case 401: return 'unauthorized';
+    case 403: return 'forbidden';
     case 404: return 'not_found';
     case 405: return 'method_not_allowed';
     case 409: return 'conflict';
