@@ -252,10 +252,20 @@ type UsageMeter struct {
 // StoredBytes is what one sandbox keeps in the blob store: the bytes its
 // disk checkpoints added plus those of its ready snapshots that are
 // billable (not a fork's own). SandboxName is from a snapshot's record
-// ("" when only checkpoints count).
+// ("" when only checkpoints count); KeyID is the owner of the sandbox or
+// of its snapshots (the key billed).
 type StoredBytes struct {
-	SandboxID, SandboxName string
-	Bytes                  int64
+	SandboxID, SandboxName, KeyID string
+	Bytes                         int64
+}
+
+// LimitSuspension records a sandbox that its key's daily spending limit
+// suspended. Resume asks that it be resumed once the key is under its
+// limit again.
+type LimitSuspension struct {
+	SandboxID, KeyID string
+	Resume           bool
+	Time             time.Time
 }
 
 // SandboxFilter selects sandboxes in ListSandboxes.
@@ -414,6 +424,18 @@ type Store interface {
 	// RevokeKey sets the RevokeTime of a live key id; errdefs.ErrKeyNotFound
 	// when it does not exist or is already revoked.
 	RevokeKey(ctx context.Context, id string, at time.Time) error
+	// SetKeyDailyLimit replaces the DailyLimitUSD of live key id (nil: no
+	// limit); errdefs.ErrKeyNotFound when it is not a live key.
+	SetKeyDailyLimit(ctx context.Context, id string, limit *float64) error
+
+	// PutLimitSuspension inserts or replaces the record of a sandbox its
+	// key's limit suspended; ListLimitSuspensions returns them, oldest
+	// first; DeleteLimitSuspension removes one (a missing one is fine);
+	// SetLimitResume sets Resume on every record of a key.
+	PutLimitSuspension(ctx context.Context, ls *LimitSuspension) error
+	ListLimitSuspensions(ctx context.Context) ([]*LimitSuspension, error)
+	DeleteLimitSuspension(ctx context.Context, sandboxID string) error
+	SetLimitResume(ctx context.Context, keyID string, resume bool) error
 
 	Close() error
 }

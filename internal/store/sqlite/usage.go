@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/store"
 )
 
@@ -100,10 +101,11 @@ func (s *Store) UsageMeters(ctx context.Context) ([]*store.UsageMeter, error) {
 
 // ListStoredBytes implements store.Store with one aggregate query.
 func (s *Store) ListStoredBytes(ctx context.Context) ([]*store.StoredBytes, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, MAX(sandbox_name), SUM(b) FROM (
-			SELECT sandbox_id, '' AS sandbox_name, added_bytes AS b FROM checkpoints
+	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, MAX(sandbox_name), MAX(owner), SUM(b) FROM (
+			SELECT c.sandbox_id, '' AS sandbox_name, COALESCE(sb.owner, '') AS owner, c.added_bytes AS b
+				FROM checkpoints c LEFT JOIN sandboxes sb ON sb.id = c.sandbox_id
 			UNION ALL
-			SELECT sandbox_id, sandbox_name, stored_bytes FROM snapshots WHERE fork = 0 AND state = 'ready'
+			SELECT sandbox_id, sandbox_name, owner, stored_bytes FROM snapshots WHERE fork = 0 AND state = 'ready'
 		) GROUP BY sandbox_id HAVING SUM(b) > 0 ORDER BY sandbox_id`)
 	if err != nil {
 		return nil, err
@@ -112,10 +114,62 @@ func (s *Store) ListStoredBytes(ctx context.Context) ([]*store.StoredBytes, erro
 	var out []*store.StoredBytes
 	for rows.Next() {
 		var b store.StoredBytes
-		if err := rows.Scan(&b.SandboxID, &b.SandboxName, &b.Bytes); err != nil {
+		if err := rows.Scan(&b.SandboxID, &b.SandboxName, &b.KeyID, &b.Bytes); err != nil {
 			return nil, err
 		}
 		out = append(out, &b)
 	}
 	return out, rows.Err()
+}
+
+// SetKeyDailyLimit implements store.Store.
+func (s *Store) SetKeyDailyLimit(ctx context.Context, id string, limit *float64) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE api_keys SET daily_limit_usd = ? WHERE id = ? AND revoke_time = ''`, limit, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.New(errdefs.ErrKeyNotFound, "no live API key %q", id)
+	}
+	return nil
+}
+
+// PutLimitSuspension implements store.Store.
+func (s *Store) PutLimitSuspension(ctx context.Context, ls *store.LimitSuspension) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO limit_suspensions (sandbox_id, key_id, resume, time) VALUES (?, ?, ?, ?)
+		ON CONFLICT (sandbox_id) DO UPDATE SET key_id = excluded.key_id, resume = excluded.resume, time = excluded.time`,
+		ls.SandboxID, ls.KeyID, ls.Resume, fmtUsageTime(ls.Time))
+	return err
+}
+
+// ListLimitSuspensions implements store.Store.
+func (s *Store) ListLimitSuspensions(ctx context.Context) ([]*store.LimitSuspension, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, key_id, resume, time FROM limit_suspensions ORDER BY time, sandbox_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.LimitSuspension
+	for rows.Next() {
+		var ls store.LimitSuspension
+		var t string
+		if err := rows.Scan(&ls.SandboxID, &ls.KeyID, &ls.Resume, &t); err != nil {
+			return nil, err
+		}
+		ls.Time = parseTime(t)
+		out = append(out, &ls)
+	}
+	return out, rows.Err()
+}
+
+// DeleteLimitSuspension implements store.Store.
+func (s *Store) DeleteLimitSuspension(ctx context.Context, sandboxID string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM limit_suspensions WHERE sandbox_id = ?`, sandboxID)
+	return err
+}
+
+// SetLimitResume implements store.Store.
+func (s *Store) SetLimitResume(ctx context.Context, keyID string, resume bool) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE limit_suspensions SET resume = ? WHERE key_id = ?`, resume, keyID)
+	return err
 }

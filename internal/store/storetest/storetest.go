@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, open(t)) })
 	t.Run("Usage", func(t *testing.T) { testUsage(t, open(t)) })
 	t.Run("StoredBytes", func(t *testing.T) { testStoredBytes(t, open(t)) })
+	t.Run("LimitSuspensions", func(t *testing.T) { testLimitSuspensions(t, open(t)) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, open(t)) })
 	t.Run("Owners", func(t *testing.T) { testOwners(t, open(t)) })
 }
@@ -675,7 +676,9 @@ func testUsage(t *testing.T, s store.Store) {
 // one do not count; snapshots count after their sandbox is deleted.
 func testStoredBytes(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	_ = s.CreateSandbox(ctx, sandbox("sbx_a", "a"))
+	a := sandbox("sbx_a", "a")
+	a.Owner = "key_a"
+	_ = s.CreateSandbox(ctx, a)
 	for seq, b := range []int64{0, 100, 20} {
 		if err := s.AddCheckpoint(ctx, &store.Checkpoint{SandboxID: "sbx_a", Seq: seq, Manifest: []string{"sha256:a"}, AddedBytes: b}); err != nil {
 			t.Fatal(err)
@@ -684,7 +687,7 @@ func testStoredBytes(t *testing.T, s store.Store) {
 	for _, sn := range []*store.Snapshot{
 		{ID: "snap_1", SandboxID: "sbx_a", SandboxName: "a", StoredBytes: 1000, State: "ready"},
 		{ID: "snap_2", SandboxID: "sbx_a", SandboxName: "a", StoredBytes: 5000, Fork: true, State: "ready"},
-		{ID: "snap_3", SandboxID: "sbx_gone", SandboxName: "gone", StoredBytes: 7, State: "ready"},
+		{ID: "snap_3", SandboxID: "sbx_gone", SandboxName: "gone", StoredBytes: 7, State: "ready", Owner: "key_g"},
 		{ID: "snap_4", SandboxID: "sbx_gone", SandboxName: "gone", StoredBytes: 9, State: "expired"},
 		{ID: "snap_5", SandboxID: "sbx_s", SandboxName: "s", StoredBytes: 3, Suspend: true, State: "ready"},
 	} {
@@ -698,9 +701,62 @@ func testStoredBytes(t *testing.T, s store.Store) {
 	}
 	var parts []string
 	for _, b := range got {
-		parts = append(parts, fmt.Sprintf("%s:%s:%d", b.SandboxID, b.SandboxName, b.Bytes))
+		parts = append(parts, fmt.Sprintf("%s:%s:%s:%d", b.SandboxID, b.SandboxName, b.KeyID, b.Bytes))
 	}
-	if s := strings.Join(parts, " "); s != "sbx_a:a:1120 sbx_gone:gone:7 sbx_s:s:3" {
+	if s := strings.Join(parts, " "); s != "sbx_a:a:key_a:1120 sbx_gone:gone:key_g:7 sbx_s:s::3" {
 		t.Fatalf("stored bytes: %s", s)
+	}
+}
+
+// testLimitSuspensions: records of sandboxes a spending limit suspended
+// are put, listed oldest first, marked for resume per key and deleted; a
+// key's daily limit is set and cleared, and a revoked key's is not.
+func testLimitSuspensions(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	for i, id := range []string{"sbx_b", "sbx_a", "sbx_c"} {
+		key := "key_1"
+		if id == "sbx_c" {
+			key = "key_2"
+		}
+		if err := s.PutLimitSuspension(ctx, &store.LimitSuspension{SandboxID: id, KeyID: key, Time: t0.Add(time.Duration(i) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetLimitResume(ctx, "key_1", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteLimitSuspension(ctx, "sbx_b"); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.DeleteLimitSuspension(ctx, "sbx_none")
+	got, err := s.ListLimitSuspensions(ctx)
+	if err != nil || len(got) != 2 || got[0].SandboxID != "sbx_a" || !got[0].Resume || got[0].KeyID != "key_1" ||
+		!got[0].Time.Equal(t0.Add(time.Minute)) || got[1].SandboxID != "sbx_c" || got[1].Resume {
+		t.Fatalf("suspensions: %+v %v", got, err)
+	}
+
+	limit := 0.5
+	if err := s.CreateKey(ctx, &store.Key{ID: "key_1", Name: "one", Hash: "h1", DailyLimitUSD: &limit}); err != nil {
+		t.Fatal(err)
+	}
+	two := 2.0
+	if err := s.SetKeyDailyLimit(ctx, "key_1", &two); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := s.GetKey(ctx, "key_1"); err != nil || k.DailyLimitUSD == nil || *k.DailyLimitUSD != 2 {
+		t.Fatalf("raised limit: %+v %v", k, err)
+	}
+	if err := s.SetKeyDailyLimit(ctx, "key_1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := s.GetKey(ctx, "key_1"); err != nil || k.DailyLimitUSD != nil {
+		t.Fatalf("cleared limit: %+v %v", k, err)
+	}
+	if err := s.RevokeKey(ctx, "key_1", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetKeyDailyLimit(ctx, "key_1", &two); !errdefs.IsNotFound(err) {
+		t.Fatalf("limit of a revoked key: %v", err)
 	}
 }

@@ -26,6 +26,17 @@ CREATE TABLE usage_meters (
     time       TEXT NOT NULL
 );
 
+-- Sandboxes that a key's daily spending limit suspended; resume: resume
+-- them once the key is under its limit again (the limit raised or the UTC
+-- day turned), as PATCH /v1/keys/{id} with resume_suspended asked.
+CREATE TABLE limit_suspensions (
+    sandbox_id TEXT PRIMARY KEY,
+    key_id     TEXT NOT NULL,
+    resume     INTEGER NOT NULL DEFAULT 0,
+    time       TEXT NOT NULL
+);
+
 -- +goose Down
+DROP TABLE limit_suspensions;
 DROP TABLE usage_meters;
 DROP TABLE usage;
