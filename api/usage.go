@@ -71,3 +71,15 @@ func (p UsagePrices) Cost(cpuSeconds, memoryGiBSeconds, storedByteSeconds float6
 	return cpuSeconds/3600*p.CPUHour + memoryGiBSeconds/3600*p.MemoryGiBHour +
 		storedByteSeconds/1e9/StorageMonthSeconds*p.StorageGBMonth
 }
+
+// KeyLimitRequest is the body of PUT /v1/keys/{id}/limit: it replaces the
+// key's daily spending limit.
+type KeyLimitRequest struct {
+	// DailyLimitUSD is the spending limit per UTC day in US dollars, ≥ 0;
+	// absent or null for none.
+	DailyLimitUSD *float64 `json:"daily_limit_usd,omitempty"`
+	// ResumeSuspended asks that the sandboxes this key's limit suspended
+	// be resumed once the key is under its limit: at once if it is now,
+	// else when the limit is raised or the UTC day turns.
+	ResumeSuspended bool `json:"resume_suspended,omitempty"`
+}

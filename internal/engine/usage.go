@@ -43,6 +43,10 @@ type meter struct {
 	// now is time.Now; tests set a clock of their own.
 	now func() time.Time
 
+	// kicks asks the loop for a sample and a pass of the spending limits
+	// now (a limit changed).
+	kicks chan struct{}
+
 	mu sync.Mutex
 	// by sandbox id; storageTime is the last accrual of stored bytes.
 	m           map[string]*meterState
@@ -60,12 +64,13 @@ type meterState struct {
 	gen uint64
 
 	name, keyID string
+	cpus        float64
 	memoryMB    int
 	pooled      bool
 }
 
 func newMeter(e *Engine, rt runtime.Runtime, interval time.Duration) *meter {
-	return &meter{e: e, rt: rt, interval: interval, now: time.Now, m: map[string]*meterState{}}
+	return &meter{e: e, rt: rt, interval: interval, now: time.Now, kicks: make(chan struct{}, 1), m: map[string]*meterState{}}
 }
 
 // load reads the meters that an earlier sbxd left.
@@ -88,11 +93,11 @@ func (m *meter) load(ctx context.Context) error {
 
 // know copies what the meter needs of a sandbox's record into st.
 func (st *meterState) know(sb *store.Sandbox) {
-	st.name, st.keyID, st.memoryMB, st.pooled = sb.Name, ownerOf(sb), sb.MemoryMB, sb.Pooled
+	st.name, st.keyID, st.cpus, st.memoryMB, st.pooled = sb.Name, ownerOf(sb), sb.CPUs, sb.MemoryMB, sb.Pooled
 }
 
 // ownerOf is the API key billed for sb ("" the operator).
-func ownerOf(*store.Sandbox) string { return "" }
+func ownerOf(sb *store.Sandbox) string { return sb.Owner }
 
 // started records that container id began (its CPU counter at 0).
 func (m *meter) started(ctx context.Context, id string) {
@@ -251,7 +256,7 @@ func (m *meter) sample(ctx context.Context, now time.Time) error {
 	if !m.storageTime.IsZero() && now.After(m.storageTime) {
 		secs := now.Sub(m.storageTime).Seconds()
 		for _, b := range stored {
-			base := store.UsageRow{SandboxID: b.SandboxID, SandboxName: b.SandboxName}
+			base := store.UsageRow{SandboxID: b.SandboxID, SandboxName: b.SandboxName, KeyID: b.KeyID}
 			if sb := known[b.SandboxID]; sb != nil {
 				base.SandboxName, base.KeyID = sb.Name, ownerOf(sb)
 			}
@@ -284,7 +289,8 @@ func (m *meter) persist(ctx context.Context, rows []*store.UsageRow, meters []*s
 	}
 }
 
-// loop samples every interval until the engine closes.
+// loop samples every interval, or when kicked, and enforces the keys'
+// spending limits after each sample, until the engine closes.
 func (m *meter) loop() {
 	defer m.e.bg.Done()
 	t := time.NewTicker(m.interval)
@@ -294,10 +300,22 @@ func (m *meter) loop() {
 		case <-m.e.ctx.Done():
 			return
 		case <-t.C:
-			if err := m.sample(m.e.ctx, m.now()); err != nil && m.e.ctx.Err() == nil {
-				m.e.log.Error("usage sample", "err", err)
-			}
+		case <-m.kicks:
 		}
+		if err := m.sample(m.e.ctx, m.now()); err != nil && m.e.ctx.Err() == nil {
+			m.e.log.Error("usage sample", "err", err)
+		}
+		if err := m.e.enforceLimits(m.e.ctx); err != nil && m.e.ctx.Err() == nil {
+			m.e.log.Error("spending limits", "err", err)
+		}
+	}
+}
+
+// kick asks the loop for a sample and a pass of the limits now.
+func (m *meter) kick() {
+	select {
+	case m.kicks <- struct{}{}:
+	default:
 	}
 }
 
@@ -407,7 +425,7 @@ type UsageQuery struct {
 // (Config.UsageInterval) and at every container's stop, suspend or delete;
 // an hour that the bounds cut is prorated over the span its usage was
 // accrued in. Errors: errdefs.ErrInvalidArgument for an unknown group_by
-// or until not after since.
+// or until not after since. A tenant key's caller sees only its own usage.
 func (e *Engine) Usage(ctx context.Context, q UsageQuery) (*api.Usage, error) {
 	switch q.GroupBy {
 	case "":
@@ -418,6 +436,10 @@ func (e *Engine) Usage(ctx context.Context, q UsageQuery) (*api.Usage, error) {
 	}
 	if !q.Until.After(q.Since) {
 		return nil, errdefs.Invalid("until", "must be after since")
+	}
+	if c := CallerOf(ctx); !c.Admin {
+		// A tenant key sees only what is billed to it.
+		q.OnlyKey, q.KeyID = true, c.KeyID
 	}
 	rows, err := e.st.ListUsage(ctx, q.Since, q.Until)
 	if err != nil {

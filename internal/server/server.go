@@ -171,6 +171,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/keys", s.listKeys)
 	m.HandleFunc("GET /v1/keys/{id}", s.getKey)
 	m.HandleFunc("DELETE /v1/keys/{id}", s.deleteKey)
+	m.HandleFunc("PUT /v1/keys/{id}/limit", s.putKeyLimit)
 
 	m.HandleFunc("GET /v1/images", s.listImages)
 	m.HandleFunc("GET /v1/images/{name}", s.getImage)

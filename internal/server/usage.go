@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
@@ -42,4 +43,20 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, u)
+}
+
+// putKeyLimit answers PUT /v1/keys/{id}/limit (admin keys only) with the
+// key's record.
+func (s *Server) putKeyLimit(w http.ResponseWriter, r *http.Request) {
+	var req api.KeyLimitRequest
+	if err := decode(w, r, MaxJSONBody, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	k, err := s.eng.SetKeyDailyLimit(r.Context(), r.PathValue("id"), req.DailyLimitUSD, req.ResumeSuspended)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, keyToAPI(k))
 }
