@@ -39,3 +39,17 @@ func (c *Client) Usage(ctx context.Context, q UsageQuery) (*api.Usage, error) {
 	}
 	return &out, nil
 }
+
+// SetKeyLimit answers PUT /v1/keys/{id}/limit: it replaces the daily
+// spending limit of API key id (its id or name; req.DailyLimitUSD nil for
+// none) and returns the key. With req.ResumeSuspended, the sandboxes the
+// key's limit suspended resume once it is under its limit. Admin keys
+// only. Errors: ErrInvalidArgument (a limit below zero), ErrNotFound (no
+// such live key), an *Error with code forbidden (a tenant key).
+func (c *Client) SetKeyLimit(ctx context.Context, id string, req api.KeyLimitRequest) (*api.Key, error) {
+	var out api.Key
+	if err := c.doJSON(ctx, http.MethodPut, "/v1/keys/"+url.PathEscape(id)+"/limit", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

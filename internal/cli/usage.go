@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -162,4 +163,44 @@ func usageBar(cols float64) string {
 		s += string([]rune("▏▎▍▌▋▊▉")[r-1])
 	}
 	return s
+}
+
+func (a *app) limitCmd() *cobra.Command {
+	var resume bool
+	cmd := &cobra.Command{
+		Use:   "limit KEY USD|none",
+		Short: "Set an API key's daily spending limit (admin keys only)",
+		Long: `Set the daily spending limit of an API key (its id or name), in US dollars
+per UTC day, or "none" to remove it. It is enforced at once: a key over its
+limit gets 429 quota_exceeded on create, fork, resume and exec, and its
+running sandboxes are suspended (memory and disk kept, not killed).
+--resume resumes them once the key is under its limit again: at once if the
+new limit allows it, else when the limit is raised or the UTC day turns.`,
+		Example: `  sbx limit ci-agent 5
+  sbx limit ci-agent 20 --resume
+  sbx limit ci-agent none`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := api.KeyLimitRequest{ResumeSuspended: resume}
+			if args[1] != "none" {
+				v, err := strconv.ParseFloat(strings.TrimPrefix(args[1], "$"), 64)
+				if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+					return fmt.Errorf("limit %q: want US dollars (5, 0.25) or none", args[1])
+				}
+				req.DailyLimitUSD = &v
+			}
+			k, err := a.c.SetKeyLimit(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if k.DailyLimitUSD == nil {
+				fmt.Fprintf(a.stdout, "%s (%s): no daily limit\n", clean(k.Name), k.ID)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "%s (%s): daily limit %s\n", clean(k.Name), k.ID, formatUSD(*k.DailyLimitUSD))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&resume, "resume", false, "resume the sandboxes the limit suspended once the key is under it")
+	return cmd
 }

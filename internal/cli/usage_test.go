@@ -50,9 +50,12 @@ func TestUsageTable(t *testing.T) {
 // TestUsageFlags: a malformed --since or --days is refused before any
 // request.
 func TestUsageFlags(t *testing.T) {
-	for _, args := range [][]string{{"usage", "--since", "yesterday"}, {"usage", "--days", "0"}} {
+	for _, args := range [][]string{{"usage", "--since", "yesterday"}, {"usage", "--days", "0"}, {"limit", "NaN"}, {"limit", "lots"}} {
+		if args[0] == "limit" {
+			args = []string{"limit", "ci-agent", args[1]}
+		}
 		_, errs, code := runCLI(t, args...)
-		if code == 0 || strings.Contains(errs, "sbxd running") || !strings.Contains(errs, args[1]) {
+		if code == 0 || strings.Contains(errs, "sbxd running") || !strings.Contains(errs, args[len(args)-1]) {
 			t.Errorf("sbx %v: exit %d, stderr %q", args, code, errs)
 		}
 	}
