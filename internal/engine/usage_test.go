@@ -370,3 +370,29 @@ func BenchmarkUsageSample(b *testing.B) {
 		}
 	}
 }
+
+// TestUsageTenantSeesOwn: a tenant key's usage report holds only what is
+// billed to it, whatever it groups by; an admin's holds every key.
+func TestUsageTenantSeesOwn(t *testing.T) {
+	h := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	env := newMeterEnv(t, filepath.Join(t.TempDir(), "sbx.db"), h)
+	ctx := context.Background()
+	if err := env.st.AddUsage(ctx, []*store.UsageRow{
+		{SandboxID: "sbx_a", SandboxName: "a", KeyID: "key_a", Hour: h, First: h, Last: h.Add(time.Minute), CPUSeconds: 1},
+		{SandboxID: "sbx_b", SandboxName: "b", KeyID: "key_b", Hour: h, First: h, Last: h.Add(time.Minute), CPUSeconds: 2},
+		{SandboxID: "sbx_o", SandboxName: "o", Hour: h, First: h, Last: h.Add(time.Minute), CPUSeconds: 4},
+	}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	tctx := WithCaller(ctx, Caller{KeyID: "key_a"})
+	for _, by := range []string{api.UsageBySandbox, api.UsageByKey, api.UsageByDay} {
+		u, err := env.e.Usage(tctx, UsageQuery{Since: h, Until: h.Add(time.Hour), GroupBy: by})
+		if err != nil || len(u.Usage) != 1 || u.Total.CPUSeconds != 1 {
+			t.Errorf("tenant, by %s: %+v %v", by, u, err)
+		}
+	}
+	u, err := env.e.Usage(ctx, UsageQuery{Since: h, Until: h.Add(time.Hour), GroupBy: api.UsageByKey})
+	if err != nil || len(u.Usage) != 3 || u.Usage[0].Key != "" || u.Usage[1].Key != "key_a" || u.Total.CPUSeconds != 7 {
+		t.Fatalf("admin by key: %+v %v", u, err)
+	}
+}
