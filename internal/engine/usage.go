@@ -525,9 +525,3 @@ func overlap(first, last, since, until time.Time) float64 {
 	}
 	return float64(hi.Sub(lo)) / float64(last.Sub(first))
 }
-
-// SampleUsage takes a usage sample now (as the meter does every
-// Config.UsageInterval), so that Usage reports up to this moment.
-func (e *Engine) SampleUsage(ctx context.Context) error {
-	return e.meter.sample(ctx, e.meter.now())
-}
