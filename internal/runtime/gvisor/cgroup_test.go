@@ -59,7 +59,14 @@ func TestStatsFromCgroup(t *testing.T) {
 		}
 		dirs = append(dirs, cg)
 	}
-	busy := exec.Command("sh", "-c", "while :; do :; done")
+	// The process waits to be moved into the cgroups, then allocates (a
+	// cgroup v1 memory controller charges pages when they are allocated,
+	// not what a process brings along) and spins.
+	busy := exec.Command("sh", "-c", `read go; x=$(head -c 4000000 /dev/zero | tr '\0' a); while :; do :; done`)
+	stdin, err := busy.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := busy.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,21 +83,21 @@ func TestStatsFromCgroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
 	r := &Runtime{cfg: Config{Root: t.TempDir(), Runsc: "/nonexistent/runsc", CgroupParent: parent}, logs: map[string]*initLog{}}
 	ctx := context.Background()
 	var s runtime.Stats
-	for deadline := time.Now().Add(30 * time.Second); s.CPUNanos < uint64(50*time.Millisecond); {
+	for deadline := time.Now().Add(30 * time.Second); s.CPUNanos < uint64(50*time.Millisecond) || s.MemoryBytes == 0; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the busy process's cgroup shows %v of CPU after 30 s", time.Duration(s.CPUNanos))
+			t.Fatalf("the busy process's cgroup shows %v of CPU and %d bytes after 30 s", time.Duration(s.CPUNanos), s.MemoryBytes)
 		}
 		var err error
 		if s, err = r.Stats(ctx, "sbx_live"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	if s.MemoryBytes == 0 {
-		t.Fatalf("no memory: %+v", s)
 	}
 	if _, err := r.Stats(ctx, "sbx_missing"); err == nil {
 		t.Fatal("stats of a container with neither cgroup nor runsc state succeeded")
