@@ -157,6 +157,9 @@ func script() []confCase {
 			Response: confResponse{Status: 200, Body: j(usageJSON)}},
 		{Call: "usage", Args: j(`{"group_by":"week"}`), ErrorCode: "invalid_argument",
 			Response: confResponse{Status: 400, Body: j(`{"error":{"code":"invalid_argument","message":"group_by: \"week\": want sandbox, key or day"}}`)}},
+		{Call: "set_key_limit", Args: j(`{"id":"key_0123456789abcdef","daily_limit_usd":0.5,"resume_suspended":true}`),
+			Response: confResponse{Status: 200, Body: j(`{"id":"key_0123456789abcdef","name":"ci","labels":{},"admin":false,"daily_limit_usd":0.5,"create_time":"2026-11-29T10:00:00Z"}`)}},
+		{Call: "set_key_limit", Args: j(`{"id":"ci"}`), Response: confResponse{Status: 200, Body: j(`{"id":"key_0123456789abcdef","name":"ci","labels":{},"admin":false,"daily_limit_usd":null,"create_time":"2026-11-29T10:00:00Z"}`)}},
 		{Call: "delete", Args: j(`{}`), Response: confResponse{Status: 204}},
 	}
 }
@@ -195,6 +198,7 @@ var callNames = []string{
 	"delivery_archive {id}: the archive's bytes; they must equal the canned body",
 	"delivery_key {}: the node's public key (PEM); it must equal the canned body",
 	"usage {since, until, group_by}: GET /v1/usage, each argument sent only when given (times as RFC 3339 UTC, as given)",
+	"set_key_limit {id, daily_limit_usd, resume_suspended}: PUT /v1/keys/{id}/limit; daily_limit_usd absent means no limit (send null), resume_suspended sent only when true",
 	"delete {}: delete the current sandbox",
 }
 
@@ -222,6 +226,8 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		Since    time.Time         `json:"since"`
 		Until    time.Time         `json:"until"`
 		GroupBy  string            `json:"group_by"`
+		Limit    *float64          `json:"daily_limit_usd"`
+		Resume   bool              `json:"resume_suspended"`
 	}
 	if err := json.Unmarshal(cc.Args, &a); err != nil {
 		return err
@@ -340,6 +346,8 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		if b, err = c.Deliveries.PublicKey(ctx); err == nil && string(b) != *cc.Response.BodyText {
 			err = fmt.Errorf("key %q, want %q", b, *cc.Response.BodyText)
 		}
+	case "set_key_limit":
+		_, err = c.SetKeyLimit(ctx, a.ID, api.KeyLimitRequest{DailyLimitUSD: a.Limit, ResumeSuspended: a.Resume})
 	case "usage":
 		_, err = c.Usage(ctx, UsageQuery{Since: a.Since, Until: a.Until, GroupBy: a.GroupBy})
 	case "delete":

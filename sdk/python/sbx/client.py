@@ -292,6 +292,19 @@ class Client:
             q.append(("group_by", group_by))
         return Usage.from_dict(self._t.json("GET", "/v1/usage", q or None))
 
+    def set_key_limit(self, key_id: str, daily_limit_usd: Optional[float],
+                      resume_suspended: bool = False) -> Dict[str, Any]:
+        """Replace an API key's daily spending limit in US dollars (``None``: no limit).
+
+        With ``resume_suspended``, the sandboxes the limit suspended resume
+        once the key is under it. Admin keys only. Returns the key's record
+        (a dict of the wire fields). Raises InvalidArgument, NotFound.
+        """
+        body: Dict[str, Any] = {"daily_limit_usd": daily_limit_usd}
+        if resume_suspended:
+            body["resume_suspended"] = True
+        return self._t.json("PUT", "/v1/keys/" + seg(key_id) + "/limit", None, body) or {}
+
     # --- deliveries -------------------------------------------------------
 
     def list_deliveries(self, sandbox: Optional[str] = None) -> List[Delivery]:

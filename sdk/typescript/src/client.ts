@@ -10,7 +10,7 @@ import { NDJSON, Transport, ndjsonLines, readAll, seg, type Query } from './http
 import type {
   Checkpoint, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
   FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo,
-  ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, Usage, UsageGroupBy, WriteFileResult,
+  ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, Usage, UsageGroupBy, KeyLimitAnswer, WriteFileResult,
 } from './types.js';
 
 // Node 20 has Symbol.asyncDispose (as Symbol.for('nodejs.asyncDispose')); older
@@ -291,6 +291,17 @@ export class Client {
     const time = (t?: Date | string) => (t instanceof Date ? t.toISOString().replace(/\.\d{3}Z$/, 'Z') : t || undefined);
     const query: Query = { since: time(o.since), until: time(o.until), group_by: o.groupBy || undefined };
     return this.t.json<Usage>({ method: 'GET', path: '/v1/usage', query, signal: o.signal });
+  }
+
+  /**
+   * Replaces an API key's daily spending limit in US dollars (`null`: no
+   * limit); with `resumeSuspended`, the sandboxes the limit suspended
+   * resume once the key is under it. Admin keys only. Answers the key's
+   * record (wire field names).
+   */
+  setKeyLimit(id: string, dailyLimitUsd: number | null, o: CallOptions & { resumeSuspended?: boolean } = {}): Promise<KeyLimitAnswer> {
+    const json = { daily_limit_usd: dailyLimitUsd, resume_suspended: o.resumeSuspended || undefined };
+    return this.t.json<KeyLimitAnswer>({ method: 'PUT', path: '/v1/keys/' + seg(id) + '/limit', json, signal: o.signal });
   }
 
   /** Images. */

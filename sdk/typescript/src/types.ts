@@ -315,6 +315,15 @@ export interface UsageEntry {
   cost: number;
 }
 
+/** The answer of `PUT /v1/keys/{id}/limit`: the key's record (its other fields as the API sends them). */
+export interface KeyLimitAnswer {
+  id: string;
+  name: string;
+  /** US dollars per UTC day, or null for no limit. */
+  daily_limit_usd: number | null;
+  [field: string]: unknown;
+}
+
 /** sbxd's prices, in US dollars. */
 export interface UsagePrices {
   /** Per vCPU-hour used (default 0.025). */

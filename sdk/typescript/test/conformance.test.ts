@@ -114,6 +114,11 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
       assert.equal(u.total.cost, u.usage.reduce((n, e) => n + e.cost, 0));
       return;
     }
+    case 'set_key_limit': {
+      const k = await client.setKeyLimit(a.id, a.daily_limit_usd ?? null, { resumeSuspended: a.resume_suspended });
+      assert.equal(k.id, 'key_0123456789abcdef');
+      return;
+    }
     case 'delete': await sb().delete(); return;
     default: assert.fail(`unknown call ${c.call}`);
   }
