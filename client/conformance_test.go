@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 )
@@ -162,9 +163,23 @@ func script() []confCase {
 		{Call: "revoke_key", Args: j(`{"id":"key_0123456789abcdef"}`), Response: confResponse{Status: 204}},
 		{Call: "revoke_key", Args: j(`{"id":"key_0123456789abcdef"}`), ErrorCode: "key_not_found",
 			Response: confResponse{Status: 404, Body: j(`{"error":{"code":"key_not_found","message":"API key \"key_0123456789abcdef\" is already revoked"}}`)}},
+		{Call: "usage", Args: j(`{"since":"2026-11-29T00:00:00Z","until":"2026-11-30T00:00:00Z","group_by":"day"}`),
+			Response: confResponse{Status: 200, Body: j(usageJSON)}},
+		{Call: "usage", Args: j(`{"group_by":"week"}`), ErrorCode: "invalid_argument",
+			Response: confResponse{Status: 400, Body: j(`{"error":{"code":"invalid_argument","message":"group_by: \"week\": want sandbox, key or day"}}`)}},
+		{Call: "set_key_limit", Args: j(`{"id":"key_0123456789abcdef","daily_limit_usd":0.5,"resume_suspended":true}`),
+			Response: confResponse{Status: 200, Body: j(`{"id":"key_0123456789abcdef","name":"ci","labels":{},"admin":false,"daily_limit_usd":0.5,"create_time":"2026-11-29T10:00:00Z"}`)}},
+		{Call: "set_key_limit", Args: j(`{"id":"ci"}`), Response: confResponse{Status: 200, Body: j(`{"id":"key_0123456789abcdef","name":"ci","labels":{},"admin":false,"daily_limit_usd":null,"create_time":"2026-11-29T10:00:00Z"}`)}},
 		{Call: "delete", Args: j(`{}`), Response: confResponse{Status: 204}},
 	}
 }
+
+// usageJSON is an answer of GET /v1/usage?group_by=day: the pricing
+// example of a 3-minute fork of a 2 vCPU / 4 GiB sandbox.
+const usageJSON = `{"since":"2026-11-29T00:00:00Z","until":"2026-11-30T00:00:00Z","group_by":"day",` +
+	`"prices":{"cpu_hour":0.025,"memory_gib_hour":0.0075,"storage_gb_month":0.08},` +
+	`"usage":[{"day":"2026-11-29","cpu_seconds":180,"memory_gib_seconds":720,"stored_byte_seconds":0,"cost":0.00275}],` +
+	`"total":{"cpu_seconds":180,"memory_gib_seconds":720,"stored_byte_seconds":0,"cost":0.00275}}`
 
 // callNames documents the calls and their arguments for the other SDKs.
 var callNames = []string{
@@ -195,6 +210,8 @@ var callNames = []string{
 	"create_key {request}: make an API key from the request object; the result carries the secret",
 	"list_keys {revoked}: list API keys (revoked ones too when revoked is true: ?revoked=1)",
 	"get_key {id}, revoke_key {id}: one API key by id or name; revoke it (DELETE)",
+	"usage {since, until, group_by}: GET /v1/usage, each argument sent only when given (times as RFC 3339 UTC, as given)",
+	"set_key_limit {id, daily_limit_usd, resume_suspended}: PUT /v1/keys/{id}/limit; daily_limit_usd absent means no limit (send null), resume_suspended sent only when true",
 	"delete {}: delete the current sandbox",
 }
 
@@ -220,6 +237,11 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		Key      string            `json:"key"`
 		Data     json.RawMessage   `json:"data"`
 		Revoked  bool              `json:"revoked"`
+		Since    time.Time         `json:"since"`
+		Until    time.Time         `json:"until"`
+		GroupBy  string            `json:"group_by"`
+		Limit    *float64          `json:"daily_limit_usd"`
+		Resume   bool              `json:"resume_suspended"`
 	}
 	if err := json.Unmarshal(cc.Args, &a); err != nil {
 		return err
@@ -352,6 +374,10 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		_, err = c.Keys.Get(ctx, a.ID)
 	case "revoke_key":
 		err = c.Keys.Revoke(ctx, a.ID)
+	case "set_key_limit":
+		_, err = c.SetKeyLimit(ctx, a.ID, api.KeyLimitRequest{DailyLimitUSD: a.Limit, ResumeSuspended: a.Resume})
+	case "usage":
+		_, err = c.Usage(ctx, UsageQuery{Since: a.Since, Until: a.Until, GroupBy: a.GroupBy})
 	case "delete":
 		err = sb.Delete(ctx)
 	default:

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/engine"
@@ -127,6 +128,14 @@ type Config struct {
 	// resolves to loopback); elsewhere point a wildcard DNS record at sbxd.
 	// "" (in the config file) turns host-based routing off.
 	PreviewDomain string `json:"preview_domain"`
+	// Prices price usage (GET /v1/usage), in US dollars: per vCPU-hour
+	// used, per GiB-hour allocated while running, per GB-month stored
+	// (defaults api.DefaultUsagePrices: 0.025, 0.0075, 0.08).
+	Prices api.UsagePrices `json:"prices"`
+	// UsageInterval is how often running sandboxes' CPU counters and the
+	// stored bytes are sampled (a Go duration, default "30s"); every stop,
+	// suspend and delete takes a reading too.
+	UsageInterval string `json:"usage_interval"`
 }
 
 // Defaults returns the built-in configuration.
@@ -147,6 +156,8 @@ func Defaults() Config {
 		CaptureMaxBytes:  engine.DefaultCaptureMaxBytes,
 		PreviewDomain:    "localhost",
 		DeliveryMaxBytes: engine.DefaultDeliveryMaxBytes,
+		Prices:           api.DefaultUsagePrices,
+		UsageInterval:    engine.DefaultUsageInterval.String(),
 	}
 }
 
@@ -167,7 +178,7 @@ func (c *Config) LoadFile(path string) error {
 // LoadEnv merges SBX_* environment variables into c: SBX_DATA_DIR,
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
 // SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
-// SBX_BLOB_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS.
+// SBX_BLOB_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS, SBX_USAGE_INTERVAL.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
@@ -177,6 +188,7 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_PREVIEW_DOMAIN": &c.PreviewDomain, "SBX_EVENT_RETENTION": &c.EventRetention,
 		"SBX_CAPTURE_TIMEOUT": &c.CaptureTimeout,
 		"SBX_LAYERS":          &c.Layers,
+		"SBX_USAGE_INTERVAL":  &c.UsageInterval,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -226,6 +238,12 @@ func (c *Config) Validate() error {
 	}
 	if d, err := time.ParseDuration(c.CaptureTimeout); err != nil || d <= 0 {
 		errs = append(errs, fmt.Errorf("capture timeout %q: want a positive duration such as 30m", c.CaptureTimeout))
+	}
+	if d, err := time.ParseDuration(c.UsageInterval); err != nil || d <= 0 {
+		errs = append(errs, fmt.Errorf("usage interval %q: want a positive duration such as 30s", c.UsageInterval))
+	}
+	if c.Prices.CPUHour < 0 || c.Prices.MemoryGiBHour < 0 || c.Prices.StorageGBMonth < 0 {
+		errs = append(errs, fmt.Errorf("prices %+v: must not be negative", c.Prices))
 	}
 	if c.CaptureMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("capture max bytes %d: want a positive number of bytes", c.CaptureMaxBytes))
@@ -462,6 +480,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	retention, _ := time.ParseDuration(cfg.EventRetention)
 	captureTimeout, _ := time.ParseDuration(cfg.CaptureTimeout)
+	usageInterval, _ := time.ParseDuration(cfg.UsageInterval)
 	faults, err := ParseFaults(os.Getenv("SBX_FAULTS"))
 	if err != nil {
 		return err
@@ -475,6 +494,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		ReserveCPUs: cfg.ReserveCPUs, ReserveMemoryMB: cfg.ReserveMemoryMB,
 		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes,
 		DeliveryMaxBytes: cfg.DeliveryMaxBytes,
+		Prices:           cfg.Prices, UsageInterval: usageInterval,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err

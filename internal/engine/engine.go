@@ -82,6 +82,12 @@ type Config struct {
 	// DeliveryMaxBytes bounds a delivery's archive: file data plus 1536
 	// bytes an entry (default DefaultDeliveryMaxBytes).
 	DeliveryMaxBytes int64
+	// Prices price usage (GET /v1/usage); zero fields take
+	// api.DefaultUsagePrices'.
+	Prices api.UsagePrices
+	// UsageInterval is how often the meter samples running sandboxes and
+	// stored bytes (default DefaultUsageInterval).
+	UsageInterval time.Duration
 	// Faults pause named points of operations (SBX_FAULTS, for crash
 	// tests); empty in production.
 	Faults map[string]time.Duration
@@ -128,6 +134,10 @@ type Engine struct {
 	host     runtime.Host
 	capacity capacity
 	adm      admission
+
+	// meter meters usage; rt is wrapped so that it sees every
+	// container's start and delete.
+	meter *meter
 
 	bg     sync.WaitGroup
 	ctx    context.Context
@@ -183,6 +193,18 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	if cfg.ReserveMemoryPercent == 0 {
 		cfg.ReserveMemoryPercent = DefaultReserveMemoryPercent
 	}
+	if cfg.Prices.CPUHour == 0 {
+		cfg.Prices.CPUHour = api.DefaultUsagePrices.CPUHour
+	}
+	if cfg.Prices.MemoryGiBHour == 0 {
+		cfg.Prices.MemoryGiBHour = api.DefaultUsagePrices.MemoryGiBHour
+	}
+	if cfg.Prices.StorageGBMonth == 0 {
+		cfg.Prices.StorageGBMonth = api.DefaultUsagePrices.StorageGBMonth
+	}
+	if cfg.UsageInterval <= 0 {
+		cfg.UsageInterval = DefaultUsageInterval
+	}
 	host, err := runtime.HostCapacity()
 	if err != nil {
 		return nil, err
@@ -206,6 +228,8 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		insts:        map[string]*instance{},
 		leases:       blob.NewLeases(),
 	}
+	e.meter = newMeter(e, rt, cfg.UsageInterval)
+	e.rt = &meteredRuntime{Runtime: rt, m: e.meter}
 	// The agent's socket path on the host must fit in sun_path (108 bytes).
 	if n := len(e.socketPath("sbx_0123456789abcdef")); n >= 108 {
 		return nil, fmt.Errorf("data dir %s is too long: agent socket paths would be %d bytes, more than a Unix socket allows", cfg.DataDir, n)
@@ -242,6 +266,9 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 // sandboxes, finishing or rolling back interrupted operations, removing
 // orphans) and starts background work: the warm pool and the monitors.
 func (e *Engine) Start(ctx context.Context) error {
+	if err := e.meter.load(ctx); err != nil {
+		return err
+	}
 	if err := e.recoverOps(ctx); err != nil {
 		return fmt.Errorf("recover interrupted operations: %w", err)
 	}
@@ -254,9 +281,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.deliverAllPending(ctx)
 	e.limitAll()
 	e.pool.start()
-	e.bg.Add(2)
+	e.bg.Add(3)
 	go e.gcLoop()
 	go e.idleLoop()
+	go e.meter.loop()
 	e.kickGC()
 	return nil
 }

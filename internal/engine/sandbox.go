@@ -87,6 +87,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if req.MemoryMB < 64 || req.MemoryMB > e.cfg.MaxMemoryMB {
 		return nil, errdefs.Invalid("memory_mb", "%d is out of range [64, %d]", req.MemoryMB, e.cfg.MaxMemoryMB)
 	}
+	if err := e.checkSpend(ctx, CallerOf(ctx).KeyID, req.CPUs, req.MemoryMB); err != nil {
+		return nil, err
+	}
 	if err := e.checkShape(req.CPUs, req.MemoryMB); err != nil {
 		return nil, err
 	}

@@ -430,6 +430,9 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	if req.CPUs != 0 || req.MemoryMB != 0 {
 		return nil, errdefs.Invalid("cpus", "a sandbox from a snapshot has the snapshot's cpus and memory_mb (%g, %d)", sh.CPUs, sh.MemoryMB)
 	}
+	if err := e.checkSpend(ctx, CallerOf(ctx).KeyID, sh.CPUs, sh.MemoryMB); err != nil {
+		return nil, err
+	}
 	if _, err := e.images.Get(ctx, sn.Image); err != nil && !e.imageDirExists(sn.ImageID) {
 		return nil, errdefs.New(errdefs.ErrImageNotFound, "the snapshot's image %q is gone", sn.Image)
 	}
@@ -535,6 +538,11 @@ func (e *Engine) BeginFork(ctx context.Context, idOrName string, req api.ForkReq
 		return nil, err
 	}
 	if err := snapshotable(sb, "fork"); err != nil {
+		unlock()
+		return nil, err
+	}
+	// The copies are billed to the source's owner.
+	if err := e.checkSpend(ctx, sb.Owner, sb.CPUs*float64(len(names)), sb.MemoryMB*len(names)); err != nil {
 		unlock()
 		return nil, err
 	}

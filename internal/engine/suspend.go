@@ -230,6 +230,9 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	failed := func(err error) error {
 		return fmt.Errorf("resume %s: %v: %w", sb.Name, err, errdefs.ErrResumeFailed)
 	}
+	if err := e.checkSpend(ctx, sb.Owner, sb.CPUs, sb.MemoryMB); err != nil {
+		return err
+	}
 	admitted, err := e.admit(ctx, demand{what: "resume", n: 1, names: []string{sb.Name}, cpus: sb.CPUs, memMB: sb.MemoryMB})
 	if err != nil {
 		return err

@@ -129,6 +129,7 @@ var goTypes = map[string]any{
 	"Snapshot": api.Snapshot{}, "ForkRequest": api.ForkRequest{}, "ForkCopy": api.ForkCopy{},
 	"ForkResult": api.ForkResult{}, "Process": api.Process{}, "SignalRequest": api.SignalRequest{},
 	"Port": api.Port{}, "DeliveryRequest": api.DeliveryRequest{}, "Delivery": api.Delivery{}, "Teardown": api.Teardown{},
+	"Usage": api.Usage{}, "UsageEntry": api.UsageEntry{}, "UsagePrices": api.UsagePrices{}, "KeyLimitRequest": api.KeyLimitRequest{},
 	"FileWritten": FileWritten{}, "ArchiveWritten": ArchiveWritten{},
 	"CreateKeyRequest": api.CreateKeyRequest{}, "Key": api.Key{}, "CreatedKey": api.CreatedKey{},
 }

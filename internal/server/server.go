@@ -162,6 +162,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/deliveries/key", s.deliveryKey)
 	m.HandleFunc("GET /v1/deliveries/{id}", s.getDelivery)
 	m.HandleFunc("GET /v1/deliveries/{id}/archive", s.deliveryArchive)
+	m.HandleFunc("GET /v1/usage", s.usage)
 	m.HandleFunc("GET /v1/snapshots", s.listSnapshots)
 	m.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
 	m.HandleFunc("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
@@ -170,6 +171,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/keys", s.listKeys)
 	m.HandleFunc("GET /v1/keys/{id}", s.getKey)
 	m.HandleFunc("DELETE /v1/keys/{id}", s.deleteKey)
+	m.HandleFunc("PUT /v1/keys/{id}/limit", s.putKeyLimit)
 
 	m.HandleFunc("GET /v1/images", s.listImages)
 	m.HandleFunc("GET /v1/images/{name}", s.getImage)

@@ -223,6 +223,51 @@ type Usage struct {
 	MemoryMB int
 }
 
+// UsageRow is the usage one sandbox accrued within one UTC hour: CPU
+// seconds used, GiB-seconds of memory allocated while running, and
+// byte-seconds of checkpoint and snapshot bytes stored. Rows outlive their
+// sandbox.
+type UsageRow struct {
+	SandboxID, SandboxName string
+	// KeyID is the API key billed ("" the operator's).
+	KeyID string
+	// Hour is the start of the UTC hour; First and Last bound the accrual
+	// within it (Hour <= First <= Last <= Hour+1h).
+	Hour, First, Last time.Time
+
+	CPUSeconds, MemoryGiBSeconds, StoredByteSeconds float64
+}
+
+// UsageMeter is the meter's last reading of one sandbox: whether its
+// container ran, the container's CPU counter (ns) and when it was read.
+// The storage meter (SandboxID "") keeps only Time, the last accrual of
+// stored bytes.
+type UsageMeter struct {
+	SandboxID string
+	Running   bool
+	CPUNanos  uint64
+	Time      time.Time
+}
+
+// StoredBytes is what one sandbox keeps in the blob store: the bytes its
+// disk checkpoints added plus those of its ready snapshots that are
+// billable (not a fork's own). SandboxName is from a snapshot's record
+// ("" when only checkpoints count); KeyID is the owner of the sandbox or
+// of its snapshots (the key billed).
+type StoredBytes struct {
+	SandboxID, SandboxName, KeyID string
+	Bytes                         int64
+}
+
+// LimitSuspension records a sandbox that its key's daily spending limit
+// suspended. Resume asks that it be resumed once the key is under its
+// limit again.
+type LimitSuspension struct {
+	SandboxID, KeyID string
+	Resume           bool
+	Time             time.Time
+}
+
 // SandboxFilter selects sandboxes in ListSandboxes.
 type SandboxFilter struct {
 	// Labels must all match (key=value).
@@ -343,6 +388,20 @@ type Store interface {
 	// LastDelivery returns the last delivery of the chain, nil if none.
 	LastDelivery(ctx context.Context) (*Delivery, error)
 
+	// AddUsage adds rows to the usage of their (SandboxID, Hour), keeping
+	// the earliest First and latest Last, replaces the meters given and
+	// removes the meters of dropMeters, in one transaction.
+	AddUsage(ctx context.Context, rows []*UsageRow, meters []*UsageMeter, dropMeters []string) error
+	// ListUsage returns the usage rows whose hour overlaps [since, until),
+	// by hour then sandbox id.
+	ListUsage(ctx context.Context, since, until time.Time) ([]*UsageRow, error)
+	// UsageMeters returns every meter's last reading.
+	UsageMeters(ctx context.Context) ([]*UsageMeter, error)
+	// ListStoredBytes returns what each sandbox (deleted ones included,
+	// through their snapshots) keeps in the blob store; sandboxes that
+	// keep nothing are left out.
+	ListStoredBytes(ctx context.Context) ([]*StoredBytes, error)
+
 	// PutImage inserts or replaces an image record.
 	PutImage(ctx context.Context, img *Image) error
 	GetImage(ctx context.Context, name string) (*Image, error)
@@ -365,6 +424,18 @@ type Store interface {
 	// RevokeKey sets the RevokeTime of a live key id; errdefs.ErrKeyNotFound
 	// when it does not exist or is already revoked.
 	RevokeKey(ctx context.Context, id string, at time.Time) error
+	// SetKeyDailyLimit replaces the DailyLimitUSD of live key id (nil: no
+	// limit); errdefs.ErrKeyNotFound when it is not a live key.
+	SetKeyDailyLimit(ctx context.Context, id string, limit *float64) error
+
+	// PutLimitSuspension inserts or replaces the record of a sandbox its
+	// key's limit suspended; ListLimitSuspensions returns them, oldest
+	// first; DeleteLimitSuspension removes one (a missing one is fine);
+	// SetLimitResume sets Resume on every record of a key.
+	PutLimitSuspension(ctx context.Context, ls *LimitSuspension) error
+	ListLimitSuspensions(ctx context.Context) ([]*LimitSuspension, error)
+	DeleteLimitSuspension(ctx context.Context, sandboxID string) error
+	SetLimitResume(ctx context.Context, keyID string, resume bool) error
 
 	Close() error
 }

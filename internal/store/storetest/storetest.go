@@ -28,6 +28,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
 	t.Run("SandboxUsage", func(t *testing.T) { testSandboxUsage(t, open(t)) })
 	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, open(t)) })
+	t.Run("Usage", func(t *testing.T) { testUsage(t, open(t)) })
+	t.Run("StoredBytes", func(t *testing.T) { testStoredBytes(t, open(t)) })
+	t.Run("LimitSuspensions", func(t *testing.T) { testLimitSuspensions(t, open(t)) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, open(t)) })
 	t.Run("Owners", func(t *testing.T) { testOwners(t, open(t)) })
 }
@@ -612,5 +615,148 @@ func testDeliveries(t *testing.T, s store.Store) {
 	}
 	if last, err := s.LastDelivery(ctx); err != nil || last == nil || last.ID != "dlv_2" {
 		t.Fatalf("last: %+v %v", last, err)
+	}
+}
+
+// testUsage: rows of one (sandbox, hour) add up and keep the widest
+// bounds; a list selects by overlapping hour; meters are replaced and
+// dropped with the rows, in one step; usage outlives its sandbox.
+func testUsage(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	h9 := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	row := func(id string, hour time.Time, first, last time.Duration, cpu float64) *store.UsageRow {
+		return &store.UsageRow{SandboxID: id, SandboxName: "n-" + id, KeyID: "key_" + id, Hour: hour,
+			First: hour.Add(first), Last: hour.Add(last), CPUSeconds: cpu, MemoryGiBSeconds: 2 * cpu, StoredByteSeconds: 1e9 * cpu}
+	}
+	_ = s.CreateSandbox(ctx, sandbox("sbx_a", "a"))
+	if err := s.AddUsage(ctx, []*store.UsageRow{row("sbx_a", h9, 10*time.Minute, 20*time.Minute, 1.5), row("sbx_b", h9.Add(time.Hour), 0, time.Minute, 4)},
+		[]*store.UsageMeter{{SandboxID: "sbx_a", Running: true, CPUNanos: 1 << 40, Time: h9.Add(20 * time.Minute)}, {SandboxID: "", Time: h9}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	later := row("sbx_a", h9, 5*time.Minute, 30*time.Minute, 0.5)
+	later.SandboxName, later.KeyID = "", ""
+	if err := s.AddUsage(ctx, []*store.UsageRow{later}, []*store.UsageMeter{{SandboxID: "sbx_a", Running: false, CPUNanos: 7, Time: h9.Add(30 * time.Minute)}}, []string{""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox(ctx, "sbx_a"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListUsage(ctx, h9.Add(59*time.Minute), h9.Add(90*time.Minute))
+	if err != nil || len(got) != 2 || got[0].SandboxID != "sbx_a" || got[1].SandboxID != "sbx_b" {
+		t.Fatalf("list: %+v %v", got, err)
+	}
+	a := got[0]
+	if a.CPUSeconds != 2 || a.MemoryGiBSeconds != 4 || a.StoredByteSeconds != 2e9 || a.SandboxName != "n-sbx_a" || a.KeyID != "key_sbx_a" ||
+		!a.Hour.Equal(h9) || !a.First.Equal(h9.Add(5*time.Minute)) || !a.Last.Equal(h9.Add(30*time.Minute)) {
+		t.Fatalf("added row: %+v", a)
+	}
+	if got, _ := s.ListUsage(ctx, h9.Add(-time.Hour), h9); len(got) != 0 {
+		t.Fatalf("an hour before: %+v", got)
+	}
+	if got, _ := s.ListUsage(ctx, h9.Add(90*time.Minute), h9.Add(3*time.Hour)); len(got) != 1 || got[0].SandboxID != "sbx_b" {
+		t.Fatalf("the next hour: %+v", got)
+	}
+	ms, err := s.UsageMeters(ctx)
+	if err != nil || len(ms) != 1 || ms[0].SandboxID != "sbx_a" || ms[0].Running || ms[0].CPUNanos != 7 || !ms[0].Time.Equal(h9.Add(30*time.Minute)) {
+		t.Fatalf("meters: %+v %v", ms, err)
+	}
+	// A failed transaction writes nothing: a canceled context.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.AddUsage(cctx, []*store.UsageRow{row("sbx_c", h9, 0, time.Minute, 1)}, nil, nil); err == nil {
+		t.Fatal("add on a canceled context succeeded")
+	}
+	if got, _ := s.ListUsage(ctx, h9, h9.Add(time.Hour)); len(got) != 1 {
+		t.Fatalf("a failed add left rows: %+v", got)
+	}
+}
+
+// testStoredBytes: checkpoints' added bytes and billable snapshots'
+// stored bytes add up per sandbox; a fork's own snapshot and an expired
+// one do not count; snapshots count after their sandbox is deleted.
+func testStoredBytes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := sandbox("sbx_a", "a")
+	a.Owner = "key_a"
+	_ = s.CreateSandbox(ctx, a)
+	for seq, b := range []int64{0, 100, 20} {
+		if err := s.AddCheckpoint(ctx, &store.Checkpoint{SandboxID: "sbx_a", Seq: seq, Manifest: []string{"sha256:a"}, AddedBytes: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sn := range []*store.Snapshot{
+		{ID: "snap_1", SandboxID: "sbx_a", SandboxName: "a", StoredBytes: 1000, State: "ready"},
+		{ID: "snap_2", SandboxID: "sbx_a", SandboxName: "a", StoredBytes: 5000, Fork: true, State: "ready"},
+		{ID: "snap_3", SandboxID: "sbx_gone", SandboxName: "gone", StoredBytes: 7, State: "ready", Owner: "key_g"},
+		{ID: "snap_4", SandboxID: "sbx_gone", SandboxName: "gone", StoredBytes: 9, State: "expired"},
+		{ID: "snap_5", SandboxID: "sbx_s", SandboxName: "s", StoredBytes: 3, Suspend: true, State: "ready"},
+	} {
+		if err := s.AddSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ListStoredBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, b := range got {
+		parts = append(parts, fmt.Sprintf("%s:%s:%s:%d", b.SandboxID, b.SandboxName, b.KeyID, b.Bytes))
+	}
+	if s := strings.Join(parts, " "); s != "sbx_a:a:key_a:1120 sbx_gone:gone:key_g:7 sbx_s:s::3" {
+		t.Fatalf("stored bytes: %s", s)
+	}
+}
+
+// testLimitSuspensions: records of sandboxes a spending limit suspended
+// are put, listed oldest first, marked for resume per key and deleted; a
+// key's daily limit is set and cleared, and a revoked key's is not.
+func testLimitSuspensions(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	for i, id := range []string{"sbx_b", "sbx_a", "sbx_c"} {
+		key := "key_1"
+		if id == "sbx_c" {
+			key = "key_2"
+		}
+		if err := s.PutLimitSuspension(ctx, &store.LimitSuspension{SandboxID: id, KeyID: key, Time: t0.Add(time.Duration(i) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetLimitResume(ctx, "key_1", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteLimitSuspension(ctx, "sbx_b"); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.DeleteLimitSuspension(ctx, "sbx_none")
+	got, err := s.ListLimitSuspensions(ctx)
+	if err != nil || len(got) != 2 || got[0].SandboxID != "sbx_a" || !got[0].Resume || got[0].KeyID != "key_1" ||
+		!got[0].Time.Equal(t0.Add(time.Minute)) || got[1].SandboxID != "sbx_c" || got[1].Resume {
+		t.Fatalf("suspensions: %+v %v", got, err)
+	}
+
+	limit := 0.5
+	if err := s.CreateKey(ctx, &store.Key{ID: "key_1", Name: "one", Hash: "h1", DailyLimitUSD: &limit}); err != nil {
+		t.Fatal(err)
+	}
+	two := 2.0
+	if err := s.SetKeyDailyLimit(ctx, "key_1", &two); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := s.GetKey(ctx, "key_1"); err != nil || k.DailyLimitUSD == nil || *k.DailyLimitUSD != 2 {
+		t.Fatalf("raised limit: %+v %v", k, err)
+	}
+	if err := s.SetKeyDailyLimit(ctx, "key_1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := s.GetKey(ctx, "key_1"); err != nil || k.DailyLimitUSD != nil {
+		t.Fatalf("cleared limit: %+v %v", k, err)
+	}
+	if err := s.RevokeKey(ctx, "key_1", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetKeyDailyLimit(ctx, "key_1", &two); !errdefs.IsNotFound(err) {
+		t.Fatalf("limit of a revoked key: %v", err)
 	}
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import http.client
 import io
 import json
@@ -13,7 +14,7 @@ from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Mapping,
 from ._transport import NDJSON, Progress, Transport, iter_lines, labels_query, seg
 from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, error_for
 from .types import (Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
-                    Health, Image, Key, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Volume,
+                    Health, Image, Key, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Usage, Volume,
                     rules_to_dict)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -305,6 +306,37 @@ class Client:
 
         Admin keys only (Forbidden). Raises KeyNotFound."""
         self._t.json("DELETE", "/v1/keys/" + seg(id_or_name))
+    # --- usage ------------------------------------------------------------
+
+    def usage(self, since: Any = None, until: Any = None, group_by: Optional[str] = None) -> Usage:
+        """Usage in ``[since, until)`` (default: the current UTC day until now), grouped.
+
+        ``since`` and ``until`` are ``datetime`` (naive ones are taken as UTC)
+        or RFC 3339 strings; ``group_by`` is ``"sandbox"`` (default), ``"key"``
+        or ``"day"``. Each entry carries ``cpu_seconds``, ``memory_gib_seconds``,
+        ``stored_byte_seconds`` and ``cost`` in US dollars. Raises
+        InvalidArgument for a bad window or group.
+        """
+        q = []
+        for name, t in (("since", since), ("until", until)):
+            if t is not None:
+                q.append((name, _rfc3339(t)))
+        if group_by:
+            q.append(("group_by", group_by))
+        return Usage.from_dict(self._t.json("GET", "/v1/usage", q or None))
+
+    def set_key_limit(self, key_id: str, daily_limit_usd: Optional[float],
+                      resume_suspended: bool = False) -> Dict[str, Any]:
+        """Replace an API key's daily spending limit in US dollars (``None``: no limit).
+
+        With ``resume_suspended``, the sandboxes the limit suspended resume
+        once the key is under it. Admin keys only. Returns the key's record
+        (a dict of the wire fields). Raises InvalidArgument, NotFound.
+        """
+        body: Dict[str, Any] = {"daily_limit_usd": daily_limit_usd}
+        if resume_suspended:
+            body["resume_suspended"] = True
+        return self._t.json("PUT", "/v1/keys/" + seg(key_id) + "/limit", None, body) or {}
 
     # --- deliveries -------------------------------------------------------
 
@@ -1011,3 +1043,12 @@ class Sandbox:
         from .undo import chain
 
         return chain(self)
+
+
+def _rfc3339(t: Any) -> str:
+    """An RFC 3339 UTC string of a datetime (naive: UTC), or a string as is."""
+    if isinstance(t, str):
+        return t
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -626,3 +626,53 @@ class Delivery(_Model):
     create_time: Optional[datetime] = None
     teardown: Optional[Teardown] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass
+class UsagePrices(_Model):
+    """sbxd's prices in US dollars: ``cpu_hour`` per vCPU-hour used (default 0.025),
+    ``memory_gib_hour`` per GiB-hour allocated while running (0.0075),
+    ``storage_gb_month`` per GB-month stored, 10^9 bytes for 30 days (0.08)."""
+
+    cpu_hour: float = 0.0
+    memory_gib_hour: float = 0.0
+    storage_gb_month: float = 0.0
+
+
+@dataclass
+class UsageEntry(_Model):
+    """The usage of one group of ``GET /v1/usage``; only the group's own field is set.
+
+    ``sandbox``/``sandbox_id`` (group_by sandbox; it may be gone), ``key``
+    (group_by key: the API key billed, ``""`` the operator's), ``day``
+    (group_by day, ``YYYY-MM-DD`` UTC). ``cpu_seconds`` is CPU time used,
+    ``memory_gib_seconds`` memory allocated times seconds running,
+    ``stored_byte_seconds`` checkpoint and snapshot bytes times seconds kept,
+    ``cost`` US dollars at the prices.
+    """
+
+    sandbox: str = ""
+    sandbox_id: str = ""
+    key: str = ""
+    day: str = ""
+    cpu_seconds: float = 0.0
+    memory_gib_seconds: float = 0.0
+    stored_byte_seconds: float = 0.0
+    cost: float = 0.0
+
+
+@dataclass
+class Usage(_Model):
+    """The answer of ``GET /v1/usage``: usage in ``[since, until)``, grouped and priced.
+
+    ``usage`` holds one entry per group that used anything (days oldest
+    first); ``total`` sums them.
+    """
+
+    since: Optional[datetime] = None
+    until: Optional[datetime] = None
+    group_by: str = ""
+    prices: UsagePrices = field(default_factory=UsagePrices)
+    usage: List[UsageEntry] = field(default_factory=list)
+    total: UsageEntry = field(default_factory=UsageEntry)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -130,6 +130,14 @@ class Driver:
             return c.get_key(a["id"])
         if name == "revoke_key":
             return c.revoke_key(a["id"])
+        if name == "usage":
+            u = c.usage(a.get("since"), a.get("until"), a.get("group_by"))
+            assert abs(u.total.cost - sum(e.cost for e in u.usage)) < 1e-12 and u.prices.cpu_hour > 0, u
+            return u
+        if name == "set_key_limit":
+            k = c.set_key_limit(a["id"], a.get("daily_limit_usd"), bool(a.get("resume_suspended")))
+            assert k["id"] == "key_0123456789abcdef", k
+            return k
         if name == "delete":
             return sb.delete()
         raise AssertionError(f"unknown call {name!r}")

@@ -10,7 +10,7 @@ import { NDJSON, Transport, ndjsonLines, readAll, seg, type Query } from './http
 import type {
   Checkpoint, CreateKeyRequest, CreatedKey, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
   FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo,
-  Key, ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, WriteFileResult,
+  Key, ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, Usage, UsageGroupBy, KeyLimitAnswer, WriteFileResult,
 } from './types.js';
 
 // Node 20 has Symbol.asyncDispose (as Symbol.for('nodejs.asyncDispose')); older
@@ -303,6 +303,29 @@ export class Client {
   /** Revokes an API key at once: its open streams end, it authenticates nothing more (admin keys only). */
   async revokeKey(idOrName: string, o: CallOptions = {}): Promise<void> {
     await this.t.json({ method: 'DELETE', path: '/v1/keys/' + seg(idOrName), signal: o.signal });
+  }
+
+  /**
+   * Usage in `[since, until)` (default: the current UTC day until now),
+   * grouped by sandbox (default), API key or UTC day, each entry priced
+   * in US dollars. `since` and `until` are `Date`s or RFC 3339 strings.
+   * A bad window or group is an {@link InvalidArgumentError}.
+   */
+  usage(o: CallOptions & { since?: Date | string; until?: Date | string; groupBy?: UsageGroupBy } = {}): Promise<Usage> {
+    const time = (t?: Date | string) => (t instanceof Date ? t.toISOString().replace(/\.\d{3}Z$/, 'Z') : t || undefined);
+    const query: Query = { since: time(o.since), until: time(o.until), group_by: o.groupBy || undefined };
+    return this.t.json<Usage>({ method: 'GET', path: '/v1/usage', query, signal: o.signal });
+  }
+
+  /**
+   * Replaces an API key's daily spending limit in US dollars (`null`: no
+   * limit); with `resumeSuspended`, the sandboxes the limit suspended
+   * resume once the key is under it. Admin keys only. Answers the key's
+   * record (wire field names).
+   */
+  setKeyLimit(id: string, dailyLimitUsd: number | null, o: CallOptions & { resumeSuspended?: boolean } = {}): Promise<KeyLimitAnswer> {
+    const json = { daily_limit_usd: dailyLimitUsd, resume_suspended: o.resumeSuspended || undefined };
+    return this.t.json<KeyLimitAnswer>({ method: 'PUT', path: '/v1/keys/' + seg(id) + '/limit', json, signal: o.signal });
   }
 
   /** Images. */

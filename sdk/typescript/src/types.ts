@@ -319,6 +319,59 @@ export interface CreatedKey {
   secret: string;
 }
 
+/** Usage grouping of `GET /v1/usage`. */
+export type UsageGroupBy = 'sandbox' | 'key' | 'day';
+
+/** The answer of `GET /v1/usage`: what was used in `[since, until)`, grouped and priced. */
+export interface Usage {
+  since: string;
+  until: string;
+  group_by: UsageGroupBy;
+  prices: UsagePrices;
+  /** One entry per group that used anything; days oldest first. */
+  usage: UsageEntry[];
+  /** The sum of every entry (its group fields are empty). */
+  total: UsageEntry;
+}
+
+/** The usage of one group: only its own group field is set. */
+export interface UsageEntry {
+  /** The sandbox's name and id (group_by sandbox; it may be gone). */
+  sandbox?: string;
+  sandbox_id?: string;
+  /** The id of the API key billed (group_by key; empty for the operator's). */
+  key?: string;
+  /** The UTC day, `YYYY-MM-DD` (group_by day). */
+  day?: string;
+  /** CPU time used; one core busy for a second is 1. */
+  cpu_seconds: number;
+  /** Memory allocated (memory_mb / 1024) times seconds running. */
+  memory_gib_seconds: number;
+  /** Checkpoint and snapshot bytes stored times seconds kept. */
+  stored_byte_seconds: number;
+  /** US dollars at `prices`. */
+  cost: number;
+}
+
+/** The answer of `PUT /v1/keys/{id}/limit`: the key's record (its other fields as the API sends them). */
+export interface KeyLimitAnswer {
+  id: string;
+  name: string;
+  /** US dollars per UTC day, or null for no limit. */
+  daily_limit_usd: number | null;
+  [field: string]: unknown;
+}
+
+/** sbxd's prices, in US dollars. */
+export interface UsagePrices {
+  /** Per vCPU-hour used (default 0.025). */
+  cpu_hour: number;
+  /** Per GiB-hour allocated while running (default 0.0075). */
+  memory_gib_hour: number;
+  /** Per GB-month stored: 10^9 bytes for 30 days (default 0.08). */
+  storage_gb_month: number;
+}
+
 /** Body of `POST /v1/sandboxes/{name}/fork`. */
 export interface ForkRequest {
   name?: string;

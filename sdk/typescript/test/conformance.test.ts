@@ -117,6 +117,16 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
     case 'list_keys': await client.listKeys({ revoked: a.revoked }); return;
     case 'get_key': await client.getKey(a.id); return;
     case 'revoke_key': await client.revokeKey(a.id); return;
+    case 'usage': {
+      const u = await client.usage({ since: a.since, until: a.until, groupBy: a.group_by });
+      assert.equal(u.total.cost, u.usage.reduce((n, e) => n + e.cost, 0));
+      return;
+    }
+    case 'set_key_limit': {
+      const k = await client.setKeyLimit(a.id, a.daily_limit_usd ?? null, { resumeSuspended: a.resume_suspended });
+      assert.equal(k.id, 'key_0123456789abcdef');
+      return;
+    }
     case 'delete': await sb().delete(); return;
     default: assert.fail(`unknown call ${c.call}`);
   }
