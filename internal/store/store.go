@@ -69,6 +69,10 @@ type SecretSet struct {
 	CAKey  []byte `json:"ca_key"`
 	// List holds the secrets, by name.
 	List []StoredSecret `json:"list"`
+	// Mounted: the sandbox's container has the CA in its trust store
+	// (mounts made at its last cold boot, kept by memory images). See
+	// internal/engine/secrets.go.
+	Mounted bool `json:"mounted,omitempty"`
 }
 
 // StoredSecret is one secret as stored.
@@ -90,7 +94,7 @@ func (s *SecretSet) Clone() *SecretSet {
 	if s == nil {
 		return nil
 	}
-	out := &SecretSet{CACert: append([]byte(nil), s.CACert...), CAKey: append([]byte(nil), s.CAKey...)}
+	out := &SecretSet{CACert: append([]byte(nil), s.CACert...), CAKey: append([]byte(nil), s.CAKey...), Mounted: s.Mounted}
 	for _, x := range s.List {
 		x.Rules = append([]api.SecretRule(nil), x.Rules...)
 		x.Sealed = append([]byte(nil), x.Sealed...)
