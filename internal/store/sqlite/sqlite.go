@@ -151,7 +151,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	return err
 }
 
-// secretsJSON is the secrets column: ” for none.
+// secretsJSON is the secrets column: the empty string for none.
 func secretsJSON(s *store.SecretSet) string {
 	if s == nil || (len(s.List) == 0 && len(s.CACert) == 0) {
 		return ""
