@@ -27,6 +27,7 @@ var (
 		"NetworkRefusal": "NetworkRefusal", "NetworkLog": "NetworkLog", "SbxEvent": "Event",
 		"EventResult": "EventResult", "ProcessInfo": "Process", "Port": "Port", "Health": "Health", "Image": "Image",
 		"DeliveryRequest": "DeliveryRequest", "Delivery": "Delivery", "Teardown": "Teardown",
+		"Secret": "Secret", "SecretRule": "SecretRule", "SecretInfo": "SecretInfo", "SecretUse": "SecretUse",
 	}
 	pyTypes = map[string]string{
 		"NetworkRules": "NetworkRules", "Volume": "Volume", "Source": "Source", "SandboxInfo": "Sandbox",
@@ -35,6 +36,7 @@ var (
 		"Port": "Port", "NetworkCounts": "NetworkCounts", "NetworkRefusal": "NetworkRefusal",
 		"NetworkLog": "NetworkLog", "Event": "Event", "EventResult": "EventResult", "Image": "Image", "Health": "Health",
 		"Delivery": "Delivery", "Teardown": "Teardown",
+		"Secret": "Secret", "SecretRule": "SecretRule", "SecretInfo": "SecretInfo", "SecretUse": "SecretUse",
 	}
 )
 

@@ -130,6 +130,8 @@ var goTypes = map[string]any{
 	"ForkResult": api.ForkResult{}, "Process": api.Process{}, "SignalRequest": api.SignalRequest{},
 	"Port": api.Port{}, "DeliveryRequest": api.DeliveryRequest{}, "Delivery": api.Delivery{}, "Teardown": api.Teardown{},
 	"FileWritten": FileWritten{}, "ArchiveWritten": ArchiveWritten{},
+	"Secret": api.Secret{}, "SecretRule": api.SecretRule{}, "SecretInfo": api.SecretInfo{}, "SecretList": api.SecretList{},
+	"SetSecretsRequest": api.SetSecretsRequest{}, "PutSecretRequest": api.PutSecretRequest{}, "SecretUse": api.SecretUse{},
 }
 
 // specOnly are the schemas that mirror no Go struct, and what they are.

@@ -23,7 +23,8 @@ from .errors import (Capacity, CaptureLimit, CheckpointFailed, CheckpointNotFoun
                      Unavailable, error_for)
 from .types import (Change, Checkpoint, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
                     Health, Image, NetworkCounts, NetworkLog, NetworkRefusal, NetworkRules, Port,
-                    Process, SandboxInfo, Snapshot, Source, Teardown, UndoInfo, Volume)
+                    Process, SandboxInfo, Secret, SecretInfo, SecretRule, SecretUse, Snapshot, Source, Teardown,
+                    UndoInfo, Volume)
 from .undo import GuardResult, TryResult, chain, go_back_to, guarded, remember, try_in_copy
 
 __version__ = "0.1.0"
@@ -35,7 +36,7 @@ __all__ = [
     "SandboxInfo", "NetworkRules", "Volume", "Source", "ExecResult", "ExecEvent", "UndoInfo",
     "FileInfo", "Checkpoint", "Change", "Diff", "Snapshot", "Process", "Port", "NetworkLog",
     "NetworkCounts", "NetworkRefusal", "Event", "EventResult", "Image", "Health",
-    "Delivery", "Teardown",
+    "Delivery", "Teardown", "Secret", "SecretRule", "SecretInfo", "SecretUse",
     "SbxError", "InvalidArgument", "Unauthorized", "NotFound", "SandboxNotFound",
     "CheckpointNotFound", "SnapshotNotFound", "ImageNotFound", "FileNotFound", "ProcessNotFound",
     "EventNotFound", "CaptureLimit", "PortTimeout",
