@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/network/nettest"
@@ -292,5 +294,78 @@ func BenchmarkProxySecret(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestSecretsThroughFirewall: a sandbox (a namespace made by the Manager)
+// whose rules name no domain but which has a secret: the firewall sends
+// its HTTPS to the proxy, which terminates TLS for the secret's host with
+// the sandbox's CA and puts the value in where the rule allows. The test
+// host lives in a namespace of its own, with a certificate from a CA the
+// test makes, which the proxy trusts.
+func TestSecretsThroughFirewall(t *testing.T) {
+	nettest.RequireRoot(t)
+	ca := nettest.NewCA(t)
+	rec := &nettest.Recorder{}
+	out := nettest.StartOutsideWith(t, fmt.Sprintf("tos%d", os.Getpid()%10000), netip.MustParsePrefix("10.232.1.0/24"), rec, ca.Issue(t, "api.test"))
+	up := nettest.StartUpstream(t, map[string]netip.Addr{"api.test": out.Addr}, nil, "")
+	m := testManager(t, up.Addr)
+	m.proxy.roots = ca.Pool()
+
+	k, err := secret.OpenKeeper(filepath.Join(t.TempDir(), secret.KeyFile))
+	must(t, err)
+	certPEM, sealed, err := k.NewCA("sbx_s")
+	must(t, err)
+	auth, err := k.OpenCA(certPEM, sealed)
+	must(t, err)
+	rs, err := secret.ParseRules("rules", []api.SecretRule{{Host: "api.test", Methods: []string{"GET"}, PathPrefix: "/items"}})
+	must(t, err)
+	ph := secret.NewPlaceholder()
+	r := rules(t, api.NetworkRules{Internet: true})
+	r.Secrets = &Secrets{CA: auth, List: []Secret{{Name: "API_TOKEN", Placeholder: ph, Value: []byte(testValue), Rules: rs}}}
+	path, err := m.Create("sbx_ssssssssssssssss", "s", r)
+	must(t, err)
+	c := nsClient{t, path}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	do := func(method string) (int, error) {
+		tr := &http.Transport{
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return c.dial("tcp4", out.Addr.String()+":443")
+			},
+			TLSClientConfig: &tls.Config{RootCAs: pool},
+		}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest(method, "https://api.test/items", nil)
+		req.Header.Set("Authorization", "Bearer "+ph)
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	code, err := do("GET")
+	if err != nil || code != 200 {
+		t.Fatalf("GET: %d %v", code, err)
+	}
+	code, err = do("POST")
+	if err != nil || code != 403 {
+		t.Fatalf("POST: %d %v", code, err)
+	}
+	seen := rec.Seen()
+	if len(seen) != 1 || seen[0].Authorization != "Bearer "+testValue || seen[0].Method != "GET" {
+		t.Fatalf("the test host saw %+v", seen)
+	}
+	l, err := m.Log("sbx_ssssssssssssssss")
+	must(t, err)
+	if len(l.Secrets) != 2 || l.Secrets[0].Allowed || l.Secrets[0].Method != "POST" || !l.Secrets[1].Allowed {
+		t.Fatalf("the log's secret uses: %+v", l.Secrets)
+	}
+	// Without secrets the same sandbox's TLS is not terminated: the
+	// sandbox's CA no longer verifies the host.
+	must(t, m.Update("sbx_ssssssssssssssss", rules(t, api.NetworkRules{Internet: true})))
+	if _, err := do("GET"); err == nil {
+		t.Fatal("TLS still terminated after the secrets went")
 	}
 }
