@@ -48,7 +48,10 @@ type proxy struct {
 	// roots verify the real hosts of connections whose TLS the proxy
 	// terminates (secrets.go); nil is the host's trust store.
 	roots *x509.CertPool
-	log   *slog.Logger
+	// sessions resume TLS sessions with real hosts across connections:
+	// a new connection skips the upstream's full handshake.
+	sessions tls.ClientSessionCache
+	log      *slog.Logger
 
 	mu    sync.Mutex
 	conns map[*attachment]map[*proxyConn]struct{}
@@ -84,7 +87,8 @@ func startProxy(m *Manager) (*proxy, error) {
 }
 
 func newProxy(ln net.Listener) *proxy {
-	return &proxy{ln: ln, port: uint16(ln.Addr().(*net.TCPAddr).Port), conns: map[*attachment]map[*proxyConn]struct{}{}}
+	return &proxy{ln: ln, port: uint16(ln.Addr().(*net.TCPAddr).Port), conns: map[*attachment]map[*proxyConn]struct{}{},
+		sessions: tls.NewLRUClientSessionCache(1024)}
 }
 
 func (p *proxy) close() { _ = p.ln.Close() }

@@ -97,7 +97,8 @@ func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host stri
 	if err := tc.Handshake(); err != nil {
 		return
 	}
-	uc := tls.Client(up, &tls.Config{ServerName: host, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	uc := tls.Client(up, &tls.Config{ServerName: host, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
+		ClientSessionCache: p.sessions})
 	_ = uc.SetDeadline(time.Now().Add(sniffTimeout * 2))
 	if err := uc.Handshake(); err != nil {
 		a.audit.refuse("tls", host, "", 443, fmt.Sprintf("the upstream's certificate: %v", err))
