@@ -235,4 +235,3 @@ func tailFile(path string, max int64) []byte {
 	b, _ := io.ReadAll(f)
 	return b
 }
-
