@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -206,9 +207,9 @@ func (p *proxy) inject(a *attachment, host string, req *http.Request) string {
 		case inURL:
 			why = "placeholders are replaced in headers only, never in the URL"
 		case strings.TrimSuffix(reqHost, ".") != host:
-			why = fmt.Sprintf("the Host header (%s) is not the TLS server name (%s)", req.Host, host)
+			why = fmt.Sprintf("the Host header (%q) is not the TLS server name (%s)", req.Host, host)
 		case !secret.MatchAny(s.Rules, host, req.Method, path):
-			why = fmt.Sprintf("no rule of secret %s allows %s %s%s", s.Name, req.Method, host, path)
+			why = fmt.Sprintf("no rule of secret %s allows %s %s%s", s.Name, req.Method, host, printable(path))
 		}
 		uses = append(uses, use{s, why})
 	}
@@ -242,6 +243,13 @@ func (p *proxy) inject(a *attachment, host string, req *http.Request) string {
 		}
 	}
 	return ""
+}
+
+// printable escapes what a request's path may hold that does not belong
+// in a log line or a response header (control bytes, invalid UTF-8).
+func printable(s string) string {
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // placeholderIn is the first of a's secrets whose placeholder head (a
