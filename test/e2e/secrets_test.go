@@ -149,6 +149,31 @@ func TestSecretsEndToEnd(t *testing.T) {
 			t.Fatalf("the copy's request: %+v", last)
 		}
 	})
+	t.Run("bad input is 400 naming the field and changes nothing", func(t *testing.T) {
+		rules := []api.SecretRule{{Host: "api.test", Methods: []string{"GET"}}}
+		many := make([]api.Secret, 1000)
+		for i := range many {
+			many[i] = api.Secret{Name: fmt.Sprintf("S%d", i), Value: "v", Rules: rules}
+		}
+		for _, c := range []struct {
+			in    []api.Secret
+			field string
+		}{
+			{[]api.Secret{{Name: "API-TOKEN", Value: "v", Rules: rules}}, "secrets[0].name"},
+			{[]api.Secret{{Name: "T", Value: "v", Rules: []api.SecretRule{{Host: "https://api.test/items", Methods: []string{"GET"}}}}}, "secrets[0].rules[0].host"},
+			{[]api.Secret{{Name: "T", Value: "v", Rules: []api.SecretRule{{Host: "api.test", Methods: []string{"FETCH"}}}}}, "secrets[0].rules[0].methods[0]"},
+			{[]api.Secret{{Name: "T", Value: strings.Repeat("x", 64<<10+1), Rules: rules}}, "secrets[0].value"},
+			{many, "secrets"},
+		} {
+			_, err := sb.Secrets().Set(ctx, c.in)
+			if ae := wantCode(t, err, api.CodeInvalidArgument); !strings.HasPrefix(ae.Message, c.field+":") {
+				t.Errorf("want the message to name %s: %s", c.field, ae.Message)
+			}
+		}
+		if l, err := sb.Secrets().List(ctx); err != nil || len(l) != 1 || l[0].Placeholder != ph {
+			t.Fatalf("after refused changes: %+v %v", l, err)
+		}
+	})
 	t.Run("a snapshot, the data dir, the log and every answer hold no value", func(t *testing.T) {
 		sn, err := sb.Snapshot(ctx, api.SnapshotRequest{Name: "with-secret"})
 		if err != nil {
