@@ -207,6 +207,23 @@ func TestSecretsEndToEnd(t *testing.T) {
 			t.Errorf("the placeholder is nowhere in the data dir: the search would miss the value too")
 		}
 		t.Logf("the placeholder is in %d files of the data dir, e.g. %v", len(phHits), phHits[:min(3, len(phHits))])
+		t.Run("a sandbox started from the snapshot has the secret", func(t *testing.T) {
+			ns, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "sec-from-snap", Snapshot: sn.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ns.Delete(ctx) })
+			if l, err := ns.Secrets().List(ctx); err != nil || len(l) != 1 || l[0].Placeholder != ph {
+				t.Fatalf("its secrets: %+v %v", l, err)
+			}
+			if got := mustSh(t, ns, curl+"https://api.test/items/snap"); got != "hello from api.test" {
+				t.Fatalf("curl: %q", got)
+			}
+			seen := rec.Seen()
+			if last := seen[len(seen)-1]; last.Path != "/items/snap" || last.Authorization != "Bearer "+value {
+				t.Fatalf("its request: %+v", last)
+			}
+		})
 	})
 }
 
