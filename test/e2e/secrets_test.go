@@ -112,7 +112,7 @@ func TestSecretsEndToEnd(t *testing.T) {
 		}
 	})
 	t.Run("not in the sandbox's env or /proc", func(t *testing.T) {
-		env := mustSh(t, sb, "env; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f; done 2>/dev/null")
+		env := mustSh(t, sb, "env; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f; done 2>/dev/null; true")
 		if strings.Contains(env, value) {
 			t.Fatal("the value is in the sandbox's env or /proc")
 		}
@@ -121,7 +121,7 @@ func TestSecretsEndToEnd(t *testing.T) {
 		}
 	})
 	t.Run("a restore of v0 and a fork keep the secret", func(t *testing.T) {
-		mustSh(t, sb, "mkdir -p /workspace && echo \"$API_TOKEN\" > /workspace/token-was && sleep 1000 >/dev/null 2>&1 &")
+		mustSh(t, sb, "mkdir -p /workspace; echo \"$API_TOKEN\" > /workspace/token-was")
 		if err := sb.Restore(ctx, "v0", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -202,9 +202,16 @@ func TestSecretsEndToEnd(t *testing.T) {
 			t.Errorf("the data dir holds the value in the clear: %v", hits)
 		}
 		// The search sees what the sandbox held: its placeholder, in its
-		// disk (checkpoints, the snapshot's disk) and memory.
-		if len(phHits) == 0 {
-			t.Errorf("the placeholder is nowhere in the data dir: the search would miss the value too")
+		// disk (layers, the snapshot's chunks) and memory, not only in the
+		// database's records.
+		var outsideDB int
+		for _, p := range phHits {
+			if !strings.Contains(filepath.Base(p), ".db") {
+				outsideDB++
+			}
+		}
+		if outsideDB == 0 {
+			t.Errorf("the placeholder is nowhere in the data dir but the database (%v): the search would miss the value too", phHits)
 		}
 		t.Logf("the placeholder is in %d files of the data dir, e.g. %v", len(phHits), phHits[:min(3, len(phHits))])
 		t.Run("a sandbox started from the snapshot has the secret", func(t *testing.T) {
