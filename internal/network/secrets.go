@@ -94,14 +94,20 @@ func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host stri
 		NextProtos:   []string{"http/1.1"},
 		MinVersion:   tls.VersionTLS12,
 	})
-	_ = tc.SetDeadline(time.Now().Add(sniffTimeout * 2))
-	if err := tc.Handshake(); err != nil {
-		return
-	}
+	// Both handshakes at once: the upstream's does not wait for the
+	// sandbox's. No request is sent before the sandbox's completes.
 	uc := tls.Client(up, &tls.Config{ServerName: host, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
 		ClientSessionCache: p.sessions})
 	_ = uc.SetDeadline(time.Now().Add(sniffTimeout * 2))
-	if err := uc.Handshake(); err != nil {
+	upDone := make(chan error, 1)
+	go func() { upDone <- uc.Handshake() }()
+	_ = tc.SetDeadline(time.Now().Add(sniffTimeout * 2))
+	if err := tc.Handshake(); err != nil {
+		up.Close()
+		<-upDone
+		return
+	}
+	if err := <-upDone; err != nil {
 		a.audit.refuse("tls", host, "", 443, fmt.Sprintf("the upstream's certificate: %v", err))
 		refuseHTTP(tc, 502, "Bad Gateway", fmt.Sprintf("sbx: %s: the upstream's TLS certificate does not verify against the host's trust store: %v", host, err))
 		return
