@@ -108,6 +108,27 @@ type NetworkLog struct {
 	// Refused are recent refused destinations, newest first, one entry per
 	// (kind, destination, port); at most 256.
 	Refused []NetworkRefusal `json:"refused"`
+	// Secrets are the recent requests of the sandbox that carried one of
+	// its secrets' placeholders, allowed or refused, newest first; at most
+	// 256. Absent when the sandbox has no secrets.
+	Secrets []SecretUse `json:"secrets,omitempty"`
+}
+
+// SecretUse is one request that carried a secret's placeholder through the
+// egress proxy: the audit of secrets.
+type SecretUse struct {
+	Time time.Time `json:"time"`
+	// Secret is the secret's name.
+	Secret string `json:"secret"`
+	// Host, Method and Path are the request's (the path without its query).
+	Host   string `json:"host"`
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Allowed: the value was put in and the request sent; otherwise the
+	// proxy answered 403 and the request went nowhere.
+	Allowed bool `json:"allowed"`
+	// Reason says why a refused request was refused.
+	Reason string `json:"reason,omitempty"`
 }
 
 // NetworkCounts count decisions of the host's network enforcement.
@@ -172,6 +193,73 @@ type CreateSandboxRequest struct {
 	// KeepAliveWhileRunning makes a process running in the sandbox count
 	// as activity for TimeoutMS.
 	KeepAliveWhileRunning bool `json:"keep_alive_while_running,omitempty"`
+	// Secrets are held by sbxd, outside the sandbox: the sandbox sees a
+	// placeholder in an env var named after each, which the egress proxy
+	// replaces with the value in requests its rules allow (docs/api.md,
+	// "Secrets"). With Snapshot they are added to the snapshot's, a name
+	// given replacing the snapshot's secret of that name.
+	Secrets []Secret `json:"secrets,omitempty"`
+}
+
+// Secret is a secret as given at create or with PUT
+// /v1/sandboxes/{name}/secrets: its value never enters the sandbox.
+type Secret struct {
+	// Name is the env var that holds the placeholder in the sandbox: an
+	// env-var name ([A-Za-z_][A-Za-z0-9_]*, at most 128 characters).
+	Name string `json:"name"`
+	// Value is the secret: 1 byte to 64 KiB, no NUL, CR or LF (it goes
+	// into HTTP headers). Never answered by any GET.
+	Value string `json:"value"`
+	// Rules say where the value may go: a request gets it only when its
+	// host, method and path match one rule. At least one, at most 100.
+	Rules []SecretRule `json:"rules"`
+}
+
+// SecretRule is one place a secret may be sent.
+type SecretRule struct {
+	// Host is a host name ("api.example.org") or "*.example.org" (every
+	// name under it): no scheme, port, path or IP address.
+	Host string `json:"host"`
+	// Methods are HTTP methods in upper case (GET, HEAD, POST, PUT, PATCH,
+	// DELETE, OPTIONS); at least one.
+	Methods []string `json:"methods"`
+	// PathPrefix is the path a request's must equal or continue with a
+	// "/" ("/v1" matches /v1 and /v1/x, not /v10); default "/", every path.
+	PathPrefix string `json:"path_prefix,omitempty"`
+}
+
+// SecretInfo is a secret as answered: its value never is.
+type SecretInfo struct {
+	Name string `json:"name"`
+	// Placeholder is what the sandbox sees in $Name ("sbx-secret-" and 32
+	// hex digits), the same for the sandbox's life; forks and sandboxes
+	// started from its snapshots keep it.
+	Placeholder string       `json:"placeholder"`
+	Rules       []SecretRule `json:"rules"`
+	// ValueBytes is the value's length in bytes.
+	ValueBytes int       `json:"value_bytes"`
+	UpdateTime time.Time `json:"update_time"`
+}
+
+// SecretList is the answer of GET and PUT /v1/sandboxes/{name}/secrets,
+// secrets by name.
+type SecretList struct {
+	Secrets []SecretInfo `json:"secrets"`
+}
+
+// SetSecretsRequest is the body of PUT /v1/sandboxes/{name}/secrets: it
+// replaces all of the sandbox's secrets (an empty list removes them). A
+// secret that keeps its name keeps its placeholder.
+type SetSecretsRequest struct {
+	Secrets []Secret `json:"secrets"`
+}
+
+// PutSecretRequest is the body of PUT /v1/sandboxes/{name}/secrets/{secret}:
+// it adds the secret or replaces its value and rules. Value may be left out
+// for a secret that exists (its rules change, its value stays).
+type PutSecretRequest struct {
+	Value *string      `json:"value,omitempty"`
+	Rules []SecretRule `json:"rules"`
 }
 
 // UpdateSandboxRequest is the body of PUT /v1/sandboxes/{name}: the

@@ -83,6 +83,7 @@ const (
 	checkpointJSON = `{"id":"v1","create_time":"2026-11-29T10:00:00Z","comment":"deps","source_id":null,"health":"ok","size_bytes":10,"added_bytes":10,"files":1}`
 	snapshotJSON   = `{"id":"snap_0123456789abcdef","name":"step-1","sandbox":"c1","create_time":"2026-11-29T10:00:00Z","expire_time":"2026-11-30T10:00:00Z","memory_bytes":100,"disk_bytes":10,"stored_bytes":50,"metadata":{"sbx_chain":{"sandbox":"c1","step":"step-1"}},"billable":true}`
 	keyJSON        = `{"id":"key_0123456789abcdef","name":"agent-1","labels":{"team":"a"},"admin":false,"daily_limit_usd":2.5,"create_time":"2026-11-29T10:00:00Z"}`
+	secretInfoJSON = `{"name":"API_TOKEN","placeholder":"sbx-secret-0123456789abcdef0123456789abcdef","rules":[{"host":"api.example.org","methods":["GET"],"path_prefix":"/v1"}],"value_bytes":5,"update_time":"2026-11-29T10:00:00Z"}`
 	deliveryJSON   = `{"id":"dlv_0123456789abcdef","name":"release-1","seq":1,"sandbox":"c2","sandbox_id":"sbx_0123456789abcdef","archive_digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111","archive_bytes":6,"files":1,"digest":"sha256:2222222222222222222222222222222222222222222222222222222222222222","previous":"","envelope":{"payloadType":"application/vnd.in-toto+json","payload":"e30=","signatures":[{"keyid":"k1","sig":"c2ln"}]},"metadata":{"ticket":"T-16"},"create_time":"2026-11-29T10:00:00Z"}`
 )
 
@@ -92,7 +93,7 @@ func script() []confCase {
 	j := func(s string) json.RawMessage { return json.RawMessage(s) }
 	return []confCase{
 		{Call: "health", Args: j(`{}`), Response: confResponse{Status: 200, Body: j(`{"status":"ok","version":"test"}`)}},
-		{Call: "create", Args: j(`{"request":{"name":"c1","image":"default","cpus":1,"memory_mb":512,"labels":{"team":"a"},"env":{"A":"1"},"network":{"internet":false},"timeout_ms":60000}}`),
+		{Call: "create", Args: j(`{"request":{"name":"c1","image":"default","cpus":1,"memory_mb":512,"labels":{"team":"a"},"env":{"A":"1"},"network":{"internet":false},"timeout_ms":60000,"secrets":[{"name":"API_TOKEN","value":"tok-1","rules":[{"host":"api.example.org","methods":["GET"],"path_prefix":"/v1"}]}]}}`),
 			Response: confResponse{Status: 201, Body: sandboxJSON("c1")}},
 		{Call: "get", Args: j(`{"name":"c1"}`), Response: confResponse{Status: 200, Body: sandboxJSON("c1")}},
 		{Call: "get", Args: j(`{"name":"missing"}`), ErrorCode: "sandbox_not_found",
@@ -137,6 +138,16 @@ func script() []confCase {
 		{Call: "get_network", Args: j(`{}`), Response: confResponse{Status: 200, Body: j(`{"internet":true,"allow":[],"deny":[],"connect":[]}`)}},
 		{Call: "set_network", Args: j(`{"rules":{"internet":true,"allow":["registry.npmjs.org"],"deny":[],"connect":[]}}`),
 			Response: confResponse{Status: 200, Body: j(`{"internet":true,"allow":["registry.npmjs.org"],"deny":[],"connect":[]}`)}},
+		{Call: "list_secrets", Args: j(`{}`), Response: confResponse{Status: 200, Body: j(`{"secrets":[` + secretInfoJSON + `]}`)}},
+		{Call: "set_secrets", Args: j(`{"secrets":[{"name":"API_TOKEN","value":"tok-2","rules":[{"host":"api.example.org","methods":["GET","HEAD"]}]}]}`),
+			Response: confResponse{Status: 200, Body: j(`{"secrets":[` + secretInfoJSON + `]}`)}},
+		{Call: "put_secret", Args: j(`{"name":"API_TOKEN","value":"tok-3","secret_rules":[{"host":"api.example.org","methods":["GET"],"path_prefix":"/v1"}]}`),
+			Response: confResponse{Status: 200, Body: j(secretInfoJSON)}},
+		{Call: "put_secret", Args: j(`{"name":"API_TOKEN","secret_rules":[{"host":"*.example.org","methods":["GET"]}]}`),
+			Response: confResponse{Status: 200, Body: j(secretInfoJSON)}},
+		{Call: "put_secret", Args: j(`{"name":"BAD-NAME","value":"x","secret_rules":[{"host":"api.example.org","methods":["GET"]}]}`), ErrorCode: "invalid_argument",
+			Response: confResponse{Status: 400, Body: j(`{"error":{"code":"invalid_argument","message":"name: \"BAD-NAME\" is not an env var name"}}`)}},
+		{Call: "delete_secret", Args: j(`{"name":"API_TOKEN"}`), Response: confResponse{Status: 204}},
 		{Call: "update", Args: j(`{"request":{"name":"c2","labels":{"team":"b"}}}`), Response: confResponse{Status: 200, Body: sandboxJSON("c2")}},
 		{Call: "suspend", Args: j(`{"wake_on":"approval-1"}`), Response: confResponse{Status: 200, NDJSON: complete(string(sandboxJSON("c2")))}},
 		{Call: "post_event", Args: j(`{"key":"approval-1","data":{"approved":true}}`),
@@ -200,6 +211,8 @@ var callNames = []string{
 	"list_snapshots {sandbox}, get_snapshot {id}, delete_snapshot {id}",
 	"fork {request}: fork the current sandbox (NDJSON); the current sandbox stays the same",
 	"get_network {}, set_network {rules}",
+	"list_secrets {}, set_secrets {secrets}: the current sandbox's secrets (set replaces all)",
+	"put_secret {name, value, secret_rules}: add or replace one secret (value absent: keep the value); delete_secret {name}",
 	"update {request}: PUT the update request object on the current sandbox",
 	"suspend {wake_on}, resume {}, events {}: on the current sandbox",
 	"post_event {key, data}: post data (a JSON value) to the event key",
@@ -233,6 +246,9 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		To       string            `json:"to"`
 		Sandbox  string            `json:"sandbox"`
 		Rules    api.NetworkRules  `json:"rules"`
+		Secrets  []api.Secret      `json:"secrets"`
+		Value    *string           `json:"value"`
+		SRules   []api.SecretRule  `json:"secret_rules"`
 		WakeOn   string            `json:"wake_on"`
 		Key      string            `json:"key"`
 		Data     json.RawMessage   `json:"data"`
@@ -323,6 +339,14 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		_, err = sb.Network().Get(ctx)
 	case "set_network":
 		_, err = sb.Network().Set(ctx, a.Rules)
+	case "list_secrets":
+		_, err = sb.Secrets().List(ctx)
+	case "set_secrets":
+		_, err = sb.Secrets().Set(ctx, a.Secrets)
+	case "put_secret":
+		_, err = sb.Secrets().Put(ctx, a.Name, a.Value, a.SRules)
+	case "delete_secret":
+		err = sb.Secrets().Delete(ctx, a.Name)
 	case "update":
 		var req api.UpdateSandboxRequest
 		if err = json.Unmarshal(a.Request, &req); err == nil {

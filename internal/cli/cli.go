@@ -120,7 +120,7 @@ func (a *app) root() *cobra.Command {
 		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
 		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(), a.portsCmd(),
 		a.suspendCmd(), a.resumeCmd(), a.eventCmd(), a.eventsCmd(), a.updateCmd(),
-		a.netCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.usageCmd(), a.limitCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd())
+		a.netCmd(), a.secretCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.usageCmd(), a.limitCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd())
 	root.AddCommand(a.keyCmd())
 	for _, c := range root.Commands() {
 		if c.HasSubCommands() && !c.Runnable() {

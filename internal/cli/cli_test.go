@@ -102,3 +102,23 @@ func TestKeyCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretSetCheckedFirst: sbx secret set refuses, before any request, a
+// secret without --host, an empty value, and --keep-value with a source;
+// the value never comes from the command line.
+func TestSecretSetCheckedFirst(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"secret", "set", "dev", "T"}, "--host"},
+		{[]string{"secret", "set", "dev", "T", "--host", "api.test"}, "value is empty"},
+		{[]string{"secret", "set", "dev", "T", "--host", "api.test", "--keep-value", "--from-env", "HOME"}, "contradict"},
+		{[]string{"secret", "set", "dev", "T", "--host", "api.test", "--from-env", "SBX_TEST_SURELY_UNSET"}, "no such variable"},
+	} {
+		_, errs, code := runCLI(t, c.args...)
+		if code == 0 || !strings.Contains(errs, c.want) || strings.Contains(errs, "sbxd") {
+			t.Errorf("sbx %v: exit %d, stderr %q; want an error about %s, before any request", c.args, code, errs, c.want)
+		}
+	}
+}

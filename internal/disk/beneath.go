@@ -3,6 +3,8 @@ package disk
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -210,4 +212,39 @@ func splitParent(rel string) (string, string) {
 		return "", rel
 	}
 	return rel[:i], rel[i+1:]
+}
+
+// ReadFileBeneath reads the regular file rel (e.g. "etc/ssl/certs/ca-certificates.crt")
+// beneath dir (a host-owned directory: an image's root filesystem) without
+// following a symlink in any component, up to max bytes. ok is false when
+// it is missing, a symlink or not a regular file.
+//
+// Errors: the file is longer than max; a read failure.
+func ReadFileBeneath(dir, rel string, max int64) (b []byte, ok bool, err error) {
+	root, err := openRoot(dir)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unix.Close(root)
+	fd, err := openBeneath(root, rel, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, false, nil
+	}
+	f := os.NewFile(uintptr(fd), shown(rel))
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return nil, false, nil
+	}
+	if st.Size() > max {
+		return nil, false, fmt.Errorf("%s: %d bytes, more than %d", shown(rel), st.Size(), max)
+	}
+	b, err = io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, false, err
+	}
+	if int64(len(b)) > max {
+		return nil, false, fmt.Errorf("%s: more than %d bytes", shown(rel), max)
+	}
+	return b, true, nil
 }

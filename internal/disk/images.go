@@ -334,7 +334,7 @@ var mountpoints = []struct {
 	path string
 	mode fs.FileMode
 }{
-	{"/.sbx", 0o755}, {"/.sbx/bin", 0o755}, {"/.sbx/run", 0o755},
+	{"/.sbx", 0o755}, {"/.sbx/bin", 0o755}, {"/.sbx/run", 0o755}, {"/.sbx/ca", 0o755},
 	{"/proc", 0o555}, {"/sys", 0o555}, {"/dev", 0o755}, {"/tmp", 0o1777 | fs.ModeSticky},
 	{"/workspace", 0o755}, {"/root", 0o700}, {"/etc", 0o755},
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/gc"
 	"github.com/sbxhq/sbx/internal/runtime"
+	"github.com/sbxhq/sbx/internal/secret"
 	"github.com/sbxhq/sbx/internal/store"
 )
 
@@ -123,6 +124,8 @@ type Engine struct {
 	leases *blob.Leases
 	// collector deletes the blobs that nothing records or pins.
 	collector *gc.Collector
+	// keeper seals and opens secrets' values (internal/engine/secrets.go).
+	keeper *secret.Keeper
 	// deliveryKey signs delivery records; deliverMu makes signing a
 	// record and appending it to the chain one step.
 	deliveryKey ed25519.PrivateKey
@@ -249,6 +252,9 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		return nil, err
 	}
 	if err := e.initDeliveries(); err != nil {
+		return nil, err
+	}
+	if e.keeper, err = secret.OpenKeeper(filepath.Join(cfg.DataDir, secret.KeyFile)); err != nil {
 		return nil, err
 	}
 	e.collector = e.newCollector()

@@ -315,7 +315,8 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 }
 
 // execEnv is the environment of a process: the image's, then defaults
-// (HOME, HOSTNAME), then the sandbox's, then the request's.
+// (HOME, HOSTNAME), then the sandbox's, then its secrets' placeholders and
+// trust store (secretEnv), then the request's.
 func (e *Engine) execEnv(ctx context.Context, sb *store.Sandbox, extra map[string]string) ([]string, error) {
 	env := map[string]string{}
 	if img, err := e.images.Get(ctx, sb.Image); err == nil && img.ID == sb.ImageID {
@@ -331,6 +332,7 @@ func (e *Engine) execEnv(ctx context.Context, sb *store.Sandbox, extra map[strin
 	env["HOME"] = "/root"
 	env["HOSTNAME"] = sb.Name
 	maps.Copy(env, sb.Env)
+	secretEnv(sb, env)
 	maps.Copy(env, extra)
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {

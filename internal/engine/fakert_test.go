@@ -49,10 +49,20 @@ func TestMain(m *testing.M) {
 type fakeNetwork struct {
 	mu      sync.Mutex
 	started bool
-	nets    map[string]string // id → name
+	nets    map[string]string         // id → name
+	rules   map[string]*network.Rules // id → the rules last given
 }
 
-func newFakeNetwork() *fakeNetwork { return &fakeNetwork{nets: map[string]string{}} }
+func newFakeNetwork() *fakeNetwork {
+	return &fakeNetwork{nets: map[string]string{}, rules: map[string]*network.Rules{}}
+}
+
+// rulesOf returns the rules last given for sandbox id (nil if none).
+func (n *fakeNetwork) rulesOf(id string) *network.Rules {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rules[id]
+}
 
 func (n *fakeNetwork) ResolvConf() string { return "nameserver 127.0.0.1\n" }
 
@@ -63,21 +73,30 @@ func (n *fakeNetwork) Start() error {
 	return nil
 }
 
-func (n *fakeNetwork) Create(id, name string, _ *network.Rules) (string, error) {
+func (n *fakeNetwork) Create(id, name string, r *network.Rules) (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.nets[id] = name
+	n.rules[id] = r
 	return "", nil
 }
 
-func (n *fakeNetwork) Attach(id, name string, _ *network.Rules) error {
+func (n *fakeNetwork) Attach(id, name string, r *network.Rules) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.nets[id] = name
+	n.rules[id] = r
 	return nil
 }
 
-func (n *fakeNetwork) Update(string, *network.Rules) error { return nil }
+func (n *fakeNetwork) Update(id string, r *network.Rules) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.nets[id]; ok {
+		n.rules[id] = r
+	}
+	return nil
+}
 
 func (n *fakeNetwork) Rename(id, name string) {
 	n.mu.Lock()

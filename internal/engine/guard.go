@@ -290,6 +290,7 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 		return failed(err)
 	}
 	e.fault("snaprestore:stopped")
+	keepCaptureMounts(sb, sn)
 	if err := e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, background: e.cfg.BackgroundRestore, what: "resumed"}); err != nil {
 		sb.State, sb.StateReason = api.StateStopped, "restoring snapshot "+snapID+" failed: "+err.Error()
 		_ = e.st.UpdateSandbox(ctx, sb)

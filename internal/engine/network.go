@@ -56,6 +56,7 @@ func (e *Engine) rulesOf(sb *store.Sandbox) *network.Rules {
 		e.log.Warn("network rules of the record do not parse; no egress", "sandbox", sb.Name, "err", err)
 		return &network.Rules{}
 	}
+	r.Secrets = e.openSecrets(sb)
 	return r
 }
 
@@ -124,7 +125,6 @@ func (e *Engine) SetNetwork(ctx context.Context, idOrName string, rules api.Netw
 	if err := e.validateNetwork(ctx, &rules, sb.Name); err != nil {
 		return api.NetworkRules{}, err
 	}
-	parsed, _ := network.ParseRules(rules)
 	sb, unlock, err := e.lockFound(ctx, sb, "network", lockOrWait)
 	if err != nil {
 		return api.NetworkRules{}, err
@@ -134,7 +134,8 @@ func (e *Engine) SetNetwork(ctx context.Context, idOrName string, rules api.Netw
 	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
 		return api.NetworkRules{}, err
 	}
-	if err := e.net.Update(sb.ID, parsed); err != nil {
+	// rulesOf: the rules given, and the sandbox's secrets.
+	if err := e.net.Update(sb.ID, e.rulesOf(sb)); err != nil {
 		return api.NetworkRules{}, fmt.Errorf("apply network rules to %s: %w", sb.Name, err)
 	}
 	return rules, nil

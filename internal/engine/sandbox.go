@@ -15,6 +15,7 @@ import (
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/runtime"
+	"github.com/sbxhq/sbx/internal/secret"
 	"github.com/sbxhq/sbx/internal/store"
 )
 
@@ -64,6 +65,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		if err := validateTimeout(req.TimeoutMS); err != nil {
 			return nil, err
 		}
+		if _, err := secret.Validate("secrets", req.Secrets); err != nil {
+			return nil, err
+		}
 		if _, err := e.st.GetSandbox(ctx, req.Name); err == nil {
 			return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", req.Name)
 		}
@@ -111,6 +115,10 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if err := e.validateVolumes(req.Volumes); err != nil {
 		return nil, err
 	}
+	secretRules, err := secret.Validate("secrets", req.Secrets)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := e.st.GetSandbox(ctx, req.Name); err == nil {
 		return nil, errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", req.Name)
 	}
@@ -137,7 +145,14 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		Volumes: req.Volumes, TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		Owner: CallerOf(ctx).KeyID,
 	}
-	if len(req.Volumes) == 0 {
+	if len(req.Secrets) > 0 {
+		if sb.Secrets, err = e.sealSecrets(sb.ID, nil, req.Secrets, secretRules, true); err != nil {
+			return nil, err
+		}
+	}
+	// A warm sandbox booted without a trust store of its own: one with
+	// secrets boots cold.
+	if len(req.Volumes) == 0 && len(req.Secrets) == 0 {
 		if warm, err := e.pool.claim(ctx, shape{img.ID, req.CPUs, req.MemoryMB, req.DiskMB}, sb); err != nil || warm != nil {
 			return warm, err
 		}
@@ -186,9 +201,15 @@ func (e *Engine) createCold(ctx context.Context, sb *store.Sandbox) error {
 	return nil
 }
 
-// spec is the runtime spec of sb; it writes sb's /etc/hostname file.
-func (e *Engine) spec(sb *store.Sandbox, netns string) (*runtime.Spec, error) {
+// spec is the runtime spec of sb; it writes sb's /etc/hostname file and
+// the files of its trust store (secretMounts). cold: sb boots cold (not
+// restored from a memory image).
+func (e *Engine) spec(sb *store.Sandbox, netns string, cold bool) (*runtime.Spec, error) {
 	if err := e.writeHostname(sb.ID, sb.Name); err != nil {
+		return nil, err
+	}
+	trust, err := e.secretMounts(sb, cold)
+	if err != nil {
 		return nil, err
 	}
 	rootfs := e.layers.Paths(sb.ID).RootFS
@@ -206,6 +227,7 @@ func (e *Engine) spec(sb *store.Sandbox, netns string) (*runtime.Spec, error) {
 		// built it: the sandbox reads its own name, from a host file.
 		{Source: e.hostnameFile(sb.ID), Destination: "/etc/hostname", ReadOnly: true},
 	}
+	mounts = append(mounts, trust...)
 	for _, v := range sb.Volumes {
 		mounts = append(mounts, runtime.Mount{Source: e.volumeDir(v.Name), Destination: v.Path})
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/secret"
 	"github.com/sbxhq/sbx/internal/snapshot"
 	"github.com/sbxhq/sbx/internal/store"
 )
@@ -39,6 +40,10 @@ type sandboxShape struct {
 	DiskMB   int               `json:"disk_mb,omitempty"`
 	Env      map[string]string `json:"env"`
 	Network  api.NetworkRules  `json:"network"`
+	// Secrets are the source's, values sealed (the memory image holds
+	// only their placeholders); sandboxes started from the snapshot get
+	// them.
+	Secrets *store.SecretSet `json:"secrets,omitempty"`
 }
 
 func newSnapshotID() string {
@@ -277,7 +282,7 @@ type snapshotKind struct {
 // capture c of sb as snapshot id: its shape, its disk and what it stored.
 func newSnapshotRecord(sb *store.Sandbox, id string, c *captured, kind snapshotKind) *store.Snapshot {
 	// A snapshot belongs to its sandbox's owner, whoever took it.
-	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Network: sb.Network})
+	shape, _ := json.Marshal(sandboxShape{CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Network: sb.Network, Secrets: sb.Secrets})
 	_, diskBytes := c.disk.Stats()
 	sn := &store.Snapshot{
 		ID: id, Name: kind.name, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
@@ -452,6 +457,18 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, DiskMB: sh.DiskMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
 		CreateTime: time.Now().UTC(), Owner: CallerOf(ctx).KeyID,
+		// The snapshot's secrets, CA and placeholders (its processes hold
+		// them), and whether its capture had the CA mounted.
+		Secrets: sh.Secrets.Clone(),
+	}
+	if len(req.Secrets) > 0 {
+		parsed, err := secret.Validate("secrets", req.Secrets)
+		if err != nil {
+			return nil, err
+		}
+		if sb.Secrets, err = e.sealSecrets(sb.ID, sb.Secrets, req.Secrets, parsed, false); err != nil {
+			return nil, err
+		}
 	}
 	if !e.layers.Quota() {
 		sb.DiskMB = 0
@@ -643,7 +660,8 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 				ID: newID(), Name: name, State: api.StateCreating, Image: sb.Image, ImageID: sb.ImageID,
 				CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Labels: req.Labels, Network: normalizeNetwork(network),
 				SourceSandbox: sb.Name, SourceSnapshot: sn.ID, DiskSource: sb.Name + "/" + sn.ID, CreateTime: time.Now().UTC(),
-				Owner: sb.Owner, // a fork belongs to its source's owner
+				Owner:   sb.Owner, // a fork belongs to its source's owner
+				Secrets: sb.Secrets.Clone(),
 			}
 			if err := e.startCopy(ctx, cp, sn, c.disk, c.dir); err != nil {
 				res.Errors[i] = fmt.Errorf("%v: %w", err, errdefs.ErrForkFailed)

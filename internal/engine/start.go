@@ -99,7 +99,7 @@ func (e *Engine) start(ctx context.Context, sb *store.Sandbox, from startFrom) (
 	}
 	_ = os.Remove(e.socketPath(sb.ID))
 	tNet = time.Now()
-	spec, err := e.spec(sb, netns)
+	spec, err := e.spec(sb, netns, cold)
 	if err != nil {
 		return err
 	}

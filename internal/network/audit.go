@@ -18,6 +18,9 @@ type auditLog struct {
 	mu      sync.Mutex
 	counts  api.NetworkCounts
 	refused map[auditKey]*api.NetworkRefusal
+	// uses are the requests that carried a secret's placeholder, oldest
+	// first (secrets.go).
+	uses []api.SecretUse
 }
 
 type auditKey struct {
@@ -78,6 +81,9 @@ func (l *auditLog) snapshot(dropped []Dropped, packets uint64, reason func(netip
 	out := api.NetworkLog{Counts: l.counts, Refused: make([]api.NetworkRefusal, 0, len(l.refused)+len(dropped))}
 	for _, e := range l.refused {
 		out.Refused = append(out.Refused, *e)
+	}
+	for i := len(l.uses) - 1; i >= 0; i-- {
+		out.Secrets = append(out.Secrets, l.uses[i])
 	}
 	l.mu.Unlock()
 	out.Counts.PacketsRefused = packets

@@ -28,7 +28,7 @@ import (
 //	             than X's address is dropped (anti-spoof); IPv6 from P* is
 //	             dropped.
 //	prerouting   (nat, dstnat) from P*: UDP/TCP 53 to anywhere → sbxd's DNS
-//	             server; from X → nat-X: with domain rules, TCP 80/443 to
+//	             server; from X → nat-X: with domain rules or secrets, TCP 80/443 to
 //	             outside the sandbox network → the egress proxy.
 //	input        from P* → sbx_input: replies, and the DNS and proxy ports
 //	             (after the redirect); anything else → in-X (recorded,
@@ -434,9 +434,9 @@ func (fw *firewall) update(sb *fwSandbox, learned map[netip.Addr]time.Duration) 
 
 // natRules fills a sandbox's prerouting (nat) chain: HTTP and HTTPS to
 // outside the sandbox network go to the egress proxy when the rules name
-// domains.
+// domains or the sandbox has secrets.
 func (fw *firewall) natRules(c *nftables.Conn, ch *nftables.Chain, sb *fwSandbox) {
-	if r := sb.rules; r.Internet && r.hasDomains() {
+	if r := sb.rules; r.Internet && r.proxied() {
 		for _, port := range []uint16{80, 443} {
 			c.AddRule(&nftables.Rule{Table: fw.table, Chain: ch, Exprs: cat(ipv4(), daddrNotIn(fw.cidr),
 				l4proto(unix.IPPROTO_TCP), dport(port), redirect(fw.proxyPort))})

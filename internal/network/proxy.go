@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -43,6 +45,13 @@ type proxy struct {
 	resolve func(ctx context.Context, name string) ([]netip.Addr, error)
 	// never says why a may never reach addr, "" if it may.
 	never func(a *attachment, addr netip.Addr) string
+	// roots verify the real hosts of connections whose TLS the proxy
+	// terminates (secrets.go); nil is the host's trust store.
+	roots *x509.CertPool
+	// sessions resume TLS sessions with real hosts across connections:
+	// a new connection skips the upstream's full handshake.
+	sessions tls.ClientSessionCache
+	log      *slog.Logger
 
 	mu    sync.Mutex
 	conns map[*attachment]map[*proxyConn]struct{}
@@ -63,6 +72,8 @@ func startProxy(m *Manager) (*proxy, error) {
 	}
 	p := newProxy(ln)
 	p.lookup = m.lookup
+	p.log = m.log
+	p.roots = systemRoots()
 	p.origDst = originalDst
 	p.resolve = m.up.lookupA
 	p.never = func(a *attachment, addr netip.Addr) string {
@@ -76,7 +87,8 @@ func startProxy(m *Manager) (*proxy, error) {
 }
 
 func newProxy(ln net.Listener) *proxy {
-	return &proxy{ln: ln, port: uint16(ln.Addr().(*net.TCPAddr).Port), conns: map[*attachment]map[*proxyConn]struct{}{}}
+	return &proxy{ln: ln, port: uint16(ln.Addr().(*net.TCPAddr).Port), conns: map[*attachment]map[*proxyConn]struct{}{},
+		sessions: tls.NewLRUClientSessionCache(1024)}
 }
 
 func (p *proxy) close() { _ = p.ln.Close() }
@@ -161,10 +173,22 @@ func (p *proxy) handle(c *net.TCPConn) {
 		c.Close()
 		return
 	}
+	if kind == "http" {
+		if s := placeholderIn(a, head.Bytes()); s != nil {
+			p.refusePlainSecret(a, c, s, dest, head.Bytes())
+			c.Close()
+			up.Close()
+			return
+		}
+	}
 	a.audit.allowed(kind)
 	pc := &proxyConn{client: c, up: up, kind: kind, name: name, target: target}
 	p.track(a, pc, true)
 	defer p.track(a, pc, false)
+	if kind == "tls" && a.getRules().Secrets.terminates(name) {
+		p.terminate(a, c, head.Bytes(), name, up)
+		return
+	}
 	if _, err := up.Write(head.Bytes()); err != nil {
 		c.Close()
 		up.Close()

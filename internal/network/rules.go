@@ -21,6 +21,10 @@ type Rules struct {
 	AllowCIDRs, DenyCIDRs     []netip.Prefix
 	// Connect is the names of sandboxes this one may reach.
 	Connect []string
+	// Secrets are put into the sandbox's HTTPS requests by the egress
+	// proxy (secrets.go); nil for none. They are not part of the API's
+	// network rules: the engine adds them.
+	Secrets *Secrets
 }
 
 // ParseRules validates API rules and returns them parsed, or
@@ -290,9 +294,14 @@ func (r *Rules) AllowConn(name string, addr netip.Addr) Verdict {
 	return Verdict{false, "not in the allow list"}
 }
 
-// hasDomains reports whether the rules name any domain, which sends the
-// sandbox's HTTP and HTTPS through the egress proxy.
+// hasDomains reports whether the rules name any domain.
 func (r *Rules) hasDomains() bool { return len(r.AllowDomains) > 0 || len(r.DenyDomains) > 0 }
+
+// proxied reports whether the sandbox's HTTP and HTTPS go through the
+// egress proxy: the rules name domains, or the sandbox has secrets.
+func (r *Rules) proxied() bool {
+	return r.hasDomains() || (r.Secrets != nil && len(r.Secrets.List) > 0)
+}
 
 // allowAddr decides a packet to addr by the rules alone, as the firewall's
 // forward chain does: connect targets, internal addresses, then internet,

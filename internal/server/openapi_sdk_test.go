@@ -28,6 +28,7 @@ var (
 		"EventResult": "EventResult", "ProcessInfo": "Process", "Port": "Port", "Health": "Health", "Image": "Image",
 		"DeliveryRequest": "DeliveryRequest", "Delivery": "Delivery", "Teardown": "Teardown",
 		"CreateKeyRequest": "CreateKeyRequest", "Key": "Key", "CreatedKey": "CreatedKey",
+		"Secret": "Secret", "SecretRule": "SecretRule", "SecretInfo": "SecretInfo", "SecretUse": "SecretUse",
 	}
 	pyTypes = map[string]string{
 		"NetworkRules": "NetworkRules", "Volume": "Volume", "Source": "Source", "SandboxInfo": "Sandbox",
@@ -36,6 +37,7 @@ var (
 		"Port": "Port", "NetworkCounts": "NetworkCounts", "NetworkRefusal": "NetworkRefusal",
 		"NetworkLog": "NetworkLog", "Event": "Event", "EventResult": "EventResult", "Image": "Image", "Health": "Health",
 		"Delivery": "Delivery", "Teardown": "Teardown", "Key": "Key", "CreatedKey": "CreatedKey",
+		"Secret": "Secret", "SecretRule": "SecretRule", "SecretInfo": "SecretInfo", "SecretUse": "SecretUse",
 	}
 )
 

@@ -132,6 +132,8 @@ var goTypes = map[string]any{
 	"Usage": api.Usage{}, "UsageEntry": api.UsageEntry{}, "UsagePrices": api.UsagePrices{}, "KeyLimitRequest": api.KeyLimitRequest{},
 	"FileWritten": FileWritten{}, "ArchiveWritten": ArchiveWritten{},
 	"CreateKeyRequest": api.CreateKeyRequest{}, "Key": api.Key{}, "CreatedKey": api.CreatedKey{},
+	"Secret": api.Secret{}, "SecretRule": api.SecretRule{}, "SecretInfo": api.SecretInfo{}, "SecretList": api.SecretList{},
+	"SetSecretsRequest": api.SetSecretsRequest{}, "PutSecretRequest": api.PutSecretRequest{}, "SecretUse": api.SecretUse{},
 }
 
 // specOnly are the schemas that mirror no Go struct, and what they are.

@@ -48,7 +48,7 @@ func toAPI(sb *store.Sandbox) api.Sandbox {
 // complete or error.
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSandboxRequest
-	if err := decode(w, r, MaxJSONBody, &req, true); err != nil {
+	if err := decode(w, r, MaxSecretsBody, &req, true); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

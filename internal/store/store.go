@@ -50,13 +50,61 @@ type Sandbox struct {
 	SuspendTime time.Time
 	// KeepAlive: a process running in the sandbox counts as activity for
 	// the idle timeout (TimeoutMS).
-	KeepAlive  bool
+	KeepAlive bool
+	// Secrets are the sandbox's secrets, values sealed; nil when it has
+	// none.
+	Secrets    *SecretSet
 	CreateTime time.Time
 	UpdateTime time.Time
 	// Owner is the id of the API key that made the sandbox ("" the
 	// operator: the Unix socket or a key given with --api-key). A fork
 	// belongs to its source's owner.
 	Owner string
+}
+
+// SecretSet is a sandbox's secrets as stored (in the sandbox's record and
+// in the shape of its snapshots): values sealed by internal/secret's
+// Keeper, never in the clear, and the sandbox's CA, with which the egress
+// proxy terminates TLS for the hosts of the secrets' rules.
+type SecretSet struct {
+	// CACert is the CA's certificate (PEM), put in the sandbox's trust
+	// store; CAKey its private key (PKCS #8), sealed.
+	CACert []byte `json:"ca_cert"`
+	CAKey  []byte `json:"ca_key"`
+	// List holds the secrets, by name.
+	List []StoredSecret `json:"list"`
+	// Mounted: the sandbox's container has the CA in its trust store
+	// (mounts made at its last cold boot, kept by memory images). See
+	// internal/engine/secrets.go.
+	Mounted bool `json:"mounted,omitempty"`
+}
+
+// StoredSecret is one secret as stored.
+type StoredSecret struct {
+	Name string `json:"name"`
+	// Placeholder is what the sandbox sees in $Name.
+	Placeholder string `json:"placeholder"`
+	// Rules are canonical (secret.API of the parsed rules).
+	Rules []api.SecretRule `json:"rules"`
+	// Sealed is the value, sealed for "secret:"+Name.
+	Sealed []byte `json:"sealed"`
+	// ValueBytes is the value's length in bytes.
+	ValueBytes int       `json:"value_bytes"`
+	UpdateTime time.Time `json:"update_time"`
+}
+
+// Clone returns a deep copy of s (nil for nil).
+func (s *SecretSet) Clone() *SecretSet {
+	if s == nil {
+		return nil
+	}
+	out := &SecretSet{CACert: append([]byte(nil), s.CACert...), CAKey: append([]byte(nil), s.CAKey...), Mounted: s.Mounted}
+	for _, x := range s.List {
+		x.Rules = append([]api.SecretRule(nil), x.Rules...)
+		x.Sealed = append([]byte(nil), x.Sealed...)
+		out.List = append(out.List, x)
+	}
+	return out
 }
 
 // Image is the record of an unpacked image.

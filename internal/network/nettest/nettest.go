@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -89,6 +90,16 @@ type Outside struct {
 // host side. Everything goes when t ends.
 func StartOutside(t testing.TB, ifname string, subnet netip.Prefix) *Outside {
 	t.Helper()
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s", r.Host)
+	})
+	return StartOutsideWith(t, ifname, subnet, handler, SelfSigned(t))
+}
+
+// StartOutsideWith is StartOutside with handler serving HTTP on port 80
+// and, with cert, TLS on 443.
+func StartOutsideWith(t testing.TB, ifname string, subnet netip.Prefix, handler http.Handler, cert tls.Certificate) *Outside {
+	t.Helper()
 	dir := filepath.Join("/run", "sbx-nettest-"+ifname)
 	must(t, os.MkdirAll(dir, 0o755))
 	must(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"))
@@ -129,14 +140,11 @@ func StartOutside(t testing.TB, ifname string, subnet netip.Prefix) *Outside {
 		}
 	}
 	o := &Outside{Addr: addr, NS: path, Ifname: ifname}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s", r.Host)
-	})
 	l80 := o.Listen(t, 80)
 	l443 := o.Listen(t, 443)
 	s := &http.Server{Handler: handler}
 	go s.Serve(l80)
-	s2 := &http.Server{Handler: handler, TLSConfig: &tls.Config{Certificates: []tls.Certificate{SelfSigned(t)}}}
+	s2 := &http.Server{Handler: handler, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
 	go s2.ServeTLS(l443, "", "")
 	t.Cleanup(func() { s.Close(); s2.Close() })
 	return o
@@ -354,4 +362,86 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// CA is a certificate authority a test makes, for test hosts' TLS: give
+// its PEM to what must trust them (SSL_CERT_FILE, a pool).
+type CA struct {
+	// Cert is the CA's certificate; PEM the same, PEM-encoded.
+	Cert *x509.Certificate
+	PEM  []byte
+	key  *ecdsa.PrivateKey
+}
+
+// NewCA makes a CA (ECDSA P-256, valid a day).
+func NewCA(t testing.TB) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "sbx test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	must(t, err)
+	cert, err := x509.ParseCertificate(der)
+	must(t, err)
+	return &CA{Cert: cert, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}
+}
+
+// Pool is a cert pool holding only the CA.
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.Cert)
+	return p
+}
+
+// Issue makes a server certificate for names, signed by the CA.
+func (ca *CA) Issue(t testing.TB, names ...string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	must(t, err)
+	return tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key}
+}
+
+// Seen is a request a test host received.
+type Seen struct {
+	Method, Host, Path, Authorization string
+}
+
+// Recorder is an HTTP handler that answers "hello from HOST" and records
+// every request it gets.
+type Recorder struct {
+	mu   sync.Mutex
+	seen []Seen
+}
+
+// ServeHTTP records r and answers.
+func (rec *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec.mu.Lock()
+	rec.seen = append(rec.seen, Seen{Method: r.Method, Host: r.Host, Path: r.URL.Path, Authorization: r.Header.Get("Authorization")})
+	rec.mu.Unlock()
+	fmt.Fprintf(w, "hello from %s", r.Host)
+}
+
+// Seen returns the requests received so far, oldest first.
+func (rec *Recorder) Seen() []Seen {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]Seen(nil), rec.seen...)
+}
+
+// ServeTLS serves rec over TLS with cert on ln until t ends.
+func (rec *Recorder) ServeTLS(t testing.TB, ln net.Listener, cert tls.Certificate) {
+	s := &http.Server{Handler: rec, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go s.ServeTLS(ln, "", "")
+	t.Cleanup(func() { s.Close() })
 }

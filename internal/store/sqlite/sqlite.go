@@ -104,16 +104,21 @@ func isUnique(err error) bool {
 
 const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
 	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time,
-	suspend_snapshot, wake_on, keep_alive, suspend_time, owner`
+	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var sb store.Sandbox
-	var env, labels, network, volumes, ct, ut, st string
+	var env, labels, network, volumes, ct, ut, st, secrets string
 	var state string
 	if err := row.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
 		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
-		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st, &sb.Owner); err != nil {
+		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st, &sb.Owner, &secrets); err != nil {
 		return nil, err
+	}
+	if secrets != "" {
+		if err := json.Unmarshal([]byte(secrets), &sb.Secrets); err != nil {
+			return nil, fmt.Errorf("sandbox %s: corrupt secrets record: %w", sb.ID, err)
+		}
 	}
 	sb.State = api.State(state)
 	if err := errors.Join(json.Unmarshal([]byte(env), &sb.Env), json.Unmarshal([]byte(labels), &sb.Labels),
@@ -139,11 +144,19 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
-		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner)
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets))
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
 	return err
+}
+
+// secretsJSON is the secrets column: the empty string for none.
+func secretsJSON(s *store.SecretSet) string {
+	if s == nil || (len(s.List) == 0 && len(s.CACert) == 0) {
+		return ""
+	}
+	return toJSON(s)
 }
 
 func volumesOf(sb *store.Sandbox) []api.Volume {
@@ -244,11 +257,11 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, state_reason = ?,
 		image = ?, image_id = ?, cpus = ?, memory_mb = ?, disk_mb = ?, env = ?, labels = ?, network = ?, volumes = ?, timeout_ms = ?,
 		source_sandbox = ?, source_snapshot = ?, disk_source = ?, pooled = ?, create_time = ?, update_time = ?,
-		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ?, owner = ? WHERE id = ?`,
+		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ?, owner = ?, secrets = ? WHERE id = ?`,
 		sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
-		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, sb.ID)
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets), sb.ID)
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}

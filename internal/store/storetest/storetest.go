@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("LimitSuspensions", func(t *testing.T) { testLimitSuspensions(t, open(t)) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, open(t)) })
 	t.Run("Owners", func(t *testing.T) { testOwners(t, open(t)) })
+	t.Run("Secrets", func(t *testing.T) { testSecrets(t, open(t)) })
 }
 
 func testKeys(t *testing.T, s store.Store) {
@@ -758,5 +759,38 @@ func testLimitSuspensions(t *testing.T, s store.Store) {
 	}
 	if err := s.SetKeyDailyLimit(ctx, "key_1", &two); !errdefs.IsNotFound(err) {
 		t.Fatalf("limit of a revoked key: %v", err)
+	}
+}
+
+// testSecrets: a sandbox's secrets round-trip (create and update), and a
+// sandbox without them reads back nil.
+func testSecrets(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	sb := sandbox("sbx_sec", "sec")
+	if err := s.CreateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetSandbox(ctx, "sec"); err != nil || got.Secrets != nil {
+		t.Fatalf("no secrets: %+v %v", got, err)
+	}
+	sb.Secrets = &store.SecretSet{CACert: []byte("PEM"), CAKey: []byte{1, 2, 3}, List: []store.StoredSecret{{
+		Name: "API_TOKEN", Placeholder: "sbx-secret-00", Sealed: []byte{9, 8},
+		Rules: []api.SecretRule{{Host: "api.test", Methods: []string{"GET"}, PathPrefix: "/"}}, ValueBytes: 5,
+	}}}
+	if err := s.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSandbox(ctx, "sec")
+	if err != nil || got.Secrets == nil || len(got.Secrets.List) != 1 || string(got.Secrets.CACert) != "PEM" ||
+		got.Secrets.List[0].Placeholder != "sbx-secret-00" || got.Secrets.List[0].Rules[0].Host != "api.test" ||
+		string(got.Secrets.List[0].Sealed) != "\x09\x08" {
+		t.Fatalf("%+v %v", got.Secrets, err)
+	}
+	sb.Secrets = nil
+	if err := s.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSandbox(ctx, "sec"); got.Secrets != nil {
+		t.Fatalf("removed secrets read back: %+v", got.Secrets)
 	}
 }

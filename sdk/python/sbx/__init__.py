@@ -23,8 +23,8 @@ from .errors import (Capacity, CaptureLimit, CheckpointFailed, CheckpointNotFoun
                      Unavailable, error_for)
 from .types import (Change, Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
                     Health, Image, Key, NetworkCounts, NetworkLog, NetworkRefusal, NetworkRules, Port,
-                    Process, SandboxInfo, Snapshot, Source, Teardown, UndoInfo, Usage, UsageEntry, UsagePrices,
-                    Volume)
+                    Process, SandboxInfo, Secret, SecretInfo, SecretRule, SecretUse, Snapshot, Source, Teardown,
+                    UndoInfo, Usage, UsageEntry, UsagePrices, Volume)
 from .undo import GuardResult, TryResult, chain, go_back_to, guarded, remember, try_in_copy
 
 __version__ = "0.1.0"
@@ -37,6 +37,7 @@ __all__ = [
     "FileInfo", "Checkpoint", "Change", "Diff", "Snapshot", "Process", "Port", "NetworkLog",
     "NetworkCounts", "NetworkRefusal", "Event", "EventResult", "Image", "Health",
     "Delivery", "Teardown", "Key", "CreatedKey", "Usage", "UsageEntry", "UsagePrices",
+    "Secret", "SecretRule", "SecretInfo", "SecretUse",
     "SbxError", "InvalidArgument", "Unauthorized", "Forbidden", "KeyNotFound", "NotFound", "SandboxNotFound",
     "CheckpointNotFound", "SnapshotNotFound", "ImageNotFound", "FileNotFound", "ProcessNotFound",
     "EventNotFound", "CaptureLimit", "PortTimeout",

@@ -14,8 +14,8 @@ from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Mapping,
 from ._transport import NDJSON, Progress, Transport, iter_lines, labels_query, seg
 from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, error_for
 from .types import (Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
-                    Health, Image, Key, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Snapshot, Usage, Volume,
-                    rules_to_dict)
+                    Health, Image, Key, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Secret, SecretInfo,
+                    SecretRule, Snapshot, Usage, Volume, rules_to_dict, secret_to_dict)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .undo import GuardResult, TryResult
@@ -112,6 +112,7 @@ class Client:
                network: Optional[Rules] = None, volumes: Optional[Sequence[Union[Volume, Mapping[str, str]]]] = None,
                snapshot: Optional[str] = None, timeout_ms: Optional[int] = None,
                keep_alive_while_running: Optional[bool] = None, disk_mb: Optional[int] = None,
+               secrets: Optional[Sequence[Union[Secret, Mapping[str, Any]]]] = None,
                progress: Optional[Progress] = None) -> "Sandbox":
         """Create and start a sandbox (``POST /v1/sandboxes``); returns its handle.
 
@@ -140,6 +141,8 @@ class Client:
         _put(body, "snapshot", snapshot)
         _put(body, "timeout_ms", timeout_ms)
         _put(body, "keep_alive_while_running", keep_alive_while_running)
+        if secrets is not None:
+            body["secrets"] = [secret_to_dict(s) for s in secrets]
         if progress is not None:
             return self._wrap(self._t.long("POST", "/v1/sandboxes", body=body, progress=progress))
         return self._wrap(self._t.json("POST", "/v1/sandboxes", body=body))
@@ -951,6 +954,33 @@ class Sandbox:
     def network_log(self) -> NetworkLog:
         """What the host refused for the sandbox, and counts of its decisions."""
         return NetworkLog.from_dict(self.client.transport.json("GET", self._p("network", "log")))
+
+    # --- secrets ----------------------------------------------------------
+
+    def secrets(self) -> List[SecretInfo]:
+        """The sandbox's secrets by name: placeholders and rules, never values."""
+        out = self.client.transport.json("GET", self._p("secrets"))
+        return [SecretInfo.from_dict(x) for x in (out or {}).get("secrets") or []]
+
+    def set_secrets(self, secrets: Sequence[Union[Secret, Mapping[str, Any]]]) -> List[SecretInfo]:
+        """Replace all the secrets (``[]`` removes them); a secret that keeps its name keeps its placeholder.
+
+        Raises InvalidArgument naming the field (``secrets[0].rules[1].host``).
+        """
+        out = self.client.transport.json("PUT", self._p("secrets"),
+                                         body={"secrets": [secret_to_dict(s) for s in secrets]})
+        return [SecretInfo.from_dict(x) for x in (out or {}).get("secrets") or []]
+
+    def put_secret(self, name: str, rules: Sequence[Union[SecretRule, Mapping[str, Any]]],
+                   value: Optional[str] = None) -> SecretInfo:
+        """Add a secret or replace its value and rules; without ``value`` an existing secret keeps its value."""
+        body: Dict[str, Any] = {"rules": [r.to_dict() if isinstance(r, SecretRule) else dict(r) for r in rules]}
+        _put(body, "value", value)
+        return SecretInfo.from_dict(self.client.transport.json("PUT", self._p("secrets", seg(name)), body=body))
+
+    def delete_secret(self, name: str) -> None:
+        """Remove a secret. Raises NotFound when the sandbox has none of that name."""
+        self.client.transport.json("DELETE", self._p("secrets", seg(name)))
 
     # --- suspend, resume, events -----------------------------------------
 

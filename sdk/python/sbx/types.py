@@ -34,6 +34,10 @@ __all__ = [
     "NetworkCounts",
     "NetworkRefusal",
     "NetworkLog",
+    "SecretUse",
+    "SecretRule",
+    "Secret",
+    "SecretInfo",
     "Event",
     "EventResult",
     "Image",
@@ -476,6 +480,71 @@ class NetworkLog(_Model):
 
     counts: NetworkCounts = field(default_factory=NetworkCounts)
     refused: List[NetworkRefusal] = field(default_factory=list)
+    secrets: List[SecretUse] = field(default_factory=list)
+
+
+@dataclass
+class SecretUse(_Model):
+    """One request that carried a secret's placeholder through the egress proxy."""
+
+    time: Optional[datetime] = None
+    secret: str = ""
+    host: str = ""
+    method: str = ""
+    path: str = ""
+    allowed: bool = False
+    reason: str = ""
+
+
+@dataclass
+class SecretRule(_Model):
+    """Where a secret may be sent: a host, methods, and a path prefix (``/`` by default)."""
+
+    host: str = ""
+    methods: List[str] = field(default_factory=list)
+    path_prefix: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The JSON object sent to sbxd."""
+        out: Dict[str, Any] = {"host": self.host, "methods": list(self.methods)}
+        if self.path_prefix:
+            out["path_prefix"] = self.path_prefix
+        return out
+
+
+@dataclass
+class Secret(_Model):
+    """A secret as given: the sandbox sees only a placeholder in ``$name``."""
+
+    name: str = ""
+    value: str = ""
+    rules: List[SecretRule] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The JSON object sent to sbxd."""
+        return {"name": self.name, "value": self.value, "rules": [r.to_dict() for r in self.rules]}
+
+
+def secret_to_dict(s: Any) -> Dict[str, Any]:
+    """Accept a :class:`Secret` or a plain dict and return the dict to send."""
+    if isinstance(s, Secret):
+        return s.to_dict()
+    if isinstance(s, Mapping):
+        out = dict(s)
+        out["rules"] = [r.to_dict() if isinstance(r, SecretRule) else dict(r) for r in out.get("rules") or []]
+        return out
+    raise TypeError("secret: want Secret or a dict, got %r" % (type(s).__name__,))
+
+
+@dataclass
+class SecretInfo(_Model):
+    """A secret as answered: its placeholder and rules, never its value."""
+
+    name: str = ""
+    placeholder: str = ""
+    rules: List[SecretRule] = field(default_factory=list)
+    value_bytes: int = 0
+    update_time: Optional[datetime] = None
 
 
 @dataclass

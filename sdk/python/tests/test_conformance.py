@@ -96,6 +96,14 @@ class Driver:
             return sb.get_network()
         if name == "set_network":
             return sb.set_network(a["rules"])
+        if name == "list_secrets":
+            return sb.secrets()
+        if name == "set_secrets":
+            return sb.set_secrets(a["secrets"])
+        if name == "put_secret":
+            return sb.put_secret(a["name"], a["secret_rules"], value=a.get("value"))
+        if name == "delete_secret":
+            return sb.delete_secret(a["name"])
         if name == "update":
             return sb.update(**a["request"])
         if name == "suspend":

@@ -9,7 +9,7 @@ import type { IncomingMessage } from 'node:http';
 import { NDJSON, Transport, ndjsonLines, readAll, seg, type Query } from './http.js';
 import type {
   Checkpoint, CreateKeyRequest, CreatedKey, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
-  FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo,
+  FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo, Secret, SecretInfo, SecretRule,
   Key, ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, Usage, UsageGroupBy, KeyLimitAnswer, WriteFileResult,
 } from './types.js';
 
@@ -572,6 +572,27 @@ export class Sandbox {
   /** What the host refused, and counts. */
   networkLog(o: CallOptions = {}): Promise<NetworkLog> {
     return this.t.json<NetworkLog>({ method: 'GET', path: this.p('network', 'log'), signal: o.signal });
+  }
+
+  /** The secrets, by name: placeholders and rules, never values. */
+  async secrets(o: CallOptions = {}): Promise<SecretInfo[]> {
+    return (await this.t.json<{ secrets: SecretInfo[] }>({ method: 'GET', path: this.p('secrets'), signal: o.signal })).secrets;
+  }
+
+  /** Replaces all the secrets (`[]` removes them); a secret that keeps its name keeps its placeholder. */
+  async setSecrets(secrets: Secret[], o: CallOptions = {}): Promise<SecretInfo[]> {
+    const r = await this.t.json<{ secrets: SecretInfo[] }>({ method: 'PUT', path: this.p('secrets'), json: { secrets }, signal: o.signal });
+    return r.secrets;
+  }
+
+  /** Adds a secret or replaces its value and rules; without `value` an existing secret keeps its value. */
+  putSecret(name: string, s: { value?: string; rules: SecretRule[] }, o: CallOptions = {}): Promise<SecretInfo> {
+    return this.t.json<SecretInfo>({ method: 'PUT', path: this.p('secrets', seg(name)), json: { value: s.value, rules: s.rules }, signal: o.signal });
+  }
+
+  /** Removes a secret. */
+  async deleteSecret(name: string, o: CallOptions = {}): Promise<void> {
+    await this.t.json({ method: 'DELETE', path: this.p('secrets', seg(name)), signal: o.signal });
   }
 
   /** TCP ports programs listen on. */

@@ -75,6 +75,8 @@ export interface CreateSandboxRequest {
   /** Idle time before auto-suspend in ms; 0 = never. */
   timeout_ms?: number;
   keep_alive_while_running?: boolean;
+  /** Secrets held by sbxd: the sandbox sees a placeholder in `$name`. */
+  secrets?: Secret[];
 }
 
 /** Body of `PUT /v1/sandboxes/{name}`: the fields given change. */
@@ -418,6 +420,42 @@ export interface NetworkRefusal {
 export interface NetworkLog {
   counts: NetworkCounts;
   refused: NetworkRefusal[];
+  /** Requests that carried a secret's placeholder, newest first. */
+  secrets?: SecretUse[];
+}
+
+/** Where a secret may be sent: host, methods, and a path prefix (default `/`). */
+export interface SecretRule {
+  host: string;
+  methods: string[];
+  path_prefix?: string;
+}
+
+/** A secret as given; its value never enters the sandbox and is never answered. */
+export interface Secret {
+  name: string;
+  value: string;
+  rules: SecretRule[];
+}
+
+/** A secret as answered: placeholder and rules, never the value. */
+export interface SecretInfo {
+  name: string;
+  placeholder: string;
+  rules: SecretRule[];
+  value_bytes: number;
+  update_time: string;
+}
+
+/** One request that carried a secret's placeholder through the egress proxy. */
+export interface SecretUse {
+  time: string;
+  secret: string;
+  host: string;
+  method: string;
+  path: string;
+  allowed: boolean;
+  reason?: string;
 }
 
 /** An event delivered to a sandbox. */

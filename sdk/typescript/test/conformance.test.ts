@@ -88,6 +88,10 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
     case 'fork': await sb().fork(a.request); return;
     case 'get_network': await sb().getNetwork(); return;
     case 'set_network': await sb().setNetwork(a.rules); return;
+    case 'list_secrets': await sb().secrets(); return;
+    case 'set_secrets': await sb().setSecrets(a.secrets); return;
+    case 'put_secret': await sb().putSecret(a.name, { value: a.value, rules: a.secret_rules }); return;
+    case 'delete_secret': await sb().deleteSecret(a.name); return;
     case 'update': await sb().update(a.request); return;
     case 'suspend': await sb().suspend({ wakeOn: a.wake_on }); return;
     case 'resume': await sb().resume(); return;
