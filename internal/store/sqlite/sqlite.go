@@ -140,7 +140,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	}
 	sb.UpdateTime = now
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
