@@ -283,7 +283,11 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if ctx.Err() == nil {
-			err = errdefs.New(errdefs.ErrUnavailable, "%v", err)
+			// A deadline underneath (a runsc verb's, an agent's) cut the
+			// operation: the sandbox does not answer. The cause's text
+			// (runsc's arguments, host paths) goes to the log only.
+			s.log.Warn("operation cut by its deadline", "request_id", requestID(ctx), "err", err)
+			err = errdefs.New(errdefs.ErrUnavailable, "the operation did not finish within its deadline: the sandbox does not answer (it is stopped, frozen or overloaded; other sandboxes are not affected); retry, or stop or delete it")
 		}
 	}
 	code := errdefs.Code(err)
