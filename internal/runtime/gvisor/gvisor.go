@@ -542,7 +542,14 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		_, _ = r.run(ctx, nil, "kill", id, "KILL")
 		_, err := r.run(ctx, nil, "delete", "--force", id)
 		if err != nil && !isNotExist(err) {
-			return err
+			// A sandbox that does not answer (stopped with SIGSTOP,
+			// frozen) holds runsc's kill and delete up until their
+			// deadline: kill its processes through its cgroups, which
+			// needs nothing from it, then delete its state again.
+			r.removeCgroups(id)
+			if _, err2 := r.run(ctx, nil, "delete", "--force", id); err2 != nil && !isNotExist(err2) {
+				return fmt.Errorf("%w (and after its processes were killed: %v)", err, err2)
+			}
 		}
 	}
 	r.removeCgroups(id)
