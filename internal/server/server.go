@@ -367,6 +367,11 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any, optional
 	if err := checkRulesKeys(b, v); err != nil {
 		return err
 	}
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		// json leaves v as it is for null: a client that sent a nil
+		// value would get a default object (a sandbox) it did not ask for.
+		return errdefs.Invalid("body", "expected an object, got JSON null")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
