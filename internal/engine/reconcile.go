@@ -146,6 +146,14 @@ func (e *Engine) reconcileSandbox(ctx context.Context, sb *store.Sandbox, status
 				st = runtime.StatusRunning
 			}
 		}
+		if st == runtime.StatusUnresponsive {
+			// Its sandbox exists but does not answer (stopped with
+			// SIGSTOP, or overloaded): reattach it like a running one;
+			// its own calls fail until it answers again, the others'
+			// do not wait for it.
+			e.log.Warn("reconcile: the sandbox does not answer; reattaching it as running", "sandbox", sb.Name)
+			st = runtime.StatusRunning
+		}
 		netErr := error(nil)
 		if st == runtime.StatusRunning && e.layers.Mounted(sb.ID) {
 			netErr = e.attachNetwork(sb)

@@ -29,6 +29,9 @@ const (
 	StatusStopped Status = "stopped"
 	// StatusMissing: the runtime has no container of that id.
 	StatusMissing Status = "missing"
+	// StatusUnresponsive: the container exists but did not say its state
+	// in time (its sandbox is stopped, frozen or overloaded).
+	StatusUnresponsive Status = "unresponsive"
 )
 
 // Mount is a bind mount of a host path into the sandbox.
@@ -90,7 +93,9 @@ type Runtime interface {
 	Attach(id, bundle string) error
 	// State reports a container's status (StatusMissing if unknown).
 	State(ctx context.Context, id string) (State, error)
-	// List returns every container the runtime knows.
+	// List returns every container the runtime knows; one whose state
+	// cannot be had in time is listed with StatusUnresponsive, and does not
+	// hold up the others.
 	List(ctx context.Context) ([]State, error)
 	// Delete kills a container and removes it; a missing one is fine.
 	Delete(ctx context.Context, id string) error

@@ -316,7 +316,11 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if ctx.Err() == nil {
-			err = errdefs.New(errdefs.ErrUnavailable, "%v", err)
+			// A deadline underneath (a runsc verb's, an agent's) cut the
+			// operation: the sandbox does not answer. The cause's text
+			// (runsc's arguments, host paths) goes to the log only.
+			s.log.Warn("operation cut by its deadline", "request_id", requestID(ctx), "err", err)
+			err = errdefs.New(errdefs.ErrUnavailable, "the operation did not finish within its deadline: the sandbox does not answer (it is stopped, frozen or overloaded; other sandboxes are not affected); retry, or stop or delete it")
 		}
 	}
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errRevoked) {
@@ -399,6 +403,11 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any, optional
 	}
 	if err := checkRulesKeys(b, v); err != nil {
 		return err
+	}
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		// json leaves v as it is for null: a client that sent a nil
+		// value would get a default object (a sandbox) it did not ask for.
+		return errdefs.Invalid("body", "expected an object, got JSON null")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

@@ -31,6 +31,8 @@ func TestDecode(t *testing.T) {
 		`{"name": "x"} {"a":1}`:             "trailing data",
 		`{"name": `:                         "malformed JSON",
 		``:                                  "a JSON object is required",
+		`null`:                              "got JSON null",
+		` null `:                            "got JSON null",
 		`{"network": {"alow": ["x.org"]}}`:  "network.alow: unknown field",
 		`{"network": {"Allow": ["x.org"]}}`: "network.Allow: unknown field",
 		`{"network": ["x.org"]}`:            "network: want a JSON object",
@@ -50,6 +52,12 @@ func TestDecode(t *testing.T) {
 func TestErrorBodies(t *testing.T) {
 	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx := context.WithValue(context.Background(), ridKey{}, "req_1")
+	// A deadline underneath (a runsc verb's) cut the operation: 503, saying
+	// the sandbox does not answer, without runsc's arguments.
+	cut := fmt.Errorf("stop web: runsc delete --force /var/lib/sbx/x: %w: %w", context.DeadlineExceeded, errdefs.ErrCheckpointFailed)
+	if b := s.errorOf(ctx, cut); b.Code != api.CodeUnavailable || !strings.Contains(b.Message, "does not answer") || strings.Contains(b.Message, "/var/lib") {
+		t.Fatalf("an operation cut by a deadline underneath → %+v, want unavailable saying the sandbox does not answer", b)
+	}
 	b := s.errorOf(ctx, errors.New("open /var/lib/sbx/x: permission denied"))
 	if b.Code != api.CodeInternal || strings.Contains(b.Message, "/var/lib") || b.RequestID != "req_1" {
 		t.Fatalf("internal error leaks or lacks the request id: %+v", b)

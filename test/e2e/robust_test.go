@@ -140,11 +140,34 @@ func TestHungSandbox(t *testing.T) {
 	if el := time.Since(start); el > 10*time.Second {
 		t.Fatalf("sbxd took %.1f s to exit on SIGTERM (want at most 10 s)", el.Seconds())
 	}
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGCONT)
-	}
+
+	// sbxd starts again beside the hung sandbox (it used to exit: one
+	// `runsc list` asked every sandbox and waited on the hung one), and the
+	// other sandbox is reattached and answers.
 	if err := d.start(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("sbxd does not start beside a hung sandbox: %v", err)
+	}
+	if r, err := d.c.Sandboxes.Get(ctx, well.Name); err != nil || r.State != api.StateRunning {
+		t.Fatalf("the other sandbox after the restart: %+v, %v", r, err)
+	}
+	if r, err := well.Exec(ctx, "echo ok"); err != nil || strings.TrimSpace(r.Stdout) != "ok" {
+		t.Fatalf("the other sandbox's exec after the restart: %+v, %v", r, err)
+	}
+	// Operations on the hung one answer 503 unavailable, saying why.
+	if _, err := hung.Checkpoint(ctx, "while-hung"); err != nil {
+		if e := wantCode(t, err, api.CodeUnavailable); !strings.Contains(e.Message, "not answer") {
+			t.Fatalf("checkpoint of a hung sandbox: %v, want it to say the sandbox does not answer", err)
+		}
+	} else {
+		t.Fatal("a checkpoint of a hung sandbox succeeded")
+	}
+	// Its delete leaves none of its processes (it used to answer success
+	// and leave the stopped runsc-sandbox and gofer running).
+	if err := hung.Delete(ctx); err != nil {
+		t.Fatalf("delete of a hung sandbox: %v", err)
+	}
+	if left := sandboxPIDs(t, hung.ID); len(left) > 0 {
+		t.Fatalf("the deleted hung sandbox still has runsc-sandbox processes %v", left)
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 )
 
 func main() {
-	keep := flag.Bool("keep", false, "keep the sandbox at the end")
+	keep := flag.Bool("keep", false, "keep the sandbox and its snapshots at the end")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -44,9 +44,13 @@ func run(ctx context.Context, keep bool) error {
 	if err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
 	}
+	var remembered []string // the snapshots this run made, deleted at the end
 	defer func() {
 		if !keep {
 			_ = sb.Delete(context.WithoutCancel(ctx))
+			for _, id := range remembered {
+				_ = c.Snapshots.Delete(context.WithoutCancel(ctx), id)
+			}
 		}
 	}()
 	fmt.Printf("sandbox %s (%s)\n", sb.Name, sb.ID)
@@ -68,6 +72,7 @@ func run(ctx context.Context, keep bool) error {
 		if err != nil {
 			return fmt.Errorf("remember %s: %w", step, err)
 		}
+		remembered = append(remembered, sn.ID)
 		fmt.Printf("%s done, remembered as %s (%d bytes of memory)\n", step, sn.ID, sn.MemoryBytes)
 	}
 	chain, err := client.Chain(ctx, sb)

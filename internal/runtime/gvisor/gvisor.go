@@ -121,6 +121,10 @@ type ExitError struct {
 	Stderr string
 }
 
+// Unwrap returns the command's error: errors.Is(err,
+// context.DeadlineExceeded) holds when the verb's deadline cut it.
+func (e *ExitError) Unwrap() error { return e.Err }
+
 func (e *ExitError) Error() string {
 	msg := strings.TrimSpace(e.Stderr)
 	if i := strings.LastIndex(msg, "\n"); i >= 0 {
@@ -481,24 +485,54 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
 	return st.state(), nil
 }
 
-// List implements runtime.Runtime.
+// List implements runtime.Runtime. It does not use `runsc list`, which
+// asks every sandbox in one command, so that one stopped with SIGSTOP holds
+// it up until its deadline and the whole list fails: the containers are
+// the state files in the root ("<id>_sandbox:<sandbox id>.state"), each
+// asked with `runsc state` on its own, listWorkers at once, each under
+// QuickTimeout. One that does not answer is StatusUnresponsive; one whose
+// state went meanwhile is left out.
 func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
-	out, err := r.run(ctx, nil, "list", "--format=json")
+	files, err := filepath.Glob(filepath.Join(r.cfg.Root, "*_sandbox:*.state"))
 	if err != nil {
 		return nil, err
 	}
-	var sts []stateJSON
-	if len(bytes.TrimSpace(out)) > 0 && !bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
-		if err := json.Unmarshal(out, &sts); err != nil {
-			return nil, fmt.Errorf("runsc list: %w", err)
+	ids := make([]string, 0, len(files))
+	for _, f := range files {
+		if id, _, ok := strings.Cut(filepath.Base(f), "_sandbox:"); ok && id != "" {
+			ids = append(ids, id)
 		}
 	}
-	res := make([]runtime.State, 0, len(sts))
-	for _, s := range sts {
-		res = append(res, s.state())
+	res := make([]runtime.State, len(ids))
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, listWorkers)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res[i], errs[i] = r.State(ctx, id)
+			if errs[i] != nil && ctx.Err() == nil && errors.Is(errs[i], context.DeadlineExceeded) {
+				res[i], errs[i] = runtime.State{ID: id, Status: runtime.StatusUnresponsive}, nil
+			}
+		}()
 	}
-	return res, nil
+	wg.Wait()
+	out := res[:0]
+	for i, st := range res {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if st.Status != runtime.StatusMissing {
+			out = append(out, st)
+		}
+	}
+	return out, nil
 }
+
+// listWorkers is how many `runsc state` List runs at once.
+const listWorkers = 8
 
 // Delete implements runtime.Runtime: kill with SIGKILL, then delete --force;
 // then the container's cgroups go (runsc leaves them after a failed boot).
@@ -508,7 +542,14 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		_, _ = r.run(ctx, nil, "kill", id, "KILL")
 		_, err := r.run(ctx, nil, "delete", "--force", id)
 		if err != nil && !isNotExist(err) {
-			return err
+			// A sandbox that does not answer (stopped with SIGSTOP,
+			// frozen) holds runsc's kill and delete up until their
+			// deadline: kill its processes through its cgroups, which
+			// needs nothing from it, then delete its state again.
+			r.removeCgroups(id)
+			if _, err2 := r.run(ctx, nil, "delete", "--force", id); err2 != nil && !isNotExist(err2) {
+				return fmt.Errorf("%w (and after its processes were killed: %v)", err, err2)
+			}
 		}
 	}
 	r.removeCgroups(id)
