@@ -149,7 +149,39 @@ func (l *Layers) Mount(id, lower string) error {
 	if err := unix.Mount("overlay", p.RootFS, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay for %s: %w", id, err)
 	}
+	// overlayfs mounts read-only, with only a kernel log line, when it
+	// cannot make its work dir: a layer at its quota (see MountLimited)
+	// or a full volume. A sandbox on it would fail every write with EROFS.
+	var st unix.Statfs_t
+	if err := unix.Statfs(p.RootFS, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
+		_ = l.Unmount(id)
+		return fmt.Errorf("mount overlay for %s: %w", id, ErrLayerFull)
+	}
 	return nil
+}
+
+// ErrLayerFull: the overlay of a layer came up read-only because overlayfs
+// could not write its work dir (the layer's volume is full).
+var ErrLayerFull = errors.New("overlayfs mounted it read-only: no room for its work dir (the layers volume is full)")
+
+// MountLimited mounts id's overlayfs as Mount does, then limits the layer
+// to quotaMB MiB (SetQuota; 0: no limit). The limit is lifted while it
+// mounts: overlayfs makes its work dir at mount time, and on a layer that
+// is at its quota (a guest that filled its disk, then stopped) it would
+// mount read-only. Errors: Mount's, SetQuota's.
+func (l *Layers) MountLimited(id, lower string, quotaMB int) error {
+	if l.btrfs {
+		if err := l.SetQuota(id, 0); err != nil {
+			return err
+		}
+	}
+	if err := l.Mount(id, lower); err != nil {
+		return err
+	}
+	if !l.btrfs {
+		return nil
+	}
+	return l.SetQuota(id, quotaMB)
 }
 
 // Unmount unmounts id's overlayfs (lazily if busy); not mounted is fine.

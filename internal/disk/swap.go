@@ -123,6 +123,9 @@ func (l *Layers) FinishRestore(id, opID string, target *Manifest, linked bool) (
 // restore that did not swap, the layer is as it was. Nothing built is
 // fine.
 func (l *Layers) AbandonRestore(id, opID string) error {
+	if err := removeSubvolume(l.restoreSubvolume(id, opID)); err != nil {
+		return err
+	}
 	return os.RemoveAll(l.restoreDir(id, opID))
 }
 
@@ -224,7 +227,15 @@ func (l *Layers) swapped(id, opID string) bool {
 // later, moves it aside for EmptyTrash — and the swap mark and overlayfs's
 // work dir, which may hold state of the old layer.
 func (l *Layers) finishSwap(id, opID string, later bool) error {
-	if later {
+	if _, err := os.Lstat(l.restoreSubvolume(id, opID)); err == nil {
+		// A restore from a snapshot: the old layer is a whole subvolume.
+		if err := removeSubvolume(l.restoreSubvolume(id, opID)); err != nil {
+			return err
+		}
+		if err := l.cleanRestored(id); err != nil {
+			return err
+		}
+	} else if later {
 		if err := os.Rename(l.restoreDir(id, opID), filepath.Join(l.base(id), "trash-"+opID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
