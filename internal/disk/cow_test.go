@@ -1,0 +1,272 @@
+package disk
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// snapLayer makes btrfs layer "sb" on a loop volume with a few files and
+// takes checkpoint 1 of it, then changes the layer: it returns the
+// layers, the tree at the checkpoint and the tree as changed.
+func snapLayer(t *testing.T) (*Layers, string, string) {
+	t.Helper()
+	l, _ := openTestVolume(t)
+	if err := l.Create("sb"); err != nil {
+		t.Fatal(err)
+	}
+	upper := l.Paths("sb").Upper
+	write(t, upper, "keep", randBytes(1<<20), 0o644)
+	write(t, upper, "etc/conf", []byte("v1"), 0o600)
+	write(t, upper, "gone-later", randBytes(300<<10), 0o644)
+	if !l.CanSnapshot("sb") || l.Mechanism() != MechanismSnapshot {
+		t.Fatalf("btrfs layer: CanSnapshot %v, mechanism %q", l.CanSnapshot("sb"), l.Mechanism())
+	}
+	if err := l.SnapshotCheckpoint("sb", 1); err != nil {
+		t.Fatal(err)
+	}
+	at := treeOf(t, upper)
+	write(t, upper, "etc/conf", []byte("v2, longer"), 0o600)
+	write(t, upper, "new", []byte("added after the checkpoint"), 0o644)
+	if err := os.Remove(filepath.Join(upper, "gone-later")); err != nil {
+		t.Fatal(err)
+	}
+	changed := treeOf(t, upper)
+	if changed == at {
+		t.Fatal("the change changed nothing")
+	}
+	return l, at, changed
+}
+
+// TestSnapshotCheckpointIsTheLayerThen: the snapshot keeps the layer as it
+// was when taken; later writes do not reach it, and it cannot be written.
+func TestSnapshotCheckpointIsTheLayerThen(t *testing.T) {
+	l, at, _ := snapLayer(t)
+	snapUpper := filepath.Join(l.checkpointPath("sb", 1), "upper")
+	if got := treeOf(t, snapUpper); got != at {
+		t.Fatalf("the snapshot is not the layer at the checkpoint:\n%s\nwant:\n%s", got, at)
+	}
+	if err := os.WriteFile(filepath.Join(snapUpper, "x"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+		t.Fatalf("writing into the snapshot: %v, want EROFS", err)
+	}
+	if seqs, err := l.CheckpointSnapshots("sb"); err != nil || !slices.Equal(seqs, []int{1}) {
+		t.Fatalf("CheckpointSnapshots = %v, %v; want [1]", seqs, err)
+	}
+	// A leftover at a seq (a crash before its record) is replaced.
+	if err := l.SnapshotCheckpoint("sb", 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := treeOf(t, snapUpper); got == at {
+		t.Fatal("a second snapshot at seq 1 did not replace the first")
+	}
+	// The layer's Remove keeps the snapshots (a suspend or a rebuild of
+	// the layer still needs them); DropCheckpointSnapshots removes them.
+	if err := l.Remove("sb"); err != nil {
+		t.Fatal(err)
+	}
+	if !l.HasCheckpointSnapshot("sb", 1) {
+		t.Fatal("Remove of the layer dropped its checkpoint snapshots")
+	}
+	if ids, _ := l.SnapshotLayerIDs(); !slices.Equal(ids, []string{"sb"}) {
+		t.Fatalf("SnapshotLayerIDs = %v", ids)
+	}
+	if err := l.DropCheckpointSnapshots("sb"); err != nil {
+		t.Fatal(err)
+	}
+	if l.HasCheckpointSnapshot("sb", 1) {
+		t.Fatal("the read-only snapshot stayed")
+	}
+	if ids, _ := l.SnapshotLayerIDs(); len(ids) != 0 {
+		t.Fatalf("SnapshotLayerIDs after the drop = %v", ids)
+	}
+}
+
+// TestRestoreCheckpointSwapsTheSnapshotIn: the layer becomes the
+// checkpoint's, the snapshot stays for later restores, and nothing of the
+// old layer is left.
+func TestRestoreCheckpointSwapsTheSnapshotIn(t *testing.T) {
+	l, at, _ := snapLayer(t)
+	var points []string
+	if err := l.RestoreCheckpoint("sb", "op_1", 1, RestoreOptions{Fault: func(p string) { points = append(points, p) }}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(points, []string{RestoreBuilt, RestoreSwapped}) {
+		t.Fatalf("fault points %v", points)
+	}
+	if !l.swapped("sb", "op_1") {
+		t.Fatal("the restored layer is not marked before the finish")
+	}
+	if _, err := l.FinishRestore("sb", "op_1", nil, true); err != nil {
+		t.Fatal(err)
+	}
+	upper := l.Paths("sb").Upper
+	if got := treeOf(t, upper); got != at {
+		t.Fatalf("the layer is not the checkpoint's:\n%s\nwant:\n%s", got, at)
+	}
+	if ids, err := l.IDs(); err != nil || !slices.Equal(ids, []string{"sb"}) {
+		t.Fatalf("layers after the restore: %v, %v (the old layer left?)", ids, err)
+	}
+	if l.swapped("sb", "op_1") {
+		t.Fatal("the swap mark stayed")
+	}
+	// The restored layer is writable, a subvolume of its own, and takes
+	// a quota.
+	write(t, upper, "after", []byte("x"), 0o644)
+	if !l.CanSnapshot("sb") {
+		t.Fatal("the restored layer is not a subvolume")
+	}
+	if err := l.SetQuota("sb", 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(filepath.Join(upper, "big"), 200<<20); !isNoSpace(err) {
+		t.Fatalf("200 MiB into the restored layer with a 64 MiB quota: %v", err)
+	}
+	if !l.HasCheckpointSnapshot("sb", 1) {
+		t.Fatal("the restore used up the checkpoint's snapshot")
+	}
+	// A restore of a checkpoint without a snapshot fails and changes
+	// nothing.
+	before := treeOf(t, upper)
+	if err := l.RestoreCheckpoint("sb", "op_2", 7, RestoreOptions{}); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("restore of a checkpoint without a snapshot: %v", err)
+	}
+	if got := treeOf(t, upper); got != before {
+		t.Fatal("a failed restore changed the layer")
+	}
+}
+
+// TestRecoverSnapshotRestore: a crash of sbxd before the swap leaves the
+// old layer (the half-made one goes), after it the checkpoint's.
+func TestRecoverSnapshotRestore(t *testing.T) {
+	l, at, changed := snapLayer(t)
+	// Cut before the swap: the writable snapshot is made, not swapped.
+	if err := snapshotSubvolume(l.checkpointPath("sb", 1), l.restoreSubvolume("sb", "op_3"), false); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := l.IDs(); !slices.Equal(ids, []string{"sb"}) {
+		t.Fatalf("a restore's subvolume is listed as a layer: %v", ids)
+	}
+	swapped, err := l.RecoverRestore("sb", "op_3", func(bool) error { return nil })
+	if err != nil || swapped {
+		t.Fatalf("recover before the swap: swapped %v, %v", swapped, err)
+	}
+	if got := treeOf(t, l.Paths("sb").Upper); got != changed {
+		t.Fatal("the rollback changed the layer")
+	}
+	if _, err := os.Lstat(l.restoreSubvolume("sb", "op_3")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the half-made layer stayed: %v", err)
+	}
+	// Cut after the swap.
+	if err := snapshotSubvolume(l.checkpointPath("sb", 1), l.restoreSubvolume("sb", "op_4"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.swapSubvolume("sb", "op_4"); err != nil {
+		t.Fatal(err)
+	}
+	var calls []bool
+	swapped, err = l.RecoverRestore("sb", "op_4", func(s bool) error { calls = append(calls, s); return nil })
+	if err != nil || !swapped || !slices.Equal(calls, []bool{true}) {
+		t.Fatalf("recover after the swap: swapped %v, %v, calls %v", swapped, err, calls)
+	}
+	if got := treeOf(t, l.Paths("sb").Upper); got != at {
+		t.Fatalf("the layer is not the checkpoint's:\n%s\nwant:\n%s", got, at)
+	}
+	if _, err := os.Lstat(l.restoreSubvolume("sb", "op_4")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the old layer stayed: %v", err)
+	}
+}
+
+// TestStoreCheckpointStoresTheSnapshot: the background store of a
+// snapshot describes the layer at the checkpoint, not as written since,
+// and a later checkpoint reads only what changed between the two.
+func TestStoreCheckpointStoresTheSnapshot(t *testing.T) {
+	l, at, _ := snapLayer(t)
+	st := newStore(t)
+	taken := time.Now().Add(-time.Second) // before the snapshot
+	s1, err := l.StoreCheckpoint(context.Background(), "sb", 1, taken, StoreOptions{Blobs: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1.Manifest.CaptureNS != taken.UnixNano() {
+		t.Fatalf("manifest's capture time %d, want the snapshot's %d", s1.Manifest.CaptureNS, taken.UnixNano())
+	}
+	dst := filepath.Join(t.TempDir(), "m")
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Materialize(context.Background(), MaterializeOptions{Target: s1.Manifest, Dst: dst, Store: st}); err != nil {
+		t.Fatal(err)
+	}
+	if got := treeOf(t, dst); got != at {
+		t.Fatalf("the stored checkpoint is not the layer at the checkpoint:\n%s\nwant:\n%s", got, at)
+	}
+	// Checkpoint 2 after one more change: only the changed files are read.
+	time.Sleep(2 * racyWindow) // files of checkpoint 1 are no longer racy
+	upper := l.Paths("sb").Upper
+	ageCache(s1.Manifest)
+	write(t, upper, "etc/conf", []byte("v3"), 0o600)
+	t2 := time.Now()
+	if err := l.SnapshotCheckpoint("sb", 2); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := l.StoreCheckpoint(context.Background(), "sb", 2, t2, StoreOptions{Blobs: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Stats.ReadFiles != 2 || s2.Stats.ReadBytes > 1<<10 {
+		t.Fatalf("checkpoint 2 read %d files, %d bytes; want the 2 changed small files", s2.Stats.ReadFiles, s2.Stats.ReadBytes)
+	}
+	if _, err := l.StoreCheckpoint(context.Background(), "sb", 9, t2, StoreOptions{Blobs: st}); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("store of a checkpoint without a snapshot: %v", err)
+	}
+}
+
+// TestMountLimitedOnAFullLayer: a layer filled to its quota mounts
+// writable with MountLimited (the guest can delete to make room), and the
+// quota holds again after the mount. Mount itself refuses to hand out a
+// read-only overlay.
+func TestMountLimitedOnAFullLayer(t *testing.T) {
+	l, _ := openTestVolume(t)
+	if err := l.Create("sb"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetQuota("sb", 64); err != nil {
+		t.Fatal(err)
+	}
+	upper := l.Paths("sb").Upper
+	if err := fill(filepath.Join(upper, "big"), 200<<20); !isNoSpace(err) {
+		t.Fatalf("fill: %v", err)
+	}
+	lower := t.TempDir()
+	write(t, lower, "etc/os-release", []byte("image"), 0o644)
+	err := l.Mount("sb", lower)
+	if err == nil {
+		defer l.Unmount("sb")
+		var st unix.Statfs_t
+		_ = unix.Statfs(l.Paths("sb").RootFS, &st)
+		t.Fatalf("Mount of a full layer: nil error, read-only %v", st.Flags&unix.ST_RDONLY != 0)
+	}
+	if !errors.Is(err, ErrLayerFull) || l.Mounted("sb") {
+		t.Fatalf("Mount of a full layer: %v (mounted %v), want ErrLayerFull and no mount", err, l.Mounted("sb"))
+	}
+	if err := l.MountLimited("sb", lower, 64); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unmount("sb")
+	rootfs := l.Paths("sb").RootFS
+	if err := os.Remove(filepath.Join(rootfs, "big")); err != nil {
+		t.Fatalf("the guest cannot make room on its full disk: %v", err)
+	}
+	if err := fill(filepath.Join(rootfs, "again"), 32<<20); err != nil {
+		t.Fatalf("write after making room: %v", err)
+	}
+	if err := fill(filepath.Join(rootfs, "too-much"), 200<<20); !isNoSpace(err) {
+		t.Fatalf("the quota is gone after MountLimited: %v", err)
+	}
+}
