@@ -247,6 +247,10 @@ func (l *Layers) swapSubvolume(id, opID string) error {
 		return fmt.Errorf("swap layer of %s: overlay still mounted", id)
 	}
 	newLayer := l.restoreSubvolume(id, opID)
+	// An older state of the layer: a lineage of its own (see lineageXattr).
+	if err := newLineage(newLayer); err != nil {
+		return err
+	}
 	upper := filepath.Join(newLayer, "upper")
 	if err := unix.Setxattr(upper, l.restoreMark(), []byte(opID), 0); err != nil {
 		return fmt.Errorf("mark restored layer: %w", err)

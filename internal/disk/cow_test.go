@@ -14,8 +14,9 @@ import (
 
 // snapLayer makes btrfs layer "sb" on a loop volume with a few files and
 // takes checkpoint 1 of it, then changes the layer: it returns the
-// layers, the tree at the checkpoint and the tree as changed.
-func snapLayer(t *testing.T) (*Layers, string, string) {
+// layers, the tree at the checkpoint and the tree as changed, and when the
+// snapshot was asked for.
+func snapLayer(t *testing.T) (*Layers, string, string, time.Time) {
 	t.Helper()
 	l, _ := openTestVolume(t)
 	if err := l.Create("sb"); err != nil {
@@ -28,6 +29,8 @@ func snapLayer(t *testing.T) (*Layers, string, string) {
 	if !l.CanSnapshot("sb") || l.Mechanism() != MechanismSnapshot {
 		t.Fatalf("btrfs layer: CanSnapshot %v, mechanism %q", l.CanSnapshot("sb"), l.Mechanism())
 	}
+	time.Sleep(2 * racyWindow) // the files are not racy at the checkpoint
+	taken := time.Now()
 	if err := l.SnapshotCheckpoint("sb", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -41,13 +44,13 @@ func snapLayer(t *testing.T) (*Layers, string, string) {
 	if changed == at {
 		t.Fatal("the change changed nothing")
 	}
-	return l, at, changed
+	return l, at, changed, taken
 }
 
 // TestSnapshotCheckpointIsTheLayerThen: the snapshot keeps the layer as it
 // was when taken; later writes do not reach it, and it cannot be written.
 func TestSnapshotCheckpointIsTheLayerThen(t *testing.T) {
-	l, at, _ := snapLayer(t)
+	l, at, _, _ := snapLayer(t)
 	snapUpper := filepath.Join(l.checkpointPath("sb", 1), "upper")
 	if got := treeOf(t, snapUpper); got != at {
 		t.Fatalf("the snapshot is not the layer at the checkpoint:\n%s\nwant:\n%s", got, at)
@@ -91,7 +94,7 @@ func TestSnapshotCheckpointIsTheLayerThen(t *testing.T) {
 // checkpoint's, the snapshot stays for later restores, and nothing of the
 // old layer is left.
 func TestRestoreCheckpointSwapsTheSnapshotIn(t *testing.T) {
-	l, at, _ := snapLayer(t)
+	l, at, _, _ := snapLayer(t)
 	var points []string
 	if err := l.RestoreCheckpoint("sb", "op_1", 1, RestoreOptions{Fault: func(p string) { points = append(points, p) }}); err != nil {
 		t.Fatal(err)
@@ -144,7 +147,7 @@ func TestRestoreCheckpointSwapsTheSnapshotIn(t *testing.T) {
 // TestRecoverSnapshotRestore: a crash of sbxd before the swap leaves the
 // old layer (the half-made one goes), after it the checkpoint's.
 func TestRecoverSnapshotRestore(t *testing.T) {
-	l, at, changed := snapLayer(t)
+	l, at, changed, _ := snapLayer(t)
 	// Cut before the swap: the writable snapshot is made, not swapped.
 	if err := snapshotSubvolume(l.checkpointPath("sb", 1), l.restoreSubvolume("sb", "op_3"), false); err != nil {
 		t.Fatal(err)
@@ -186,9 +189,8 @@ func TestRecoverSnapshotRestore(t *testing.T) {
 // snapshot describes the layer at the checkpoint, not as written since,
 // and a later checkpoint reads only what changed between the two.
 func TestStoreCheckpointStoresTheSnapshot(t *testing.T) {
-	l, at, _ := snapLayer(t)
+	l, at, _, taken := snapLayer(t)
 	st := newStore(t)
-	taken := time.Now().Add(-time.Second) // before the snapshot
 	s1, err := l.StoreCheckpoint(context.Background(), "sb", 1, taken, StoreOptions{Blobs: st})
 	if err != nil {
 		t.Fatal(err)
@@ -207,10 +209,9 @@ func TestStoreCheckpointStoresTheSnapshot(t *testing.T) {
 		t.Fatalf("the stored checkpoint is not the layer at the checkpoint:\n%s\nwant:\n%s", got, at)
 	}
 	// Checkpoint 2 after one more change: only the changed files are read.
-	time.Sleep(2 * racyWindow) // files of checkpoint 1 are no longer racy
 	upper := l.Paths("sb").Upper
-	ageCache(s1.Manifest)
 	write(t, upper, "etc/conf", []byte("v3"), 0o600)
+	time.Sleep(2 * racyWindow)
 	t2 := time.Now()
 	if err := l.SnapshotCheckpoint("sb", 2); err != nil {
 		t.Fatal(err)
@@ -224,6 +225,37 @@ func TestStoreCheckpointStoresTheSnapshot(t *testing.T) {
 	}
 	if _, err := l.StoreCheckpoint(context.Background(), "sb", 9, t2, StoreOptions{Blobs: st}); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("store of a checkpoint without a snapshot: %v", err)
+	}
+	// After a restore to checkpoint 1 the layer is an older state: the
+	// cache of checkpoint 2 must not serve it (a file's times may match
+	// across the two), so the next store reads the layer whole.
+	if err := l.RestoreCheckpoint("sb", "op_9", 1, RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.FinishRestore("sb", "op_9", nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if l.LoadCache("sb") != nil {
+		t.Fatal("a cache of another lineage serves the restored layer")
+	}
+	// A store of checkpoint 2 finishing after the restore (a background
+	// store) does not become the restored layer's cache either.
+	if _, err := l.StoreCheckpoint(context.Background(), "sb", 2, t2, StoreOptions{Blobs: st}); err != nil {
+		t.Fatal(err)
+	}
+	if l.LoadCache("sb") != nil {
+		t.Fatal("the store of a snapshot of the layer before the restore became its cache")
+	}
+	time.Sleep(2 * racyWindow)
+	if err := l.SnapshotCheckpoint("sb", 3); err != nil {
+		t.Fatal(err)
+	}
+	s3, err := l.StoreCheckpoint(context.Background(), "sb", 3, time.Now(), StoreOptions{Blobs: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := s3.Manifest.Stats(); s3.Stats.ReadFiles != files {
+		t.Fatalf("store after a restore read %d of %d files, want all", s3.Stats.ReadFiles, files)
 	}
 }
 

@@ -2,6 +2,7 @@ package disk
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	"github.com/sbxhq/sbx/internal/blob"
@@ -80,7 +81,15 @@ func (l *Layers) Store(ctx context.Context, id string, o StoreOptions) (*Stored,
 // Progress and MaxBytes come from o.
 func (l *Layers) store(ctx context.Context, id string, co CaptureOptions, o StoreOptions) (*Stored, error) {
 	t0 := time.Now()
-	cache := l.LoadCache(id)
+	var cache *Manifest
+	lineage := lineageOf(l.base(id))
+	if co.Still {
+		// A snapshot: its own lineage, and only an older cache.
+		lineage = lineageOf(filepath.Dir(co.Upper))
+		cache = l.cacheFor(id, lineage, co.AsOfNS)
+	} else {
+		cache = l.LoadCache(id)
+	}
 	if o.Pin != nil && cache != nil {
 		o.Pin(cache.Chunks()...)
 	}
@@ -117,8 +126,9 @@ func (l *Layers) store(ctx context.Context, id string, co CaptureOptions, o Stor
 	}
 	t4 := time.Now()
 	// A snapshot's manifest is a cache for the live layer too (snapshots
-	// keep inode numbers and ctimes), when the layer is still there.
-	if err := l.SaveCache(id, m); err != nil && !co.Still {
+	// keep inode numbers and ctimes), when the layer is still there and
+	// of the snapshot's lineage.
+	if err := l.saveCache(id, lineage, m); err != nil && !co.Still {
 		return nil, err
 	}
 	return &Stored{
