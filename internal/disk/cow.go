@@ -281,3 +281,44 @@ func (l *Layers) cleanRestored(id string) error {
 	}
 	return nil
 }
+
+// RemoveRestoreLeftovers deletes every restore subvolume beside the layers
+// (LAYERS/<id>.restore-<op>): call it only when no restore runs and every
+// journalled one was finished or rolled back (at start, after recovery).
+func (l *Layers) RemoveRestoreLeftovers() error {
+	if !l.btrfs {
+		return nil
+	}
+	des, err := os.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		if isRestoreSubvolume(de.Name()) {
+			if err := removeSubvolume(filepath.Join(l.dir, de.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// NewUnmountedBtrfsLayers is NewUnmountedLayers on a btrfs filesystem:
+// layers are subvolumes, with quotas, and checkpoints are snapshots, as in
+// OpenLayers' btrfs mode, but no overlayfs is mounted. dir must be on
+// btrfs and the caller root (quotas). For the engine's unit tier; sbxd
+// never uses it. Errors: dir not on btrfs, enabling quotas.
+func NewUnmountedBtrfsLayers(dir string) (*Layers, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if !isBtrfs(dir) {
+		return nil, fmt.Errorf("%s is not on btrfs", dir)
+	}
+	if err := enableQuota(dir); err != nil {
+		return nil, err
+	}
+	l := NewUnmountedLayers(dir)
+	l.btrfs = true
+	return l, nil
+}

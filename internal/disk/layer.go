@@ -281,16 +281,16 @@ func (l *Layers) cachePath(id string) string { return filepath.Join(l.base(id), 
 // is read after a restart of sbxd. A cache is an optimisation: a stale one
 // only makes a capture read more (every entry is checked against stat).
 func (l *Layers) LoadCache(id string) *Manifest {
-	if cf, ok := l.loadCache(id); ok && cf.Lineage == lineageOf(l.base(id)) {
+	if cf, ok := l.loadCache(id, l.Paths(id).Upper); ok && cf.Lineage == lineageOf(l.base(id)) {
 		return cf.Manifest
 	}
 	return nil
 }
 
-// loadCache returns id's cache if it describes its current upperdir (of
-// any lineage: the caller checks).
-func (l *Layers) loadCache(id string) (cacheFile, bool) {
-	upperIno, err := statIno(l.Paths(id).Upper)
+// loadCache returns id's cache if it describes the upperdir upper (id's,
+// or a snapshot's) by its inode (of any lineage: the caller checks).
+func (l *Layers) loadCache(id, upper string) (cacheFile, bool) {
+	upperIno, err := statIno(upper)
 	if err != nil {
 		return cacheFile{}, false
 	}
@@ -326,11 +326,11 @@ func (l *Layers) loadCache(id string) (cacheFile, bool) {
 	return cf, true
 }
 
-// cacheFor returns id's capture cache for a capture of a snapshot of
-// lineage lineage taken at asOfNS (Unix ns): only a cache of the same
-// lineage made no later than the snapshot.
-func (l *Layers) cacheFor(id, lineage string, asOfNS int64) *Manifest {
-	cf, ok := l.loadCache(id)
+// cacheFor returns id's capture cache for a capture of a snapshot (upper
+// dir upper, lineage lineage) taken at asOfNS (Unix ns): only a cache of
+// the same upper dir and lineage made no later than the snapshot.
+func (l *Layers) cacheFor(id, upper, lineage string, asOfNS int64) *Manifest {
+	cf, ok := l.loadCache(id, upper)
 	if !ok || cf.Lineage != lineage || cf.Manifest.CaptureNS > asOfNS {
 		return nil
 	}

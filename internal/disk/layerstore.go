@@ -86,7 +86,7 @@ func (l *Layers) store(ctx context.Context, id string, co CaptureOptions, o Stor
 	if co.Still {
 		// A snapshot: its own lineage, and only an older cache.
 		lineage = lineageOf(filepath.Dir(co.Upper))
-		cache = l.cacheFor(id, lineage, co.AsOfNS)
+		cache = l.cacheFor(id, co.Upper, lineage, co.AsOfNS)
 	} else {
 		cache = l.LoadCache(id)
 	}

@@ -203,6 +203,13 @@ func (l *Layers) swap(id, opID string) error {
 		return fmt.Errorf("swap layer of %s: overlay still mounted", id)
 	}
 	newDir := l.restoreDir(id, opID)
+	if l.btrfs {
+		// An older state of the layer: a lineage of its own (see
+		// lineageXattr), before the swap makes it the layer.
+		if err := newLineage(l.base(id)); err != nil {
+			return err
+		}
+	}
 	if err := unix.Setxattr(newDir, l.restoreMark(), []byte(opID), 0); err != nil {
 		return fmt.Errorf("mark restored layer: %w", err)
 	}

@@ -129,6 +129,9 @@ type Engine struct {
 	capacity capacity
 	adm      admission
 
+	// ingest stores snapshot checkpoints in the blob store (cow.go).
+	ingest *ingester
+
 	bg     sync.WaitGroup
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -205,6 +208,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		agentDir:     filepath.Join(cfg.DataDir, "bin"),
 		insts:        map[string]*instance{},
 		leases:       blob.NewLeases(),
+		ingest:       newIngester(),
 	}
 	// The agent's socket path on the host must fit in sun_path (108 bytes).
 	if n := len(e.socketPath("sbx_0123456789abcdef")); n >= 108 {
@@ -248,15 +252,19 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	if err := e.recoverCheckpoints(ctx); err != nil {
+		return fmt.Errorf("recover checkpoints: %w", err)
+	}
 	e.recoverGuards(ctx)
 	// A suspend that a crash interrupted and recovery completed has its
 	// wake key only now: events posted to it meanwhile wait as pending.
 	e.deliverAllPending(ctx)
 	e.limitAll()
 	e.pool.start()
-	e.bg.Add(2)
+	e.bg.Add(3)
 	go e.gcLoop()
 	go e.idleLoop()
+	go e.ingestLoop()
 	e.kickGC()
 	return nil
 }
