@@ -643,11 +643,19 @@ func (e *Engine) applyQuota(sb *store.Sandbox) error {
 	if !e.layers.Quota() {
 		return nil
 	}
-	mb := sb.DiskMB
-	if mb == 0 {
-		mb = e.cfg.DefaultDiskMB
+	return e.layers.SetQuota(sb.ID, e.quotaMB(sb))
+}
+
+// quotaMB is sb's disk quota in MiB: its disk_mb or the default; 0 (none)
+// when layers have no quotas.
+func (e *Engine) quotaMB(sb *store.Sandbox) int {
+	if !e.layers.Quota() {
+		return 0
 	}
-	return e.layers.SetQuota(sb.ID, mb)
+	if sb.DiskMB == 0 {
+		return e.cfg.DefaultDiskMB
+	}
+	return sb.DiskMB
 }
 
 // DiskLayers says where writable layers live and whether they have
