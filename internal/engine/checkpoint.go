@@ -261,7 +261,9 @@ func (e *Engine) ListCheckpoints(ctx context.Context, idOrName string) ([]*store
 
 // GetCheckpoint returns one checkpoint; with verify it rereads every chunk
 // of it first and records its health: damaged if a chunk is missing or
-// corrupt, ok otherwise.
+// corrupt, ok otherwise. A snapshot checkpoint not in the blob store yet is
+// stored first (an error of that store is returned), or is damaged when
+// its snapshot is gone.
 func (e *Engine) GetCheckpoint(ctx context.Context, idOrName, id string, verify bool) (*store.Checkpoint, error) {
 	seq, err := parseCheckpointID(id)
 	if err != nil {
@@ -283,7 +285,13 @@ func (e *Engine) GetCheckpoint(ctx context.Context, idOrName, id string, verify 
 		cp.Health = api.HealthDamaged
 	}
 	if cp.StoreTime.IsZero() {
-		return cp, nil // its snapshot is its only copy, and read-only
+		if cp.Health == api.HealthDamaged {
+			return cp, nil
+		}
+		// Verify the blob store's copy: store it first.
+		if cp, err = e.storedCheckpoint(ctx, sb.ID, seq); err != nil {
+			return nil, err
+		}
 	}
 	health := api.HealthOK
 	if err := e.verify(ctx, cp); err != nil {
