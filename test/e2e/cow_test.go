@@ -114,7 +114,13 @@ func TestCowCheckpoints(t *testing.T) {
 	// A writer rewrites a file by rename while checkpoints are taken:
 	// every checkpoint has one whole version of it.
 	mustSh(t, sb, `(i=0; while true; do i=$((i+1)); head -c 200000 /dev/zero | tr '\0' x > /workspace/w.tmp; echo " $i" >> /workspace/w.tmp; mv /workspace/w.tmp /workspace/w; done) >/dev/null 2>&1 &`)
-	time.Sleep(200 * time.Millisecond)
+	deadline := time.Now().Add(30 * time.Second)
+	for sh(t, sb, "test -e /workspace/w").ExitCode != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer wrote nothing")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	var ids []string
 	for i := 0; i < 6; i++ {
 		c, err := sb.Checkpoint(ctx, "")
