@@ -90,10 +90,10 @@ type checkpointRow struct {
 	// the blob store when it was stored in the background (a btrfs
 	// snapshot checkpoint); 0 when the call stored them itself.
 	StoredAfterMS float64 `json:"stored_after_ms"`
-	Changed      int64   `json:"changed_bytes"`
-	Added        int64   `json:"stored_bytes"`
-	Ratio        float64 `json:"stored_per_changed"`
-	RestoreMS    float64 `json:"restore_ms"`
+	Changed       int64   `json:"changed_bytes"`
+	Added         int64   `json:"stored_bytes"`
+	Ratio         float64 `json:"stored_per_changed"`
+	RestoreMS     float64 `json:"restore_ms"`
 }
 
 func (a *app) benchCheckpoints(ctx context.Context, size, change int64) ([]checkpointRow, error) {
