@@ -343,6 +343,15 @@ func (l *Layers) SaveCache(id string, m *Manifest) error {
 	return l.saveCache(id, lineageOf(l.base(id)), m)
 }
 
+// Lineage is the lineage of id's layer now ("" on plain directory
+// layers): see lineageXattr. Give it back to SaveCacheOf.
+func (l *Layers) Lineage(id string) string { return lineageOf(l.base(id)) }
+
+// SaveCacheOf is SaveCache of a manifest that describes id's layer as it
+// was when its lineage was lineage (Lineage): it does nothing when a
+// restore gave the layer another one since.
+func (l *Layers) SaveCacheOf(id, lineage string, m *Manifest) error { return l.saveCache(id, lineage, m) }
+
 // saveCache is SaveCache of a manifest of lineage lineage: nothing when
 // id's layer is of another one now (a restore swapped it meanwhile).
 func (l *Layers) saveCache(id, lineage string, m *Manifest) error {

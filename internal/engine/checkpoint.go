@@ -119,6 +119,13 @@ func (e *Engine) recordV0(ctx context.Context, sb *store.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("record v0: %w", err)
 	}
+	// On btrfs v0 keeps a snapshot too (trimSnapshots never drops it): a
+	// restore to the fresh disk is then a swap.
+	if e.layers.CanSnapshot(sb.ID) {
+		if err := e.layers.SnapshotCheckpoint(sb.ID, 0); err != nil {
+			return fmt.Errorf("record v0: %w", err)
+		}
+	}
 	files, size := m.Stats()
 	return e.st.AddCheckpoint(ctx, &store.Checkpoint{
 		SandboxID: sb.ID, Seq: 0, SourceID: sb.DiskSource, Manifest: refStrings(ref),

@@ -29,8 +29,8 @@ import (
 //     snapshot of it; without one (dropped after storing, or another
 //     node), the layer is built from the manifest as before.
 //   - Snapshots are kept, once stored, for the keepSnapshots newest
-//     checkpoints of a sandbox (fast restores), and dropped when the
-//     sandbox is deleted or suspended.
+//     checkpoints of a sandbox and for v0, the fresh disk (fast
+//     restores), and dropped when the sandbox is deleted or suspended.
 //   - A snapshot without a record (a crash between the two) is dropped at
 //     Start; a record waiting to be stored whose snapshot is gone cannot be
 //     restored and is marked damaged.
@@ -251,6 +251,8 @@ func (e *Engine) trimSnapshots(ctx context.Context, id string, orphans bool) {
 		seq := seqs[i]
 		cp := bySeq[seq]
 		switch {
+		case seq == 0 && cp != nil && keep > 0:
+			continue // the fresh disk: kept while the sandbox runs here
 		case cp == nil:
 			if !orphans {
 				continue // being recorded, perhaps
@@ -350,5 +352,30 @@ func (e *Engine) restoreSnapshotLocked(ctx context.Context, sb *store.Sandbox, c
 	if _, err := e.layers.FinishRestore(sb.ID, opID, nil, true); err != nil {
 		return false, err
 	}
+	if !cp.StoreTime.IsZero() {
+		e.seedCache(sb.ID, cp)
+	}
 	return false, nil
+}
+
+// seedCache makes the manifest of checkpoint cp, stored, the capture
+// cache of sandbox id's layer just restored from cp's snapshot (which it
+// describes exactly: same inodes and times), in the background but before
+// the next store of a checkpoint: that store then reads only what changed
+// since the restore, not the whole layer.
+func (e *Engine) seedCache(id string, cp *store.Checkpoint) {
+	lineage := e.layers.Lineage(id)
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		e.ingest.mu.Lock()
+		defer e.ingest.mu.Unlock()
+		m, err := disk.GetManifest(e.ctx, e.blobs, manifestRef(cp))
+		if err == nil {
+			err = e.layers.SaveCacheOf(id, lineage, m)
+		}
+		if err != nil && e.ctx.Err() == nil {
+			e.log.Warn("restore: the layer has no capture cache (its next checkpoint's store reads it whole)", "sandbox", id, "err", err)
+		}
+	}()
 }

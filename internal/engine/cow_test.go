@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -193,12 +194,16 @@ func TestFakeCowCheckpointRestore(t *testing.T) {
 }
 
 // TestFakeCowSnapshotsAreBounded: stored checkpoints keep their snapshot
-// only for the newest few; an older one restores from the blob store.
+// only for the newest few (and v0, the fresh disk); an older one restores
+// from the blob store, and a restore from a snapshot leaves the layer a
+// capture cache (the next store reads only what changed).
 func TestFakeCowSnapshotsAreBounded(t *testing.T) {
 	t.Parallel()
 	f := startCowEngine(t, newFakeDataDir(t), Config{})
 	ctx := context.Background()
 	sb := f.create(t, "a")
+	f.writeFile(t, "a", "/base", strings.Repeat("b", 1<<20))
+	time.Sleep(50 * time.Millisecond) // base is not racy for the captures
 	n := keepSnapshots + 2
 	for i := 1; i <= n; i++ {
 		f.writeFile(t, "a", "/f", strings.Repeat("x", i))
@@ -209,14 +214,35 @@ func TestFakeCowSnapshotsAreBounded(t *testing.T) {
 	if err := f.e.storePending(ctx, sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if got := snapshotsOf(t, f, sb.ID); len(got) != keepSnapshots || got[0] != n-keepSnapshots+1 {
-		t.Fatalf("snapshots kept: %v, want the %d newest of 1..%d", got, keepSnapshots, n)
+	if got := snapshotsOf(t, f, sb.ID); len(got) != keepSnapshots+1 || got[0] != 0 || got[1] != n-keepSnapshots+1 {
+		t.Fatalf("snapshots kept: %v, want v0's and the %d newest of 1..%d", got, keepSnapshots, n)
 	}
 	if _, err := f.e.Restore(ctx, "a", "v1", nil); err != nil {
 		t.Fatalf("restore of a checkpoint without its snapshot: %v\nlog:\n%s", err, f.logs.String())
 	}
 	if s := f.readFile(t, "a", "/f"); s != "x" {
 		t.Fatalf("f after restoring v1 from the blob store: %q", s)
+	}
+	last := CheckpointID(n)
+	if _, err := f.e.Restore(ctx, "a", last, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.writeFile(t, "a", "/g", "new")
+	cp, err := f.e.Checkpoint(ctx, "a", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := len(f.logs.String())
+	if err := f.e.storePending(ctx, sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	logs := f.logs.String()[off:]
+	i := strings.Index(logs, "read_bytes=")
+	if !strings.Contains(logs, "id="+CheckpointID(cp.Seq)) || i < 0 {
+		t.Fatalf("no store of %s:\n%s", CheckpointID(cp.Seq), logs)
+	}
+	if n, _ := strconv.Atoi(strings.Fields(logs[i+len("read_bytes="):])[0]); n >= 1<<20 {
+		t.Fatalf("the store after a snapshot restore read the unchanged 1 MiB again:\n%s", logs)
 	}
 }
 
@@ -247,8 +273,8 @@ func TestFakeCowRecover(t *testing.T) {
 	}
 
 	g := startCowEngine(t, dir, Config{})
-	if got := snapshotsOf(t, g, sb.ID); !slices.Equal(got, []int{1}) {
-		t.Fatalf("snapshots after restart: %v, want [1]", got)
+	if got := snapshotsOf(t, g, sb.ID); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("snapshots after restart: %v, want [0 1] (v0 and the recorded one)", got)
 	}
 	if err := g.e.storePending(ctx, sb.ID, true); err != nil && !strings.Contains(err.Error(), "v2") {
 		t.Fatal(err)
