@@ -285,12 +285,13 @@ func (e *Engine) storedCheckpoint(ctx context.Context, sandboxID string, seq int
 	if err != nil || !cp.StoreTime.IsZero() {
 		return cp, err
 	}
-	if err := e.storePending(ctx, sandboxID, true); err != nil {
-		return nil, err
-	}
+	serr := e.storePending(ctx, sandboxID, true) // an older one's failure need not be this one's
 	cp, err = e.st.GetCheckpoint(ctx, sandboxID, seq)
 	if err == nil && cp.StoreTime.IsZero() {
-		return nil, fmt.Errorf("checkpoint %s is not in the blob store yet", CheckpointID(seq))
+		if serr == nil {
+			serr = errors.New("not stored")
+		}
+		return nil, fmt.Errorf("checkpoint %s is not in the blob store: %w", CheckpointID(seq), serr)
 	}
 	return cp, err
 }
