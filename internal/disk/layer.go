@@ -350,7 +350,9 @@ func (l *Layers) Lineage(id string) string { return lineageOf(l.base(id)) }
 // SaveCacheOf is SaveCache of a manifest that describes id's layer as it
 // was when its lineage was lineage (Lineage): it does nothing when a
 // restore gave the layer another one since.
-func (l *Layers) SaveCacheOf(id, lineage string, m *Manifest) error { return l.saveCache(id, lineage, m) }
+func (l *Layers) SaveCacheOf(id, lineage string, m *Manifest) error {
+	return l.saveCache(id, lineage, m)
+}
 
 // saveCache is SaveCache of a manifest of lineage lineage: nothing when
 // id's layer is of another one now (a restore swapped it meanwhile).
