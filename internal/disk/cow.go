@@ -196,9 +196,49 @@ func (l *Layers) restoreSubvolume(id, opID string) string {
 	return filepath.Join(l.dir, id+".restore-"+opID)
 }
 
+// trashSubvolume is where FinishSnapshotRestore moves id's old layer for
+// EmptyTrash.
+func (l *Layers) trashSubvolume(id, opID string) string {
+	return filepath.Join(l.dir, id+".trash-"+opID)
+}
+
 // isRestoreSubvolume reports whether a name in the layers dir is a
-// restore's, not a layer.
-func isRestoreSubvolume(name string) bool { return strings.Contains(name, ".restore-") }
+// restore's (being built, or an old layer waiting to be deleted), not a
+// layer.
+func isRestoreSubvolume(name string) bool {
+	return strings.Contains(name, ".restore-") || strings.Contains(name, ".trash-")
+}
+
+// removeTrashSubvolumes deletes the old layers of id that restores from
+// snapshots moved aside.
+func (l *Layers) removeTrashSubvolumes(id string) error {
+	if !l.btrfs {
+		return nil
+	}
+	paths, err := filepath.Glob(filepath.Join(l.dir, id+".trash-*"))
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if err := removeSubvolume(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FinishSnapshotRestore completes restore opID of layer id from a
+// snapshot (RestoreCheckpoint), whose swap the caller recorded: the swap
+// mark and overlayfs's work dir go, the capture cache is dropped (the
+// caller may seed it: SaveCacheOf), and the old layer is moved aside for
+// EmptyTrash, which the caller runs when it likes (deleting a subvolume
+// costs a btrfs transaction). Calling it again after a crash is harmless.
+func (l *Layers) FinishSnapshotRestore(id, opID string) error {
+	if err := l.finishSwap(id, opID, true); err != nil {
+		return err
+	}
+	return l.DropCache(id)
+}
 
 // RestoreCheckpoint puts id's layer back as checkpoint seq's snapshot has
 // it, for restore operation opID (journalled by the caller before: see

@@ -106,7 +106,7 @@ func TestRestoreCheckpointSwapsTheSnapshotIn(t *testing.T) {
 	if !l.swapped("sb", "op_1") {
 		t.Fatal("the restored layer is not marked before the finish")
 	}
-	if _, err := l.FinishRestore("sb", "op_1", nil, true); err != nil {
+	if err := l.FinishSnapshotRestore("sb", "op_1"); err != nil {
 		t.Fatal(err)
 	}
 	upper := l.Paths("sb").Upper
@@ -114,7 +114,17 @@ func TestRestoreCheckpointSwapsTheSnapshotIn(t *testing.T) {
 		t.Fatalf("the layer is not the checkpoint's:\n%s\nwant:\n%s", got, at)
 	}
 	if ids, err := l.IDs(); err != nil || !slices.Equal(ids, []string{"sb"}) {
-		t.Fatalf("layers after the restore: %v, %v (the old layer left?)", ids, err)
+		t.Fatalf("layers after the restore: %v, %v (the old layer is listed?)", ids, err)
+	}
+	// The old layer waits aside for EmptyTrash.
+	if _, err := os.Lstat(l.trashSubvolume("sb", "op_1")); err != nil {
+		t.Fatalf("the old layer is not in the trash: %v", err)
+	}
+	if err := l.EmptyTrash("sb"); err != nil {
+		t.Fatal(err)
+	}
+	if des, _ := os.ReadDir(l.Dir()); len(des) != 1 {
+		t.Fatalf("beside the layer after EmptyTrash: %v", des)
 	}
 	if l.swapped("sb", "op_1") {
 		t.Fatal("the swap mark stayed")

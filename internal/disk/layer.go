@@ -224,6 +224,9 @@ func (l *Layers) Remove(id string) error {
 	l.mu.Lock()
 	delete(l.legacy, id)
 	l.mu.Unlock()
+	if err := l.removeTrashSubvolumes(id); err != nil {
+		return err
+	}
 	if l.btrfs && isSubvolume(d) {
 		if err := deleteSubvolume(d); err == nil {
 			return nil

@@ -235,8 +235,14 @@ func (l *Layers) swapped(id, opID string) bool {
 // work dir, which may hold state of the old layer.
 func (l *Layers) finishSwap(id, opID string, later bool) error {
 	if _, err := os.Lstat(l.restoreSubvolume(id, opID)); err == nil {
-		// A restore from a snapshot: the old layer is a whole subvolume.
-		if err := removeSubvolume(l.restoreSubvolume(id, opID)); err != nil {
+		// A restore from a snapshot: the old layer is a whole subvolume,
+		// deleted now or moved aside for EmptyTrash.
+		if later {
+			err = os.Rename(l.restoreSubvolume(id, opID), l.trashSubvolume(id, opID))
+		} else {
+			err = removeSubvolume(l.restoreSubvolume(id, opID))
+		}
+		if err != nil {
 			return err
 		}
 		if err := l.cleanRestored(id); err != nil {
@@ -259,8 +265,12 @@ func (l *Layers) finishSwap(id, opID string, later bool) error {
 	return os.Mkdir(work, 0o755)
 }
 
-// EmptyTrash deletes the old layers FinishRestore moved aside for id.
+// EmptyTrash deletes the old layers FinishRestore and
+// FinishSnapshotRestore moved aside for id.
 func (l *Layers) EmptyTrash(id string) error {
+	if err := l.removeTrashSubvolumes(id); err != nil {
+		return err
+	}
 	ents, err := os.ReadDir(l.base(id))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

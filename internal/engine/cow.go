@@ -350,7 +350,9 @@ func (e *Engine) restoreSnapshotLocked(ctx context.Context, sb *store.Sandbox, c
 	if err := e.recordRestore(ctx, sb, opID, cp.Seq); err != nil {
 		return false, err
 	}
-	if _, err := e.layers.FinishRestore(sb.ID, opID, nil, true); err != nil {
+	err = e.layers.FinishSnapshotRestore(sb.ID, opID)
+	e.emptyTrash(sb)
+	if err != nil {
 		return false, err
 	}
 	if !cp.StoreTime.IsZero() {
