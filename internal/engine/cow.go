@@ -189,6 +189,9 @@ func (e *Engine) storeCheckpoint(ctx context.Context, cp *store.Checkpoint) erro
 	start := time.Now()
 	s, err := e.layers.StoreCheckpoint(cctx, cp.SandboxID, cp.Seq, cp.CreateTime, o)
 	if err != nil {
+		// What it put goes now (a full blob store must not stay full):
+		// the lease is let go first, as nothing will record its blobs.
+		release()
 		e.freeFailedCapture(ctx)
 		if _, gerr := e.st.GetCheckpoint(ctx, cp.SandboxID, cp.Seq); errors.Is(gerr, errdefs.ErrCheckpointNotFound) {
 			return nil // deleted with its sandbox meanwhile
