@@ -266,6 +266,11 @@ func (l *Layers) RestoreCheckpoint(id, opID string, seq int, o RestoreOptions) e
 	if err == nil {
 		err = snapshotSubvolume(snap, dst, false)
 	}
+	if err == nil && l.Quota() {
+		// A snapshot inherits its source's qgroup limit: a checkpoint of
+		// a layer at its quota would leave no room for the mark.
+		err = limitSubvolume(dst, 0)
+	}
 	if err == nil {
 		fault(o.Fault, RestoreBuilt)
 		err = l.swapSubvolume(id, opID)

@@ -155,6 +155,44 @@ func TestRestoreCheckpointSwapsTheSnapshotIn(t *testing.T) {
 	}
 }
 
+// TestRestoreCheckpointOfAFullLayer: a checkpoint of a layer at its quota
+// restores (a snapshot inherits its source's limit), and the quota holds
+// again once set.
+func TestRestoreCheckpointOfAFullLayer(t *testing.T) {
+	l, _ := openTestVolume(t)
+	if err := l.Create("sb"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetQuota("sb", 64); err != nil {
+		t.Fatal(err)
+	}
+	upper := l.Paths("sb").Upper
+	if err := fill(filepath.Join(upper, "big"), 200<<20); !isNoSpace(err) {
+		t.Fatalf("fill: %v", err)
+	}
+	if err := l.SnapshotCheckpoint("sb", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(upper, "big")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RestoreCheckpoint("sb", "op_1", 1, RestoreOptions{}); err != nil {
+		t.Fatalf("restore of a full layer's checkpoint: %v", err)
+	}
+	if err := l.FinishSnapshotRestore("sb", "op_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(upper, "big")); err != nil {
+		t.Fatalf("the restored layer: %v", err)
+	}
+	if err := l.SetQuota("sb", 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(filepath.Join(upper, "more"), 64<<20); !isNoSpace(err) {
+		t.Fatalf("the quota after the restore: %v", err)
+	}
+}
+
 // TestRecoverSnapshotRestore: a crash of sbxd before the swap leaves the
 // old layer (the half-made one goes), after it the checkpoint's.
 func TestRecoverSnapshotRestore(t *testing.T) {

@@ -349,6 +349,9 @@ func TestCheckpointCrashes(t *testing.T) {
 	if _, err := sb.Checkpoint(ctx, "one"); err != nil {
 		t.Fatal(err)
 	}
+	// (A snapshot checkpoint stored before the crashes: the fault points
+	// below are for the operations they name.)
+	waitStored(t, sb, "v1")
 	mustSh(t, sb, "echo two > /workspace/f")
 
 	crash := func(point string, op func(c *client.Sandbox) error) {
