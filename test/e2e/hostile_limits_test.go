@@ -161,7 +161,7 @@ func TestHostileDiskQuota(t *testing.T) {
 	if err := full.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if out := mustSh(t, full, "rm /root/again && echo room > /root/room && cat /root/room"); out != "room\n" {
+	if out := mustSh(t, full, "rm /root/big && echo room > /root/room && cat /root/room"); out != "room\n" {
 		t.Fatalf("a full sandbox after a stop: %q", out)
 	}
 	if code, out := fillDisk(t, full, "/root/again", 200); code == 0 || !quotaError(out) {
