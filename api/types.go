@@ -596,6 +596,11 @@ type Health struct {
 	DefaultDiskMB int `json:"default_disk_mb"`
 	// LayersNote says why btrfs is not in use, when it was wanted.
 	LayersNote string `json:"layers_note,omitempty"`
+	// Checkpoints is how disk checkpoints of new sandboxes are taken:
+	// "btrfs-snapshot" (a snapshot without a pause, stored in the blob
+	// store in the background) or "capture" (read into the blob store
+	// while the request waits).
+	Checkpoints string `json:"checkpoints"`
 	// Capacity is what this host admits.
 	Capacity *Capacity `json:"capacity,omitempty"`
 }
@@ -654,6 +659,11 @@ type Checkpoint struct {
 	// AddedBytes is what this checkpoint added to the blob store, after
 	// deduplication and compression.
 	AddedBytes int64 `json:"added_bytes"`
+	// StoreTime is when the checkpoint was safely in the blob store; nil
+	// while it is a snapshot on the sandbox's node only, stored in the
+	// background (SizeBytes, Files and AddedBytes are 0 until then). It
+	// can be restored either way.
+	StoreTime *time.Time `json:"store_time"`
 }
 
 // Change is a path that differs between two disks.

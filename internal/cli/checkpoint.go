@@ -80,8 +80,12 @@ func (a *app) checkpointsCmd() *cobra.Command {
 				if cp.SourceID != nil {
 					src = *cp.SourceID
 				}
-				rows = append(rows, []string{cp.ID, age(cp.CreateTime), strconv.Itoa(cp.Files), humanBytes(cp.SizeBytes),
-					humanBytes(cp.AddedBytes), src, cp.Health, cp.Comment})
+				files, size, added := strconv.Itoa(cp.Files), humanBytes(cp.SizeBytes), humanBytes(cp.AddedBytes)
+				if cp.StoreTime == nil {
+					// A snapshot on the sandbox's node, being stored.
+					files, size, added = "-", "-", "storing"
+				}
+				rows = append(rows, []string{cp.ID, age(cp.CreateTime), files, size, added, src, cp.Health, cp.Comment})
 			}
 			a.table("ID\tAGE\tFILES\tSIZE\tADDED\tSOURCE\tHEALTH\tCOMMENT", rows)
 			return nil

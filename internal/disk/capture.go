@@ -44,6 +44,14 @@ type CaptureOptions struct {
 	// together (holes are not read and do not count); more is ErrTooLarge.
 	// 0: no bound. The time a capture may take is ctx's.
 	MaxBytes int64
+	// Still says that nothing writes Upper (a read-only btrfs snapshot):
+	// one walk is enough, without Freeze and Thaw. AsOfNS (Unix ns) is
+	// then the moment the layer became still, no later than its snapshot
+	// was taken; the manifest's CaptureNS is that moment, so that a later
+	// capture of the live layer with it as cache reads again every file
+	// written too close to it to tell (see racyWindow).
+	Still  bool
+	AsOfNS int64
 }
 
 // CaptureStats reports what a capture did.
@@ -65,6 +73,8 @@ type CaptureStats struct {
 // files that changed meanwhile (or too recently to tell) are read before it
 // is thawed. So the sandbox is frozen for a walk of the tree's metadata plus
 // the writes it made during the first pass — not for the whole capture.
+// A still layer (CaptureOptions.Still: a read-only snapshot) is walked
+// once.
 //
 // The returned chunks (Stats.Chunks) are put but not flushed: the caller
 // flushes them with the manifest before recording it.
@@ -141,6 +151,10 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		pass1[s.e.Path] = s
 	}
 
+	if o.Still {
+		return finish(o.AsOfNS, scan1, toRead, nil, extents, sums, stats, start)
+	}
+
 	// Pass 2, frozen: walk again; read what changed during pass 1.
 	frozenAt := time.Now()
 	if o.Freeze != nil {
@@ -196,7 +210,12 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 	if err := thaw(); err != nil {
 		return nil, nil, fmt.Errorf("thaw: %w", err)
 	}
+	return finish(captureNS, scan2, toRead, reread, extents, sums, stats, start)
+}
 
+// finish builds a capture's manifest from its last walk (scan) and the
+// extents and sums of its files.
+func finish(captureNS int64, scan []*scanned, toRead, reread []*scanned, extents map[string][]Extent, sums map[string]string, stats *CaptureStats, start time.Time) (*Manifest, *CaptureStats, error) {
 	read := map[string]bool{}
 	for _, s := range toRead {
 		read[s.e.Path] = true
@@ -205,8 +224,8 @@ func Capture(ctx context.Context, o CaptureOptions) (*Manifest, *CaptureStats, e
 		read[s.e.Path] = true
 	}
 	stats.ReadFiles = len(read)
-	m := &Manifest{Version: ManifestVersion, CaptureNS: captureNS, Entries: make([]Entry, 0, len(scan2))}
-	for _, s := range scan2 {
+	m := &Manifest{Version: ManifestVersion, CaptureNS: captureNS, Entries: make([]Entry, 0, len(scan))}
+	for _, s := range scan {
 		e := s.e
 		switch e.Type {
 		case TypeFile:

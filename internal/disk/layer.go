@@ -1,6 +1,8 @@
 package disk
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,6 +109,9 @@ func (l *Layers) Create(id string) error {
 			if err := createSubvolume(d); err != nil {
 				return err
 			}
+			if err := newLineage(d); err != nil {
+				return err
+			}
 		}
 	}
 	p := l.Paths(id)
@@ -149,7 +154,39 @@ func (l *Layers) Mount(id, lower string) error {
 	if err := unix.Mount("overlay", p.RootFS, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay for %s: %w", id, err)
 	}
+	// overlayfs mounts read-only, with only a kernel log line, when it
+	// cannot make its work dir: a layer at its quota (see MountLimited)
+	// or a full volume. A sandbox on it would fail every write with EROFS.
+	var st unix.Statfs_t
+	if err := unix.Statfs(p.RootFS, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
+		_ = l.Unmount(id)
+		return fmt.Errorf("mount overlay for %s: %w", id, ErrLayerFull)
+	}
 	return nil
+}
+
+// ErrLayerFull: the overlay of a layer came up read-only because overlayfs
+// could not write its work dir (the layer's volume is full).
+var ErrLayerFull = errors.New("overlayfs mounted it read-only: no room for its work dir (the layers volume is full)")
+
+// MountLimited mounts id's overlayfs as Mount does, then limits the layer
+// to quotaMB MiB (SetQuota; 0: no limit). The limit is lifted while it
+// mounts: overlayfs makes its work dir at mount time, and on a layer that
+// is at its quota (a guest that filled its disk, then stopped) it would
+// mount read-only. Errors: Mount's, SetQuota's.
+func (l *Layers) MountLimited(id, lower string, quotaMB int) error {
+	if l.btrfs {
+		if err := l.SetQuota(id, 0); err != nil {
+			return err
+		}
+	}
+	if err := l.Mount(id, lower); err != nil {
+		return err
+	}
+	if !l.btrfs {
+		return nil
+	}
+	return l.SetQuota(id, quotaMB)
 }
 
 // Unmount unmounts id's overlayfs (lazily if busy); not mounted is fine.
@@ -187,6 +224,9 @@ func (l *Layers) Remove(id string) error {
 	l.mu.Lock()
 	delete(l.legacy, id)
 	l.mu.Unlock()
+	if err := l.removeTrashSubvolumes(id); err != nil {
+		return err
+	}
 	if l.btrfs && isSubvolume(d) {
 		if err := deleteSubvolume(d); err == nil {
 			return nil
@@ -197,11 +237,44 @@ func (l *Layers) Remove(id string) error {
 }
 
 // cacheFile is what a layer's capture cache file holds: the manifest of
-// the layer's last capture or restore, and the inode of the upperdir it
-// describes (a restore swaps the upperdir, which voids an older cache).
+// the layer's last capture or restore, and the inode of the upperdir and
+// the lineage of the layer it describes (a restore swaps the upperdir, or
+// on btrfs the whole layer, which voids an older cache).
 type cacheFile struct {
 	UpperIno uint64    `json:"upper_ino"`
+	Lineage  string    `json:"lineage,omitempty"`
 	Manifest *Manifest `json:"manifest"`
+}
+
+// lineageXattr names the lineage of a btrfs layer, on its subvolume's
+// root: a random id given when the layer is made and again when a restore
+// swaps in a snapshot. Snapshots of the layer carry it. Two states of a
+// layer with one lineage are one subvolume at two moments, so a capture
+// cache of one may serve the other, later one (captures trust a file
+// whose inode, size and times are unchanged: that holds along one
+// subvolume's history, not across a restore that brought back an older
+// state, nor backwards in time). The guest never sees the subvolume root.
+const lineageXattr = "user.sbx.lineage"
+
+// lineageOf is the lineage of the layer or snapshot rooted at dir ("" when
+// it has none: plain directory layers, btrfs layers made before lineages).
+func lineageOf(dir string) string {
+	buf := make([]byte, 64)
+	n, err := unix.Lgetxattr(dir, lineageXattr, buf)
+	if err != nil {
+		return ""
+	}
+	return string(buf[:n])
+}
+
+// newLineage gives the layer rooted at dir a new lineage.
+func newLineage(dir string) error {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	if err := unix.Lsetxattr(dir, lineageXattr, []byte(hex.EncodeToString(b[:])), 0); err != nil {
+		return fmt.Errorf("lineage of %s: %w", dir, err)
+	}
+	return nil
 }
 
 func (l *Layers) cachePath(id string) string { return filepath.Join(l.base(id), "cache.json.zst") }
@@ -211,50 +284,90 @@ func (l *Layers) cachePath(id string) string { return filepath.Join(l.base(id), 
 // is read after a restart of sbxd. A cache is an optimisation: a stale one
 // only makes a capture read more (every entry is checked against stat).
 func (l *Layers) LoadCache(id string) *Manifest {
-	upperIno, err := statIno(l.Paths(id).Upper)
+	if cf, ok := l.loadCache(id, l.Paths(id).Upper); ok && cf.Lineage == lineageOf(l.base(id)) {
+		return cf.Manifest
+	}
+	return nil
+}
+
+// loadCache returns id's cache if it describes the upperdir upper (id's,
+// or a snapshot's) by its inode (of any lineage: the caller checks).
+func (l *Layers) loadCache(id, upper string) (cacheFile, bool) {
+	upperIno, err := statIno(upper)
 	if err != nil {
-		return nil
+		return cacheFile{}, false
 	}
 	l.mu.Lock()
 	mem, ok := l.caches[id]
 	l.mu.Unlock()
 	if ok && mem.UpperIno == upperIno {
-		return mem.Manifest
+		return mem, true
 	}
 	b, err := os.ReadFile(l.cachePath(id))
 	if err != nil {
-		return nil
+		return cacheFile{}, false
 	}
 	dec, err := zstd.NewReader(nil)
 	if err != nil {
-		return nil
+		return cacheFile{}, false
 	}
 	defer dec.Close()
 	raw, err := dec.DecodeAll(b, nil)
 	if err != nil {
-		return nil
+		return cacheFile{}, false
 	}
 	var cf cacheFile
 	if json.Unmarshal(raw, &cf) != nil || cf.Manifest == nil {
-		return nil
+		return cacheFile{}, false
 	}
 	if cf.UpperIno != upperIno {
-		return nil
+		return cacheFile{}, false
 	}
 	l.mu.Lock()
 	l.caches[id] = cf
 	l.mu.Unlock()
+	return cf, true
+}
+
+// cacheFor returns id's capture cache for a capture of a snapshot (upper
+// dir upper, lineage lineage) taken at asOfNS (Unix ns): only a cache of
+// the same upper dir and lineage made no later than the snapshot.
+func (l *Layers) cacheFor(id, upper, lineage string, asOfNS int64) *Manifest {
+	cf, ok := l.loadCache(id, upper)
+	if !ok || cf.Lineage != lineage || cf.Manifest.CaptureNS > asOfNS {
+		return nil
+	}
 	return cf.Manifest
 }
 
 // SaveCache replaces id's capture cache with m: at once in memory, and in
 // its file (atomically) in the background.
 func (l *Layers) SaveCache(id string, m *Manifest) error {
+	return l.saveCache(id, lineageOf(l.base(id)), m)
+}
+
+// Lineage is the lineage of id's layer now ("" on plain directory
+// layers): see lineageXattr. Give it back to SaveCacheOf.
+func (l *Layers) Lineage(id string) string { return lineageOf(l.base(id)) }
+
+// SaveCacheOf is SaveCache of a manifest that describes id's layer as it
+// was when its lineage was lineage (Lineage): it does nothing when a
+// restore gave the layer another one since.
+func (l *Layers) SaveCacheOf(id, lineage string, m *Manifest) error {
+	return l.saveCache(id, lineage, m)
+}
+
+// saveCache is SaveCache of a manifest of lineage lineage: nothing when
+// id's layer is of another one now (a restore swapped it meanwhile).
+func (l *Layers) saveCache(id, lineage string, m *Manifest) error {
 	ino, err := statIno(l.Paths(id).Upper)
 	if err != nil {
 		return err
 	}
-	cf := cacheFile{UpperIno: ino, Manifest: m}
+	if lineageOf(l.base(id)) != lineage {
+		return nil
+	}
+	cf := cacheFile{UpperIno: ino, Lineage: lineage, Manifest: m}
 	l.mu.Lock()
 	l.caches[id] = cf
 	l.mu.Unlock()

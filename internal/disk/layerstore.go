@@ -2,6 +2,7 @@ package disk
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	"github.com/sbxhq/sbx/internal/blob"
@@ -72,8 +73,23 @@ type Stored struct {
 // o.Bound's end function maps them), the blob store's. On an error nothing
 // is recorded; chunks already put stay for the caller's collector.
 func (l *Layers) Store(ctx context.Context, id string, o StoreOptions) (*Stored, error) {
+	return l.store(ctx, id, CaptureOptions{Upper: l.Paths(id).Upper, Freeze: o.Freeze, Thaw: o.Thaw}, o)
+}
+
+// store captures the layer at co.Upper (id's, or a snapshot of it) with
+// id's capture cache and stores it as Store does; co's Cache, Store,
+// Progress and MaxBytes come from o.
+func (l *Layers) store(ctx context.Context, id string, co CaptureOptions, o StoreOptions) (*Stored, error) {
 	t0 := time.Now()
-	cache := l.LoadCache(id)
+	var cache *Manifest
+	lineage := lineageOf(l.base(id))
+	if co.Still {
+		// A snapshot: its own lineage, and only an older cache.
+		lineage = lineageOf(filepath.Dir(co.Upper))
+		cache = l.cacheFor(id, co.Upper, lineage, co.AsOfNS)
+	} else {
+		cache = l.LoadCache(id)
+	}
 	if o.Pin != nil && cache != nil {
 		o.Pin(cache.Chunks()...)
 	}
@@ -82,10 +98,8 @@ func (l *Layers) Store(ctx context.Context, id string, o StoreOptions) (*Stored,
 	if o.Bound != nil {
 		cctx, end = o.Bound(ctx)
 	}
-	m, stats, err := Capture(cctx, CaptureOptions{
-		Upper: l.Paths(id).Upper, Cache: cache,
-		Freeze: o.Freeze, Thaw: o.Thaw, Store: o.Blobs, Progress: o.Progress, MaxBytes: o.MaxBytes,
-	})
+	co.Cache, co.Store, co.Progress, co.MaxBytes = cache, o.Blobs, o.Progress, o.MaxBytes
+	m, stats, err := Capture(cctx, co)
 	if err == nil {
 		if o.Fault != nil {
 			o.Fault(cctx, StoreCapturing)
@@ -111,7 +125,10 @@ func (l *Layers) Store(ctx context.Context, id string, o StoreOptions) (*Stored,
 		return nil, err
 	}
 	t4 := time.Now()
-	if err := l.SaveCache(id, m); err != nil {
+	// A snapshot's manifest is a cache for the live layer too (snapshots
+	// keep inode numbers and ctimes), when the layer is still there and
+	// of the snapshot's lineage.
+	if err := l.saveCache(id, lineage, m); err != nil && !co.Still {
 		return nil, err
 	}
 	return &Stored{

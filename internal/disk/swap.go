@@ -123,6 +123,9 @@ func (l *Layers) FinishRestore(id, opID string, target *Manifest, linked bool) (
 // restore that did not swap, the layer is as it was. Nothing built is
 // fine.
 func (l *Layers) AbandonRestore(id, opID string) error {
+	if err := removeSubvolume(l.restoreSubvolume(id, opID)); err != nil {
+		return err
+	}
 	return os.RemoveAll(l.restoreDir(id, opID))
 }
 
@@ -200,6 +203,13 @@ func (l *Layers) swap(id, opID string) error {
 		return fmt.Errorf("swap layer of %s: overlay still mounted", id)
 	}
 	newDir := l.restoreDir(id, opID)
+	if l.btrfs {
+		// An older state of the layer: a lineage of its own (see
+		// lineageXattr), before the swap makes it the layer.
+		if err := newLineage(l.base(id)); err != nil {
+			return err
+		}
+	}
 	if err := unix.Setxattr(newDir, l.restoreMark(), []byte(opID), 0); err != nil {
 		return fmt.Errorf("mark restored layer: %w", err)
 	}
@@ -224,7 +234,21 @@ func (l *Layers) swapped(id, opID string) bool {
 // later, moves it aside for EmptyTrash — and the swap mark and overlayfs's
 // work dir, which may hold state of the old layer.
 func (l *Layers) finishSwap(id, opID string, later bool) error {
-	if later {
+	if _, err := os.Lstat(l.restoreSubvolume(id, opID)); err == nil {
+		// A restore from a snapshot: the old layer is a whole subvolume,
+		// deleted now or moved aside for EmptyTrash.
+		if later {
+			err = os.Rename(l.restoreSubvolume(id, opID), l.trashSubvolume(id, opID))
+		} else {
+			err = removeSubvolume(l.restoreSubvolume(id, opID))
+		}
+		if err != nil {
+			return err
+		}
+		if err := l.cleanRestored(id); err != nil {
+			return err
+		}
+	} else if later {
 		if err := os.Rename(l.restoreDir(id, opID), filepath.Join(l.base(id), "trash-"+opID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
@@ -241,8 +265,12 @@ func (l *Layers) finishSwap(id, opID string, later bool) error {
 	return os.Mkdir(work, 0o755)
 }
 
-// EmptyTrash deletes the old layers FinishRestore moved aside for id.
+// EmptyTrash deletes the old layers FinishRestore and
+// FinishSnapshotRestore moved aside for id.
 func (l *Layers) EmptyTrash(id string) error {
+	if err := l.removeTrashSubvolumes(id); err != nil {
+		return err
+	}
 	ents, err := os.ReadDir(l.base(id))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

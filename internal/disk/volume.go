@@ -281,7 +281,9 @@ func (l *Layers) IDs() ([]string, error) {
 			return nil, err
 		}
 		for _, de := range des {
-			out = append(out, de.Name())
+			if !isRestoreSubvolume(de.Name()) {
+				out = append(out, de.Name())
+			}
 		}
 	}
 	return out, nil

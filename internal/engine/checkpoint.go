@@ -119,6 +119,13 @@ func (e *Engine) recordV0(ctx context.Context, sb *store.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("record v0: %w", err)
 	}
+	// On btrfs v0 keeps a snapshot too (trimSnapshots never drops it): a
+	// restore to the fresh disk is then a swap.
+	if e.layers.CanSnapshot(sb.ID) {
+		if err := e.layers.SnapshotCheckpoint(sb.ID, 0); err != nil {
+			return fmt.Errorf("record v0: %w", err)
+		}
+	}
 	files, size := m.Stats()
 	return e.st.AddCheckpoint(ctx, &store.Checkpoint{
 		SandboxID: sb.ID, Seq: 0, SourceID: sb.DiskSource, Manifest: refStrings(ref),
@@ -195,13 +202,18 @@ func (e *Engine) Checkpoint(ctx context.Context, idOrName, comment string, progr
 	return res.(*store.Checkpoint), nil
 }
 
-// checkpointLocked captures sb's disk: what is on it when asked (a running
+// checkpointLocked checkpoints sb's disk: on btrfs layers a snapshot,
+// stored in the background (snapshotCheckpointLocked); else a capture of
+// what is on it when asked (a running
 // sandbox is paused, runsc pause, for the last part of the capture: ~0.1 s
 // here; the host cgroup freezer, 20 times faster, left gVisor's systrap
 // sandboxes to die after a few freezes). A failure of the
 // capture or the blob store is ErrCheckpointFailed, and no checkpoint is
 // recorded. The caller holds sb's lock.
 func (e *Engine) checkpointLocked(ctx context.Context, sb *store.Sandbox, comment string, progress func(string)) (*store.Checkpoint, error) {
+	if e.layers.CanSnapshot(sb.ID) {
+		return e.snapshotCheckpointLocked(ctx, sb, comment, progress)
+	}
 	var freeze, thaw func(context.Context) error
 	if sb.State == api.StateRunning {
 		freeze = func(ctx context.Context) error { return e.rt.Pause(ctx, sb.ID) }
@@ -256,7 +268,9 @@ func (e *Engine) ListCheckpoints(ctx context.Context, idOrName string) ([]*store
 
 // GetCheckpoint returns one checkpoint; with verify it rereads every chunk
 // of it first and records its health: damaged if a chunk is missing or
-// corrupt, ok otherwise.
+// corrupt, ok otherwise. A snapshot checkpoint not in the blob store yet is
+// stored first (an error of that store is returned), or is damaged when
+// its snapshot is gone.
 func (e *Engine) GetCheckpoint(ctx context.Context, idOrName, id string, verify bool) (*store.Checkpoint, error) {
 	seq, err := parseCheckpointID(id)
 	if err != nil {
@@ -269,6 +283,22 @@ func (e *Engine) GetCheckpoint(ctx context.Context, idOrName, id string, verify 
 	cp, err := e.st.GetCheckpoint(ctx, sb.ID, seq)
 	if err != nil || !verify {
 		return cp, err
+	}
+	if cp.StoreTime.IsZero() && cp.Health == api.HealthOK && !e.layers.HasCheckpointSnapshot(sb.ID, seq) {
+		// Not stored yet, and its snapshot is gone: it cannot be restored.
+		if err := e.st.SetCheckpointHealth(ctx, sb.ID, seq, api.HealthDamaged); err != nil {
+			return nil, err
+		}
+		cp.Health = api.HealthDamaged
+	}
+	if cp.StoreTime.IsZero() {
+		if cp.Health == api.HealthDamaged {
+			return cp, nil
+		}
+		// Verify the blob store's copy: store it first.
+		if cp, err = e.storedCheckpoint(ctx, sb.ID, seq); err != nil {
+			return nil, err
+		}
 	}
 	health := api.HealthOK
 	if err := e.verify(ctx, cp); err != nil {
@@ -368,9 +398,17 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	failed := func(err error) (*store.Sandbox, error) {
 		return nil, fmt.Errorf("restore of %s to %s: %v: %w", sb.Name, id, err, errdefs.ErrRestoreFailed)
 	}
-	target, err := disk.GetManifest(ctx, e.blobsFor(ctx), manifestRef(cp))
-	if err != nil {
-		return failed(err)
+	fromSnapshot := e.layers.HasCheckpointSnapshot(sb.ID, seq)
+	var target *disk.Manifest
+	if !fromSnapshot {
+		if cp.StoreTime.IsZero() {
+			_ = e.st.SetCheckpointHealth(ctx, sb.ID, seq, api.HealthDamaged)
+			return failed(errors.New("its snapshot is gone and it was never stored in the blob store"))
+		}
+		var err error
+		if target, err = disk.GetManifest(ctx, e.blobsFor(ctx), manifestRef(cp)); err != nil {
+			return failed(err)
+		}
 	}
 	if sb.State == api.StateRunning {
 		progress("stopping the sandbox")
@@ -383,6 +421,22 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	data, _ := json.Marshal(restoreOp{Seq: seq})
 	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "restore", Data: data}); err != nil {
 		return failed(err)
+	}
+	if fromSnapshot {
+		progress(fmt.Sprintf("swapping in the snapshot of %s", id))
+		fallback, err := e.restoreSnapshotLocked(ctx, sb, cp, opID)
+		if err != nil {
+			return failed(err)
+		}
+		if !fallback {
+			e.log.Info("restored", "sandbox", sb.Name, "to", id, "from", "snapshot", "ms", time.Since(start).Milliseconds(),
+				"stop_ms", stopped.Sub(start).Milliseconds(), "swap_ms", time.Since(stopped).Milliseconds())
+			return sb, nil
+		}
+		if target, err = disk.GetManifest(ctx, e.blobsFor(ctx), manifestRef(cp)); err != nil {
+			e.deleteOp(ctx, sb.ID, opID)
+			return failed(err)
+		}
 	}
 	// The new layer is built beside the old one and swapped in (with the
 	// quota lifted: the guest is stopped, the next boot sets it again).
@@ -621,7 +675,7 @@ func (e *Engine) Diff(ctx context.Context, idOrName string, o DiffOptions) (*api
 }
 
 func (e *Engine) loadManifest(ctx context.Context, sandboxID string, seq int) (*disk.Manifest, error) {
-	cp, err := e.st.GetCheckpoint(ctx, sandboxID, seq)
+	cp, err := e.storedCheckpoint(ctx, sandboxID, seq)
 	if err != nil {
 		return nil, err
 	}

@@ -141,6 +141,8 @@ type Engine struct {
 	// meter meters usage; rt is wrapped so that it sees every
 	// container's start and delete.
 	meter *meter
+	// ingest stores snapshot checkpoints in the blob store (cow.go).
+	ingest *ingester
 
 	bg     sync.WaitGroup
 	ctx    context.Context
@@ -230,6 +232,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		agentDir:     filepath.Join(cfg.DataDir, "bin"),
 		insts:        map[string]*instance{},
 		leases:       blob.NewLeases(),
+		ingest:       newIngester(),
 	}
 	e.meter = newMeter(e, rt, cfg.UsageInterval)
 	e.rt = &meteredRuntime{Runtime: rt, m: e.meter}
@@ -281,6 +284,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
+	if err := e.recoverCheckpoints(ctx); err != nil {
+		return fmt.Errorf("recover checkpoints: %w", err)
+	}
 	e.recoverGuards(ctx)
 	// A suspend that a crash interrupted and recovery completed has its
 	// wake key only now: events posted to it meanwhile wait as pending.
@@ -291,6 +297,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	go e.gcLoop()
 	go e.idleLoop()
 	go e.meter.loop()
+	go e.ingestLoop()
 	e.kickGC()
 	return nil
 }

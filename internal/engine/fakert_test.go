@@ -170,6 +170,13 @@ func newFakeDataDir(t *testing.T) string {
 // small sandbox shape.
 func startFakeEngine(t *testing.T, dir string, cfg Config) *fakeEnv {
 	t.Helper()
+	return startFakeEngineOn(t, dir, cfg, disk.NewUnmountedLayers(filepath.Join(dir, "layers")))
+}
+
+// startFakeEngineOn is startFakeEngine with layers of the test's choice
+// (btrfsLayers).
+func startFakeEngineOn(t *testing.T, dir string, cfg Config, layers *disk.Layers) *fakeEnv {
+	t.Helper()
 	agentDir := runtimetest.AgentBinary(t)
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "sbx.db"))
@@ -213,7 +220,7 @@ func startFakeEngine(t *testing.T, dir string, cfg Config) *fakeEnv {
 		t.Fatal(err)
 	}
 	// The seams of the tier (see the comment at the top of this file).
-	e.layers = disk.NewUnmountedLayers(filepath.Join(dir, "layers"))
+	e.layers = layers
 	e.mountRunDir = func(d string) error { return os.MkdirAll(d, 0o755) }
 	if err := e.Start(ctx); err != nil {
 		e.Close()

@@ -40,6 +40,9 @@ func (e *Engine) markCheckpoints(ctx context.Context, mark func(blob.Digest)) er
 		return err
 	}
 	for _, cp := range cps {
+		if cp.StoreTime.IsZero() {
+			continue // a snapshot checkpoint not stored yet: no blobs
+		}
 		ref := manifestRef(cp)
 		for _, d := range ref {
 			mark(d)

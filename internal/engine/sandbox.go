@@ -315,6 +315,7 @@ func (e *Engine) removeAll(ctx context.Context, id string) {
 	if err := e.layers.Remove(id); err != nil {
 		e.log.Error("remove layer", "sandbox", id, "err", err)
 	}
+	e.dropSnapshots(id)
 	if err := disk.UnmountRunDir(e.runDir(id)); err != nil {
 		e.log.Error("unmount the agent's socket dir", "sandbox", id, "err", err)
 	}
@@ -679,11 +680,19 @@ func (e *Engine) applyQuota(sb *store.Sandbox) error {
 	if !e.layers.Quota() {
 		return nil
 	}
-	mb := sb.DiskMB
-	if mb == 0 {
-		mb = e.cfg.DefaultDiskMB
+	return e.layers.SetQuota(sb.ID, e.quotaMB(sb))
+}
+
+// quotaMB is sb's disk quota in MiB: its disk_mb or the default; 0 (none)
+// when layers have no quotas.
+func (e *Engine) quotaMB(sb *store.Sandbox) int {
+	if !e.layers.Quota() {
+		return 0
 	}
-	return e.layers.SetQuota(sb.ID, mb)
+	if sb.DiskMB == 0 {
+		return e.cfg.DefaultDiskMB
+	}
+	return sb.DiskMB
 }
 
 // DiskLayers says where writable layers live and whether they have
@@ -693,6 +702,13 @@ func (e *Engine) applyQuota(sb *store.Sandbox) error {
 func (e *Engine) DiskLayers() (kind string, quota bool, defaultMB int, note string) {
 	return e.layers.Kind(), e.layers.Quota(), e.poolDiskMB(), e.layers.Fallback()
 }
+
+// CheckpointMechanism is how disk checkpoints of new sandboxes are taken,
+// for GET /v1/health: disk.MechanismSnapshot ("btrfs-snapshot": a
+// read-only snapshot, stored in the blob store in the background) or
+// disk.MechanismCapture ("capture": the layer is read into the blob store
+// while the request waits, the sandbox paused for the end of the read).
+func (e *Engine) CheckpointMechanism() string { return e.layers.Mechanism() }
 
 // DiskQuotaBytes is the disk quota of sandbox idOrName in bytes, 0 when it
 // has none. Errors: ErrSandboxNotFound.

@@ -35,7 +35,7 @@ type startFrom struct {
 
 // start starts sb's guest, the one start path of a cold boot, a copy from
 // a snapshot and a resume: it deletes a stale container of sb's id,
-// builds the disk (from.disk), sets the quota, mounts the layer, attaches
+// builds the disk (from.disk), mounts the layer and sets its quota, attaches
 // the network, mounts the agent's socket dir, writes the spec, boots or
 // restores with runsc, waits for the agent (woken with SIGUSR1 after a
 // restore, which also renames the guest to sb's name) and watches the
@@ -73,10 +73,10 @@ func (e *Engine) start(ctx context.Context, sb *store.Sandbox, from startFrom) (
 			return err
 		}
 	}
-	if err := e.applyQuota(sb); err != nil {
-		return err
-	}
-	if err := e.layers.Mount(sb.ID, e.images.RootFS(sb.ImageID)); err != nil {
+	// The quota goes on after the mount (MountLimited): overlayfs makes
+	// its work dir when it mounts, and on a layer at its quota it would
+	// mount read-only.
+	if err := e.layers.MountLimited(sb.ID, e.images.RootFS(sb.ImageID), e.quotaMB(sb)); err != nil {
 		return err
 	}
 	if cold {

@@ -109,6 +109,11 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	}
 	ctx, release := e.withLease(ctx)
 	defer release()
+	// A suspended sandbox keeps nothing on this node: its checkpoints
+	// must be in the blob store first.
+	if err := e.storePending(ctx, sb.ID, true); err != nil {
+		return nil, failed(err)
+	}
 	id := newSnapshotID()
 	opID := "suspend-" + sb.ID
 	data, _ := json.Marshal(suspendOp{Snapshot: id, WakeOn: wakeOn})
@@ -169,6 +174,8 @@ func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, w
 	if err := e.layers.Remove(sb.ID); err != nil {
 		return err
 	}
+	// Its checkpoints are in the blob store (suspendLocked stored them).
+	e.dropSnapshots(sb.ID)
 	sb.State, sb.StateReason = api.StateSuspended, ""
 	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = snapID, wakeOn, time.Now().UTC()
 	return e.st.UpdateSandbox(ctx, sb)

@@ -20,6 +20,10 @@ func checkpointToAPI(cp *store.Checkpoint) api.Checkpoint {
 		src := cp.SourceID
 		out.SourceID = &src
 	}
+	if !cp.StoreTime.IsZero() {
+		t := cp.StoreTime.UTC()
+		out.StoreTime = &t
+	}
 	return out
 }
 

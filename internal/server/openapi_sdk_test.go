@@ -47,8 +47,8 @@ var sdkOmits = map[string][]string{
 	// POST .../exec refuses tty: the terminal is its own route.
 	"TypeScript.ExecRequest": {"tty"},
 	// Not yet read by the SDKs: the disk layers and the host's capacity.
-	"TypeScript.Health": {"capacity", "default_disk_mb", "disk_quota", "layers", "layers_note", "platform", "platform_reason"},
-	"Python.Health":     {"capacity", "default_disk_mb", "disk_quota", "layers", "layers_note", "platform", "platform_reason"},
+	"TypeScript.Health": {"capacity", "checkpoints", "default_disk_mb", "disk_quota", "layers", "layers_note", "platform", "platform_reason"},
+	"Python.Health":     {"capacity", "checkpoints", "default_disk_mb", "disk_quota", "layers", "layers_note", "platform", "platform_reason"},
 }
 
 // tsFields parses the interfaces of a TypeScript file: name → field names.

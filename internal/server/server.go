@@ -518,5 +518,6 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: Version, Runtime: s.eng.Runtime(),
 		Platform: s.cfg.Platform, PlatformReason: s.cfg.PlatformReason,
 		WarmSandboxes: s.eng.WarmSandboxes(), PID: os.Getpid(),
-		Layers: kind, DiskQuota: quota, DefaultDiskMB: diskMB, LayersNote: note, Capacity: &capacity})
+		Layers: kind, DiskQuota: quota, DefaultDiskMB: diskMB, LayersNote: note, Checkpoints: s.eng.CheckpointMechanism(),
+		Capacity: &capacity})
 }

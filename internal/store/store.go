@@ -140,6 +140,12 @@ type Checkpoint struct {
 	SizeBytes, AddedBytes int64
 	Files                 int
 	CreateTime            time.Time
+	// StoreTime is when the checkpoint's manifest and chunks were flushed
+	// to the blob store; zero while they are not (a btrfs snapshot
+	// checkpoint, stored in the background: its Manifest is empty and its
+	// sizes are 0 until then). AddCheckpoint of a record with a manifest
+	// and no StoreTime sets it to CreateTime.
+	StoreTime time.Time
 }
 
 // Snapshot is the record of a memory snapshot: a gVisor memory image and a
@@ -378,6 +384,10 @@ type Store interface {
 	// ListCheckpoints returns a sandbox's checkpoints, newest first; with
 	// sandboxID "" every sandbox's.
 	ListCheckpoints(ctx context.Context, sandboxID string) ([]*Checkpoint, error)
+	// SetCheckpointStored records that checkpoint seq of a sandbox is in the
+	// blob store: its manifest, sizes and StoreTime. ErrCheckpointNotFound
+	// when there is no such record (the sandbox was deleted meanwhile).
+	SetCheckpointStored(ctx context.Context, cp *Checkpoint) error
 	// SetCheckpointHealth records a verification's result.
 	SetCheckpointHealth(ctx context.Context, sandboxID string, seq int, health string) error
 	// DeleteCheckpoints removes every checkpoint of a sandbox.

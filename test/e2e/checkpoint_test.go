@@ -230,6 +230,9 @@ func TestCheckpointVerifyAndDamage(t *testing.T) {
 	if err != nil || got.Health != api.HealthDamaged {
 		t.Fatalf("verify with chunks missing: %+v %v", got, err)
 	}
+	// A restore from the checkpoint's btrfs snapshot would not need the
+	// chunks: without it, the restore is from the blob store.
+	dropCheckpointSnapshot(t, h, sb.ID, cp.ID)
 	err = sb.Restore(ctx, cp.ID, nil)
 	wantCode(t, err, api.CodeRestoreFailed)
 	if out := mustSh(t, sb, "cat /workspace/after /workspace/data"); out != "after\nchanged\n" {
@@ -287,13 +290,28 @@ func TestCheckpointDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSh(t, sb, "head -c 20000000 /dev/urandom > /workspace/big")
-	_, err = sb.Checkpoint(ctx, "too big")
-	ae := wantCode(t, err, api.CodeCheckpointFailed)
-	if !strings.Contains(ae.Message, "no space left") {
-		t.Logf("message: %s", ae.Message)
+	off := d.logSize()
+	cp, err := sb.Checkpoint(ctx, "too big")
+	wantList := 1
+	if snapshotCheckpoints(t, d) {
+		// A btrfs snapshot: listed at once (it restores from this node),
+		// its store in the blob store fails in the background.
+		if err != nil || cp.ID != "v1" || cp.StoreTime != nil {
+			t.Fatalf("snapshot checkpoint with a full blob store: %+v %v", cp, err)
+		}
+		d.waitLog(t, off, "store checkpoints in the blob store", 60*time.Second)
+		if got, err := sb.GetCheckpoint(ctx, "v1", false); err != nil || got.StoreTime != nil {
+			t.Fatalf("a checkpoint the blob store could not take is stored: %+v %v", got, err)
+		}
+		wantList = 2
+	} else {
+		ae := wantCode(t, err, api.CodeCheckpointFailed)
+		if !strings.Contains(ae.Message, "no space left") {
+			t.Logf("message: %s", ae.Message)
+		}
 	}
 	list, err := sb.ListCheckpoints(ctx)
-	if err != nil || len(list) != 1 || list[0].ID != "v0" {
+	if err != nil || len(list) != wantList || list[len(list)-1].ID != "v0" {
 		t.Fatalf("after a failed checkpoint: %+v %v", list, err)
 	}
 	// What the failed checkpoint stored is gone once it has answered: it
@@ -306,9 +324,17 @@ func TestCheckpointDiskFull(t *testing.T) {
 		t.Fatalf("the failed checkpoint left its chunks: %d bytes free of 8 MiB", free)
 	}
 	mustSh(t, sb, "rm /workspace/big; echo small > /workspace/small")
-	cp, err := sb.Checkpoint(ctx, "fits")
-	if err != nil || cp.ID != "v1" {
+	cp, err = sb.Checkpoint(ctx, "fits")
+	if err != nil || cp.ID != "v"+strconv.Itoa(wantList) {
 		t.Fatalf("checkpoint with room: %+v %v", cp, err)
+	}
+	if wantList == 2 {
+		// v1 still holds 20 MB the store cannot take; v2 fits once v1's
+		// snapshot is gone (a verify stores what waits before it).
+		dropCheckpointSnapshot(t, d, sb.ID, "v1")
+		if got, err := sb.GetCheckpoint(ctx, "v2", true); err != nil || got.StoreTime == nil || got.Health != api.HealthOK {
+			t.Fatalf("v2 with room: %+v %v", got, err)
+		}
 	}
 }
 
@@ -323,6 +349,9 @@ func TestCheckpointCrashes(t *testing.T) {
 	if _, err := sb.Checkpoint(ctx, "one"); err != nil {
 		t.Fatal(err)
 	}
+	// (A snapshot checkpoint stored before the crashes: the fault points
+	// below are for the operations they name.)
+	waitStored(t, sb, "v1")
 	mustSh(t, sb, "echo two > /workspace/f")
 
 	crash := func(point string, op func(c *client.Sandbox) error) {
@@ -338,19 +367,42 @@ func TestCheckpointCrashes(t *testing.T) {
 		h.restartWith(t) // SIGKILL, then a plain sbxd
 	}
 
-	// Killed while frozen... the capture is done: frozen or not, the
-	// sandbox must answer after the restart.
-	crash("checkpoint:captured", func(c *client.Sandbox) error { _, err := c.Checkpoint(context.Background(), "x"); return err })
-	list, _ := sb.ListCheckpoints(ctx)
-	if len(list) != 2 {
-		t.Fatalf("an interrupted checkpoint is listed: %+v", list)
+	snaps := snapshotCheckpoints(t, h)
+	want := 2
+	if snaps {
+		// Killed while the snapshot is stored in the background: the
+		// checkpoint is listed (it was recorded with its snapshot), and
+		// the restarted sbxd stores it; it verifies.
+		crash("ingest:captured", func(c *client.Sandbox) error { _, err := c.Checkpoint(context.Background(), "x"); return err })
+		list, _ := sb.ListCheckpoints(ctx)
+		if len(list) != 3 || list[0].ID != "v2" {
+			t.Fatalf("a recorded snapshot checkpoint is not listed after the crash: %+v", list)
+		}
+		if got, err := sb.GetCheckpoint(ctx, "v2", true); err != nil || got.Health != api.HealthOK || got.StoreTime == nil {
+			t.Fatalf("v2 after the crash in its store: %+v %v", got, err)
+		}
+		want = 3
+	} else {
+		// Killed while frozen... the capture is done: frozen or not, the
+		// sandbox must answer after the restart.
+		crash("checkpoint:captured", func(c *client.Sandbox) error { _, err := c.Checkpoint(context.Background(), "x"); return err })
+		list, _ := sb.ListCheckpoints(ctx)
+		if len(list) != 2 {
+			t.Fatalf("an interrupted checkpoint is listed: %+v", list)
+		}
 	}
 	if out := mustSh(t, sb, "cat /workspace/f"); out != "two\n" {
 		t.Fatalf("after an interrupted checkpoint: %q", out)
 	}
 	crash("checkpoint:before-record", func(c *client.Sandbox) error { _, err := c.Checkpoint(context.Background(), "x"); return err })
-	if list, _ := sb.ListCheckpoints(ctx); len(list) != 2 {
+	if list, _ := sb.ListCheckpoints(ctx); len(list) != want {
 		t.Fatalf("an interrupted checkpoint is listed: %+v", list)
+	}
+	if snaps {
+		// Its snapshot, never recorded, is gone (v0, v1, v2 keep theirs).
+		if seqs := checkpointSnapshots(t, h, sb.ID); len(seqs) != want {
+			t.Fatalf("snapshots after an unrecorded checkpoint: %v", seqs)
+		}
 	}
 
 	// Killed after building the new layer, before the swap: the old disk.
@@ -368,6 +420,12 @@ func TestCheckpointCrashes(t *testing.T) {
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "restore-") {
 			t.Fatalf("leftover %s", e.Name())
+		}
+	}
+	ents, _ = os.ReadDir(filepath.Dir(layerDir(h, sb.ID)))
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".restore-") {
+			t.Fatalf("leftover subvolume %s", e.Name())
 		}
 	}
 	if _, err := sb.Checkpoint(ctx, "after the crashes"); err != nil {
@@ -389,11 +447,13 @@ func TestCheckpointGC(t *testing.T) {
 	if _, err := a.Checkpoint(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
+	waitStored(t, a, "v1")
 	before := dirSize(blobs)
 	mustSh(t, b, "head -c 6000000 /dev/urandom > /workspace/b")
 	if _, err := b.Checkpoint(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
+	waitStored(t, b, "v1")
 	if grown := dirSize(blobs) - before; grown < 5_900_000 {
 		t.Fatalf("b's checkpoint stored %d bytes", grown)
 	}
@@ -449,5 +509,14 @@ func TestCheckpointsOnS3(t *testing.T) {
 	}
 	if got, err := sb.GetCheckpoint(ctx, "v1", true); err != nil || got.Health != api.HealthOK {
 		t.Fatalf("verify on S3: %+v %v", got, err)
+	}
+	// Without its local snapshot, the restore reads S3.
+	dropCheckpointSnapshot(t, d, sb.ID, "v1")
+	mustSh(t, sb, "rm -rf /workspace/p")
+	if err := sb.Restore(ctx, "v1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSh(t, sb, "sha256sum /workspace/p/r"); got != sum {
+		t.Fatalf("restored from S3: %q, want %q", got, sum)
 	}
 }

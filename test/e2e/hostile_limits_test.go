@@ -155,6 +155,18 @@ func TestHostileDiskQuota(t *testing.T) {
 	if code, out := fillDisk(t, full, "/root/again", 200); code == 0 || !quotaError(out) {
 		t.Fatalf("dd after the restore: exit %d (the quota must hold again):\n%s", code, out)
 	}
+	// A sandbox stopped with a full disk boots on a writable one: it can
+	// make room (overlayfs mounts read-only when it cannot make its work
+	// dir, so the quota goes on after the mount).
+	if err := full.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustSh(t, full, "rm /root/big && echo room > /root/room && cat /root/room"); out != "room\n" {
+		t.Fatalf("a full sandbox after a stop: %q", out)
+	}
+	if code, out := fillDisk(t, full, "/root/again", 200); code == 0 || !quotaError(out) {
+		t.Fatalf("dd after the reboot: exit %d (the quota must hold):\n%s", code, out)
+	}
 
 	// Delete removes the sandbox's subvolume.
 	id := full.ID

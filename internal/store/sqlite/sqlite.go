@@ -281,19 +281,22 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return err
 }
 
-const checkpointCols = `sandbox_id, seq, comment, source_id, health, manifest, size_bytes, added_bytes, files, create_time`
+const checkpointCols = `sandbox_id, seq, comment, source_id, health, manifest, size_bytes, added_bytes, files, create_time, store_time`
 
 func scanCheckpoint(row interface{ Scan(...any) error }) (*store.Checkpoint, error) {
 	var cp store.Checkpoint
-	var manifest, ct string
+	var manifest, ct, storeT string
 	if err := row.Scan(&cp.SandboxID, &cp.Seq, &cp.Comment, &cp.SourceID, &cp.Health, &manifest,
-		&cp.SizeBytes, &cp.AddedBytes, &cp.Files, &ct); err != nil {
+		&cp.SizeBytes, &cp.AddedBytes, &cp.Files, &ct, &storeT); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(manifest), &cp.Manifest); err != nil {
 		return nil, fmt.Errorf("checkpoint %s/v%d: corrupt record: %w", cp.SandboxID, cp.Seq, err)
 	}
 	cp.CreateTime = parseTime(ct)
+	if storeT != "" {
+		cp.StoreTime = parseTime(storeT)
+	}
 	return &cp, nil
 }
 
@@ -305,9 +308,20 @@ func (s *Store) AddCheckpoint(ctx context.Context, cp *store.Checkpoint) error {
 	if cp.Health == "" {
 		cp.Health = "ok"
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO checkpoints (`+checkpointCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		cp.SandboxID, cp.Seq, cp.Comment, cp.SourceID, cp.Health, toJSON(cp.Manifest), cp.SizeBytes, cp.AddedBytes,
-		cp.Files, fmtTime(cp.CreateTime))
+	if cp.StoreTime.IsZero() && len(cp.Manifest) > 0 {
+		cp.StoreTime = cp.CreateTime
+	}
+	storeT := ""
+	if !cp.StoreTime.IsZero() {
+		storeT = fmtTime(cp.StoreTime)
+	}
+	manifest := cp.Manifest
+	if manifest == nil {
+		manifest = []string{}
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO checkpoints (`+checkpointCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		cp.SandboxID, cp.Seq, cp.Comment, cp.SourceID, cp.Health, toJSON(manifest), cp.SizeBytes, cp.AddedBytes,
+		cp.Files, fmtTime(cp.CreateTime), storeT)
 	if isUnique(err) {
 		return errdefs.Conflictf("checkpoint v%d of sandbox %s exists", cp.Seq, cp.SandboxID)
 	}
@@ -346,6 +360,22 @@ func (s *Store) ListCheckpoints(ctx context.Context, sandboxID string) ([]*store
 		out = append(out, cp)
 	}
 	return out, rows.Err()
+}
+
+// SetCheckpointStored implements store.Store.
+func (s *Store) SetCheckpointStored(ctx context.Context, cp *store.Checkpoint) error {
+	if cp.StoreTime.IsZero() {
+		cp.StoreTime = time.Now()
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE checkpoints SET manifest = ?, size_bytes = ?, added_bytes = ?, files = ?, store_time = ?
+		WHERE sandbox_id = ? AND seq = ?`, toJSON(cp.Manifest), cp.SizeBytes, cp.AddedBytes, cp.Files, fmtTime(cp.StoreTime), cp.SandboxID, cp.Seq)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.New(errdefs.ErrCheckpointNotFound, "no checkpoint v%d of sandbox %s", cp.Seq, cp.SandboxID)
+	}
+	return nil
 }
 
 // SetCheckpointHealth implements store.Store.

@@ -245,6 +245,28 @@ func testCheckpoints(t *testing.T, s store.Store) {
 	if _, err := s.GetCheckpoint(ctx, sb.ID, 9); !errors.Is(err, errdefs.ErrCheckpointNotFound) {
 		t.Fatalf("missing checkpoint: %v", err)
 	}
+	if cp.StoreTime.IsZero() {
+		t.Fatal("a checkpoint recorded with its manifest has no store time")
+	}
+	// A snapshot checkpoint: recorded without a manifest, stored later.
+	if err := s.AddCheckpoint(ctx, &store.Checkpoint{SandboxID: sb.ID, Seq: 3, Comment: "snap"}); err != nil {
+		t.Fatal(err)
+	}
+	if cp, err := s.GetCheckpoint(ctx, sb.ID, 3); err != nil || !cp.StoreTime.IsZero() || len(cp.Manifest) != 0 {
+		t.Fatalf("pending checkpoint: %+v %v", cp, err)
+	}
+	stored := time.Now().UTC().Truncate(time.Millisecond)
+	if err := s.SetCheckpointStored(ctx, &store.Checkpoint{SandboxID: sb.ID, Seq: 3, Manifest: []string{"sha256:b"},
+		SizeBytes: 10, AddedBytes: 5, Files: 2, StoreTime: stored}); err != nil {
+		t.Fatal(err)
+	}
+	cp, err = s.GetCheckpoint(ctx, sb.ID, 3)
+	if err != nil || !cp.StoreTime.Equal(stored) || cp.Manifest[0] != "sha256:b" || cp.SizeBytes != 10 || cp.AddedBytes != 5 || cp.Files != 2 || cp.Comment != "snap" {
+		t.Fatalf("stored checkpoint: %+v %v (want store time %v)", cp, err, stored)
+	}
+	if err := s.SetCheckpointStored(ctx, &store.Checkpoint{SandboxID: sb.ID, Seq: 9}); !errors.Is(err, errdefs.ErrCheckpointNotFound) {
+		t.Fatalf("store of a missing checkpoint: %v", err)
+	}
 	if err := s.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}

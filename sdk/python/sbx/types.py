@@ -382,6 +382,9 @@ class Checkpoint(_Model):
     size_bytes: int = 0
     files: int = 0
     added_bytes: int = 0
+    # When it was safely in the blob store; None while it is a snapshot on
+    # its node only, stored in the background.
+    store_time: Optional[datetime] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

@@ -70,9 +70,11 @@ CASES: Dict[str, Any] = {
                    link_target="target")),
     "Checkpoint": (
         {"id": "v3", "create_time": "2026-11-29T10:00:00Z", "comment": "deps installed",
-         "source_id": "v1", "health": "ok", "size_bytes": 24558, "files": 26, "added_bytes": 11268},
+         "source_id": "v1", "health": "ok", "size_bytes": 24558, "files": 26, "added_bytes": 11268,
+         "store_time": "2026-11-29T10:00:01Z"},
         T.Checkpoint(id="v3", create_time=t(2026, 11, 29, 10, 0, 0), comment="deps installed",
-                     source_id="v1", health="ok", size_bytes=24558, files=26, added_bytes=11268)),
+                     source_id="v1", health="ok", size_bytes=24558, files=26, added_bytes=11268,
+                     store_time=t(2026, 11, 29, 10, 0, 1))),
     "Change": (CHANGE, CHANGE_OBJ),
     "Diff": (
         {"from": "v1", "to": "live", "added": [CHANGE], "modified": [CHANGE, CHANGE],

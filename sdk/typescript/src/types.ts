@@ -171,6 +171,8 @@ export interface Checkpoint {
   size_bytes?: number;
   files?: number;
   added_bytes?: number;
+  /** When it was safely in the blob store; null while it is a snapshot on its node only, stored in the background. */
+  store_time?: string | null;
 }
 
 /** A path that differs between two disks. */
