@@ -1,10 +1,13 @@
 // Builds the console into ../dist (committed; embedded in sbxd by
-// internal/console). Deterministic: the same sources and package-lock.json
-// give the same bytes, which scripts/check-console.sh relies on.
+// internal/console), or into the directory given as the first argument.
+// Deterministic: the same sources and package-lock.json give the same
+// bytes, which scripts/check-console.sh relies on.
 import { build } from "esbuild";
 import { copyFileSync, mkdirSync, rmSync } from "node:fs";
 
-const out = new URL("../dist/", import.meta.url).pathname;
+import { resolve } from "node:path";
+
+const out = process.argv[2] ? resolve(process.argv[2]) + "/" : new URL("../dist/", import.meta.url).pathname;
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
 await build({
