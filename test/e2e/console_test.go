@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/page"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -71,6 +73,30 @@ func browser(t *testing.T, problems *[]string) context.Context {
 		}
 	}()
 	return ctx
+}
+
+// typeText types s on the focused element as a keyboard would: one keyDown
+// (with its text) and one keyUp a character, "\r" as the Enter key.
+// (chromedp's SendKeys adds a "char" event to each keyDown, which a
+// terminal reads as a second keypress.)
+func typeText(s string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, r := range s {
+			down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Text: string(r), Key: string(r)}
+			if r == '\r' {
+				down.Key, down.Code, down.WindowsVirtualKeyCode = "Enter", "Enter", 13
+			}
+			if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, down); err != nil {
+				return err
+			}
+			up := down
+			up.Type, up.Text = input.DispatchKeyEventTypeKeyUp, ""
+			if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, up); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // shoot saves the page as docs/console/<name>.png.
@@ -147,7 +173,6 @@ func TestConsoleBrowser(t *testing.T) {
 
 	// The key: the sandboxes.
 	if err := chromedp.Do(ctx,
-		chromedp.SetValue(chromedp.CSS("#key"), ""),
 		chromedp.SendKeys(chromedp.CSS("#key"), h.apiKey),
 		chromedp.Click(chromedp.CSS(`#signin button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(sbRow)),
@@ -220,7 +245,8 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.Navigate(base+"#/sandboxes/"+name+"/terminal"),
 		waitText("#term-status", "connected"),
 		chromedp.WaitReady(chromedp.CSS("#terminal .xterm-helper-textarea")),
-		chromedp.SendKeys(chromedp.CSS("#terminal .xterm-helper-textarea"), "cat /workspace/app/config.txt; echo hi\r"),
+		chromedp.Focus(chromedp.CSS("#terminal .xterm-helper-textarea")),
+		typeText("cat /workspace/app/config.txt; echo hi\r"),
 		poll(rows+`.includes("hi")`),
 		shoot("terminal"),
 	); err != nil {

@@ -56,8 +56,9 @@ whenUnauthorized((e) => {
 function signOut(why = ""): void {
   setAPIKey(null);
   notice = why;
-  if (location.hash !== "#/") location.hash = "#/";
-  else route();
+  // Back to the start without a hashchange (which would draw it twice).
+  if (location.hash !== "" && location.hash !== "#/") history.replaceState(null, "", "#/");
+  route();
 }
 
 signout.addEventListener("click", () => signOut("signed out"));
@@ -116,6 +117,8 @@ function signIn(): void {
           await call<Sandbox[]>("GET", "/v1/sandboxes");
           route();
         } catch (err) {
+          // A refused key (401) has signed out already, saying why.
+          if (err instanceof APIError && err.status === 401) return;
           setAPIKey(null);
           replace(msg, "Sign-in failed: " + errText(err));
         }
