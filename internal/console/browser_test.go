@@ -2,7 +2,10 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -340,8 +343,14 @@ func TestBrowserAgainstFakeAPI(t *testing.T) {
 	); err != nil {
 		t.Fatalf("ports: %v", err)
 	}
-	if href := js[string](t, ctx, `document.querySelector("#ports a").href`); !strings.HasPrefix(href, "http://3000-web.localhost:") {
-		t.Errorf("preview link %q, want the host-based preview", href)
+	// The preview link: host-based, with the port's token (sbxd's
+	// previewToken), never the key.
+	m := hmac.New(sha256.New, []byte(fakeKey))
+	fmt.Fprintf(m, "sbx-preview\x00%s\x00%s", "web", "3000")
+	token := hex.EncodeToString(m.Sum(nil))
+	if href := js[string](t, ctx, `document.querySelector("#ports a").href`); !strings.HasPrefix(href, "http://3000-web.localhost:") ||
+		!strings.HasSuffix(href, "/?sbx_preview="+token) {
+		t.Errorf("preview link %q, want the host-based preview with token %s", href, token)
 	}
 
 	rows := `Array.from(document.querySelectorAll("#terminal .xterm-rows > div")).map(d => d.textContent.replace(/\u00a0/g, " ").trimEnd())`

@@ -34,6 +34,11 @@ const (
 	// previewKeyParam is the query parameter that trades an API key for
 	// the cookie once.
 	previewKeyParam = "sbx_key"
+	// previewTokenParam is the query parameter that trades the cookie's
+	// value (previewToken, which a client holding the key computes, as the
+	// web console does) for the cookie once: a preview link that opens
+	// one port, without the key in the URL.
+	previewTokenParam = "sbx_preview"
 	// portHostSuffix ends the URL host that names a sandbox port inside the
 	// proxy's transport ("web.3000.sbx-port"): it keys the transport's
 	// connection pool by sandbox and port.
@@ -149,11 +154,25 @@ func (s *Server) previewOf(r *http.Request) (*preview, bool) {
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview, auth bool) {
 	q := r.URL.Query()
 	_, hasKey := q[previewKeyParam]
+	_, hasToken := q[previewTokenParam]
 	if auth {
 		switch {
 		case s.authorized(r):
 			p.stripAuth = true
 		case s.validPreviewCookie(r, p):
+		case hasToken:
+			token := q.Get(previewTokenParam)
+			if !s.validPreviewToken(token, p) {
+				s.writeError(w, r, errdefs.New(errdefs.ErrUnauthorized, "wrong preview token in ?%s= (it opens one sandbox port under one API key)", previewTokenParam))
+				return
+			}
+			http.SetCookie(w, &http.Cookie{
+				Name: previewCookie, Value: token, Path: p.cookiePath(),
+				HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
+			})
+			q.Del(previewTokenParam)
+			s.redirect(w, r, r.URL.EscapedPath(), q)
+			return
 		case hasKey:
 			key := q.Get(previewKeyParam)
 			if !s.validKey(key) {
@@ -240,10 +259,20 @@ func previewToken(key, name, port string) string {
 func (s *Server) validPreviewCookie(r *http.Request, p *preview) bool {
 	ok := false
 	for _, c := range r.CookiesNamed(previewCookie) {
-		for _, k := range s.cfg.APIKeys {
-			if hmac.Equal([]byte(c.Value), []byte(previewToken(k, p.name, p.portArg))) {
-				ok = true
-			}
+		if s.validPreviewToken(c.Value, p) {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// validPreviewToken reports whether token is previewToken of p's sandbox
+// and port under one of the API keys.
+func (s *Server) validPreviewToken(token string, p *preview) bool {
+	ok := false
+	for _, k := range s.cfg.APIKeys {
+		if hmac.Equal([]byte(token), []byte(previewToken(k, p.name, p.portArg))) {
+			ok = true
 		}
 	}
 	return ok

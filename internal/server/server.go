@@ -212,7 +212,7 @@ func (s *Server) Handler(auth bool) http.Handler {
 			s.servePreview(sw, r, p, auth)
 		} else if auth && s.cfg.Console != nil && console.Serves(r.URL.Path) {
 			s.cfg.Console.ServeHTTP(sw, r)
-		} else if auth && !s.authorized(r) {
+		} else if auth && !s.authorizedAPI(r) {
 			s.writeError(sw, r, errdefs.New(errdefs.ErrUnauthorized, "missing or wrong API key (Authorization: Bearer <key>)"))
 		} else if r.URL.Path == mcpPath {
 			s.serveMCP(sw, r, auth)
@@ -224,7 +224,17 @@ func (s *Server) Handler(auth bool) http.Handler {
 	})
 }
 
+// authorized reports whether r's Authorization header carries an API key.
 func (s *Server) authorized(r *http.Request) bool {
+	key, ok := bearerKey(r.Header.Get("Authorization"))
+	return ok && s.validKey(key)
+}
+
+// authorizedAPI reports whether r carries an API key for the API itself:
+// in its Authorization header or, for a WebSocket, as a subprotocol
+// (requestKey). Previews take only the header (and their cookie): a
+// preview's WebSocket subprotocols go to the sandbox's program.
+func (s *Server) authorizedAPI(r *http.Request) bool {
 	key, ok := requestKey(r)
 	return ok && s.validKey(key)
 }

@@ -512,7 +512,7 @@ function processesTab(name: string, panel: HTMLElement): Page {
               h(
                 "tbody",
                 {},
-                ps.map((p) =>
+                ps.map((p, i) =>
                   h(
                     "tr",
                     {},
@@ -605,6 +605,23 @@ function previewURL(name: string, port: number): string {
   return sbPath(name, "ports", String(port)) + "/";
 }
 
+/**
+ * The preview token of a port: what sbxd's preview cookie holds, an
+ * HMAC-SHA256 under the key of "sbx-preview\0<name>\0<port>" in hex
+ * (internal/server, previewToken). A preview link carries it as
+ * ?sbx_preview= once, so that it opens that port and nothing else without
+ * the key in the URL. null where the browser has no Web Crypto (a page
+ * served over plain HTTP from another host than localhost).
+ */
+async function previewToken(name: string, port: number): Promise<string | null> {
+  const key = apiKey();
+  if (key === null || !globalThis.crypto?.subtle) return null;
+  const enc = new TextEncoder();
+  const k = await crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", k, enc.encode(`sbx-preview\0${name}\0${port}`)));
+  return Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 function portsTab(name: string, panel: HTMLElement): Page {
   const body = h("div", { id: "ports" });
   replace(
@@ -613,13 +630,20 @@ function portsTab(name: string, panel: HTMLElement): Page {
     h(
       "p",
       { class: "meta" },
-      "TCP ports programs listen on in the sandbox. A preview opens the port through sbxd; over TCP it asks for the API key once (docs/api.md, Ports).",
+      "TCP ports programs listen on in the sandbox. A preview opens the port through sbxd, in a new tab; its link carries a token that opens that port only (docs/api.md, Ports).",
     ),
     body,
   );
   return {
     async refresh() {
       const ps = await call<Port[]>("GET", sbPath(name, "ports"));
+      const links = await Promise.all(
+        ps.map(async (p) => {
+          const u = previewURL(name, p.port);
+          const token = await previewToken(name, p.port);
+          return { shown: u, href: token === null ? u : `${u}?sbx_preview=${token}` };
+        }),
+      );
       drawIfChanged(body, ps, () =>
         ps.length === 0
           ? h("p", { class: "empty" }, "Nothing listens.")
@@ -630,7 +654,7 @@ function portsTab(name: string, panel: HTMLElement): Page {
               h(
                 "tbody",
                 {},
-                ps.map((p) =>
+                ps.map((p, i) =>
                   h(
                     "tr",
                     {},
@@ -638,7 +662,7 @@ function portsTab(name: string, panel: HTMLElement): Page {
                     h("td", {}, p.address),
                     h("td", { class: "num" }, p.pid ?? ""),
                     h("td", {}, p.command ?? ""),
-                    h("td", {}, h("a", { href: previewURL(name, p.port), target: "_blank", rel: "noopener noreferrer" }, previewURL(name, p.port))),
+                    h("td", {}, h("a", { href: links[i].href, target: "_blank", rel: "noopener noreferrer" }, links[i].shown)),
                   ),
                 ),
               ),
