@@ -71,6 +71,9 @@ function setLive(ok: boolean, text: string): void {
 
 /** Shows the page of the current URL fragment. */
 function route(): void {
+  // A question of the page left is answered "no".
+  const dialog = document.getElementById("confirm") as HTMLDialogElement;
+  if (dialog.open) dialog.close();
   page?.stop();
   page = null;
   window.clearInterval(timer);
@@ -559,11 +562,12 @@ function networkTab(name: string, panel: HTMLElement): Page {
           h("dd", {}, list(r.connect)),
         ),
       );
+      const c: Partial<NetworkLog["counts"]> = l.counts ?? {};
       drawIfChanged(log, l, () => [
         h(
           "p",
           { class: "meta" },
-          `DNS: ${l.counts.dns_answered} answered, ${l.counts.dns_refused} refused · connections: ${l.counts.connections_allowed} allowed, ${l.counts.connections_refused} refused · packets refused: ${l.counts.packets_refused}`,
+          `DNS: ${c.dns_answered ?? 0} answered, ${c.dns_refused ?? 0} refused · connections: ${c.connections_allowed ?? 0} allowed, ${c.connections_refused ?? 0} refused · packets refused: ${c.packets_refused ?? 0}`,
         ),
         (l.refused ?? []).length === 0
           ? h("p", { class: "empty" }, "Nothing refused.")
