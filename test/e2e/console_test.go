@@ -194,7 +194,7 @@ func TestConsoleBrowser(t *testing.T) {
 		waitText(v2, "agent broke it"),
 		chromedp.Click(chromedp.CSS(v2+` button[data-action="diff"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`div[data-diff="v2"] table`)),
-		waitText(`div[data-diff="v2"]`, "1 added, 1 modified, 1 deleted"),
+		waitText(`div[data-diff="v2"]`, "v1 → v2: "),
 		shoot("timeline"),
 	); err != nil {
 		t.Fatalf("timeline and diff: %v", err)
