@@ -70,6 +70,12 @@ if [ "${1:-}" = "--test-deps" ]; then
   if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
   fi
+  step "Chromium (headless) for the web console's browser test"
+  if ! command -v chromium >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+  chromium --version
   echo "node $(node --version), npm $(npm --version), $(python3 --version)"
   exit 0
 fi

@@ -21,5 +21,9 @@ go vet ./...
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 echo
+echo "==> web console: the committed bundle matches its sources (npm ci, tsc, esbuild)"
+./scripts/check-console.sh
+
+echo
 echo "==> go test"
 go test -count=1 -timeout 80m ./...

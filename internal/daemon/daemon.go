@@ -21,6 +21,7 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/blob"
+	"github.com/sbxhq/sbx/internal/console"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/network"
@@ -505,7 +506,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	choice := rt.Choice()
 	srv := server.New(eng, server.Config{APIKeys: cfg.APIKeys, PreviewDomain: cfg.PreviewDomain,
-		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, Platform: choice.Platform, PlatformReason: choice.Reason}, log)
+		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, Platform: choice.Platform, PlatformReason: choice.Reason,
+		Console: console.Handler(console.Config{PreviewDomain: cfg.PreviewDomain})}, log)
 
 	var servers []*http.Server
 	errc := make(chan error, 2)

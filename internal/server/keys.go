@@ -114,7 +114,7 @@ func (s *Server) callerOfKey(ctx context.Context, key string) (engine.Caller, er
 
 // authenticate returns the caller of r's bearer key.
 func (s *Server) authenticate(r *http.Request) (engine.Caller, error) {
-	key, _ := bearerKey(r.Header.Get("Authorization"))
+	key, _ := requestKey(r)
 	return s.callerOfKey(r.Context(), key)
 }
 

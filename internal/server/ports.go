@@ -34,6 +34,11 @@ const (
 	// previewKeyParam is the query parameter that trades an API key for
 	// the cookie once.
 	previewKeyParam = "sbx_key"
+	// previewTokenParam is the query parameter that trades the cookie's
+	// value (previewToken, which a client holding the key computes, as the
+	// web console does) for the cookie once: a preview link that opens
+	// one port, without the key in the URL.
+	previewTokenParam = "sbx_preview"
 	// portHostSuffix ends the URL host that names a sandbox port inside the
 	// proxy's transport ("web.3000.sbx-port"): it keys the transport's
 	// connection pool by sandbox and port.
@@ -150,6 +155,7 @@ func (s *Server) previewOf(r *http.Request) (*preview, bool) {
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview, auth bool) {
 	q := r.URL.Query()
 	_, hasKey := q[previewKeyParam]
+	_, hasToken := q[previewTokenParam]
 	c := engine.Operator
 	if auth {
 		var cookieOK bool
@@ -165,6 +171,19 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview
 		}
 		switch {
 		case p.stripAuth, cookieOK:
+		case hasToken:
+			token := q.Get(previewTokenParam)
+			if _, ok := s.previewTokenCaller(r.Context(), token, p); !ok {
+				s.writeError(w, r, errdefs.New(errdefs.ErrUnauthorized, "wrong preview token in ?%s= (it opens one sandbox port under one API key)", previewTokenParam))
+				return
+			}
+			http.SetCookie(w, &http.Cookie{
+				Name: previewCookie, Value: token, Path: p.cookiePath(),
+				HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
+			})
+			q.Del(previewTokenParam)
+			s.redirect(w, r, r.URL.EscapedPath(), q)
+			return
 		case hasKey:
 			key := q.Get(previewKeyParam)
 			token, err := s.previewTokenOf(r.Context(), key, p)
@@ -262,25 +281,36 @@ func (s *Server) previewTokenOf(ctx context.Context, key string, p *preview) (st
 // for p.
 func (s *Server) previewCookieCaller(r *http.Request, p *preview) (engine.Caller, bool) {
 	for _, ck := range r.CookiesNamed(previewCookie) {
-		if id, mac, ok := strings.Cut(ck.Value, "."); ok {
-			k, err := s.eng.GetKey(r.Context(), id)
-			if err != nil || k.ID != id || !k.RevokeTime.IsZero() {
-				continue
-			}
-			if hmac.Equal([]byte(mac), []byte(previewToken(k.Hash, p.name, p.portArg))) {
-				return engine.Caller{KeyID: k.ID, Admin: k.Admin}, true
-			}
-			continue
+		if c, ok := s.previewTokenCaller(r.Context(), ck.Value, p); ok {
+			return c, true
 		}
-		ok := false
-		for _, k := range s.cfg.APIKeys {
-			if hmac.Equal([]byte(ck.Value), []byte(previewToken(k, p.name, p.portArg))) {
-				ok = true
-			}
+	}
+	return engine.Caller{}, false
+}
+
+// previewTokenCaller returns the caller whose preview token for p is
+// token (a cookie's value, or ?sbx_preview=): "<key id>.<HMAC>" for a key
+// record that is not revoked, previewToken under a configured key for the
+// operator.
+func (s *Server) previewTokenCaller(ctx context.Context, token string, p *preview) (engine.Caller, bool) {
+	if id, mac, ok := strings.Cut(token, "."); ok {
+		k, err := s.eng.GetKey(ctx, id)
+		if err != nil || k.ID != id || !k.RevokeTime.IsZero() {
+			return engine.Caller{}, false
 		}
-		if ok {
-			return engine.Operator, true
+		if hmac.Equal([]byte(mac), []byte(previewToken(k.Hash, p.name, p.portArg))) {
+			return engine.Caller{KeyID: k.ID, Admin: k.Admin}, true
 		}
+		return engine.Caller{}, false
+	}
+	ok := false
+	for _, k := range s.cfg.APIKeys {
+		if hmac.Equal([]byte(token), []byte(previewToken(k, p.name, p.portArg))) {
+			ok = true
+		}
+	}
+	if ok {
+		return engine.Operator, true
 	}
 	return engine.Caller{}, false
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -289,5 +290,37 @@ func TestWithoutCookie(t *testing.T) {
 	got := withoutCookie([]string{"a=1; sbx_preview=x; b=2", "sbx_preview=y"}, "sbx_preview")
 	if len(got) != 1 || got[0] != "a=1; b=2" {
 		t.Fatalf("%q", got)
+	}
+}
+
+// TestPreviewToken: ?sbx_preview=<token> (the cookie's value, which the web
+// console computes from the key it holds) sets the cookie once and
+// redirects without it; a token of another port, another sandbox or a
+// wrong key is 401 and dials nothing. A WebSocket subprotocol carrying
+// the key does not admit a preview (its subprotocols go to the program).
+func TestPreviewToken(t *testing.T) {
+	ps := newPreviewServer(t, true)
+	token := previewToken(testKey, "web", "3000")
+	for _, bad := range []string{previewToken(testKey, "web", "3001"), previewToken(testKey, "other", "3000"),
+		previewToken("wrongwrongwrong1", "web", "3000"), "", testKey} {
+		errorOf(t, ps.do(t, "GET", "/?sbx_preview="+bad, "3000-web.localhost"), 401, api.CodeUnauthorized)
+	}
+	errorOf(t, ps.do(t, "GET", "/", "3000-web.localhost", "Upgrade", "websocket", "Sec-WebSocket-Protocol", "bearer."+base64.RawURLEncoding.EncodeToString([]byte(testKey))),
+		401, api.CodeUnauthorized)
+	if len(ps.dialed) != 0 {
+		t.Fatalf("dialed without a credential: %v", ps.dialed)
+	}
+	resp := ps.do(t, "GET", "/page?a=1&sbx_preview="+token, "3000-web.localhost")
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/page?a=1" {
+		t.Fatalf("%d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	cookies := resp.Cookies()
+	if len(cookies) != 1 || cookies[0].Name != previewCookie || cookies[0].Value != token || !cookies[0].HttpOnly {
+		t.Fatalf("cookie %+v", cookies)
+	}
+	seenOf(t, ps.do(t, "GET", "/page", "3000-web.localhost", "Cookie", previewCookie+"="+token))
+	resp = ps.do(t, "GET", "/v1/sandboxes/web/ports/3000/x?sbx_preview="+token, "")
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/v1/sandboxes/web/ports/3000/x" {
+		t.Fatalf("path-based: %d %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }

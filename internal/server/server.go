@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/console"
 	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
@@ -63,6 +65,11 @@ type Config struct {
 	// WebSockets, have no idle bound). Past one, the client gets
 	// 504 port_timeout.
 	PreviewConnectTimeout, PreviewResponseTimeout, PreviewIdleTimeout time.Duration
+	// Console serves the web console (internal/console) on the TCP
+	// listener: "/" and the paths under /console/, before authentication
+	// (the page holds no data; it calls the API with the key a person
+	// signs in with). nil serves no console.
+	Console http.Handler
 }
 
 // DefaultMaxUploadBytes is the default bound of a file or archive upload:
@@ -222,6 +229,8 @@ func (s *Server) Handler(auth bool) http.Handler {
 		sw := &statusWriter{ResponseWriter: w}
 		if p, ok := s.previewOf(r); ok {
 			s.servePreview(sw, r, p, auth)
+		} else if auth && s.cfg.Console != nil && console.Serves(r.URL.Path) {
+			s.cfg.Console.ServeHTTP(sw, r)
 		} else {
 			s.serveAPI(sw, r, auth)
 		}
@@ -251,6 +260,35 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, auth bool) {
 	} else {
 		s.route(w, r)
 	}
+}
+
+// requestKey returns the API key of r: its Authorization header's bearer
+// token or, for a WebSocket upgrade without that header (a browser's
+// WebSocket cannot send one), the key carried as the subprotocol
+// "bearer.<key in unpadded base64url>" (ttyKeyProtocol; as Kubernetes'
+// base64url.bearer.authorization.k8s.io). sbxd never answers that
+// subprotocol back: it selects "sbx.tty" (ttyProtocol).
+func requestKey(r *http.Request) (string, bool) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		return bearerKey(h)
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return "", false
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			enc, ok := strings.CutPrefix(strings.TrimSpace(p), ttyKeyProtocol)
+			if !ok {
+				continue
+			}
+			b, err := base64.RawURLEncoding.DecodeString(enc)
+			if err != nil || len(b) == 0 {
+				return "", false
+			}
+			return string(b), true
+		}
+	}
+	return "", false
 }
 
 // bearerKey returns the token of an Authorization header of the Bearer

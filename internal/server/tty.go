@@ -22,6 +22,15 @@ import (
 // a login bash where the image has one, else sh.
 var defaultShell = []string{"/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"}
 
+// ttyProtocol is the WebSocket subprotocol sbxd selects for a terminal
+// when the client offers it (the web console does; the Go client offers
+// none, and then none is selected). ttyKeyProtocol prefixes the subprotocol
+// that carries a browser's API key (requestKey).
+const (
+	ttyProtocol    = "sbx.tty"
+	ttyKeyProtocol = "bearer."
+)
+
 // TerminalWriteTimeout bounds each write of sbxd to a terminal's
 // WebSocket: a client that reads nothing for this long (its socket's
 // buffers full) is cut off, as if it had disconnected: the socket is
@@ -94,7 +103,8 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	inR, inW := io.Pipe()
 	defer inW.Close()
-	c, err := websocket.Accept(w, r, nil)
+	// Accept checks that the Origin, when there is one, is the Host.
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ttyProtocol}})
 	if err != nil {
 		s.log.Info("terminal refused", "sandbox", r.PathValue("name"), "err", err)
 		return

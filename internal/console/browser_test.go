@@ -1,0 +1,387 @@
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
+)
+
+// The unit tier's browser tests run the console in Debian's chromium
+// against a fake of its one boundary, sbxd's REST API (below): what the
+// page does with what the API answers. test/e2e/console_test.go runs it
+// against a real sbxd.
+
+const fakeKey = "k-0123456789abcdef"
+
+// hostile is a name and label value that a page which parsed API data as
+// HTML would turn into an element running script.
+const hostile = `<img src=x onerror=alert(1)>`
+
+// fakeAPI answers the console's calls for one sandbox, "web", and records
+// the requests that change something.
+type fakeAPI struct {
+	mu      sync.Mutex
+	changes []string
+}
+
+func (f *fakeAPI) changed() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.changes...)
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if r.Header.Get("Upgrade") != "" {
+		for _, p := range strings.Split(r.Header.Get("Sec-WebSocket-Protocol"), ",") {
+			if enc, ok := strings.CutPrefix(strings.TrimSpace(p), "bearer."); ok {
+				b, _ := base64.RawURLEncoding.DecodeString(enc)
+				key = string(b)
+			}
+		}
+	}
+	if key != fakeKey {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(401)
+		fmt.Fprint(w, `{"error":{"code":"unauthorized","message":"missing or wrong API key"}}`)
+		return
+	}
+	if r.Method != "GET" {
+		f.mu.Lock()
+		f.changes = append(f.changes, r.Method+" "+r.URL.Path)
+		f.mu.Unlock()
+	}
+	sb := map[string]any{"id": "sbx_00000000000000aa", "name": "web", "state": "running", "image": "default", "cpus": 1, "memory_mb": 512, "disk_mb": 2048,
+		"labels":      map[string]string{"agent": hostile, "ansi": "\x1b[31mred\x1b[0m", "rtl": "a\u202eb"},
+		"create_time": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "source": nil,
+		"network": map[string]any{"internet": true, "allow": []string{}, "deny": []string{"evil.example.org"}, "connect": []string{}}}
+	cp := func(id, comment string, min int) map[string]any {
+		return map[string]any{"id": id, "comment": comment, "create_time": time.Now().Add(-time.Duration(min) * time.Minute).UTC().Format(time.RFC3339),
+			"source_id": nil, "health": "ok", "size_bytes": 4096, "files": 3, "added_bytes": 1200}
+	}
+	answer := func(v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	switch r.Method + " " + r.URL.Path {
+	case "GET /v1/sandboxes":
+		answer([]any{sb})
+	case "GET /v1/sandboxes/web":
+		answer(sb)
+	case "GET /v1/sandboxes/web/checkpoints":
+		answer([]any{cp("v2", "agent broke it", 5), cp("v1", "deps installed", 30), cp("v0", "", 60)})
+	case "GET /v1/snapshots":
+		answer([]any{map[string]any{"id": "snp_1", "name": "before-migration", "sandbox": "web", "create_time": time.Now().Add(-20 * time.Minute).UTC().Format(time.RFC3339),
+			"expire_time": nil, "memory_bytes": 1 << 26, "disk_bytes": 1 << 20, "stored_bytes": 1 << 22, "health": "ok"}})
+	case "GET /v1/sandboxes/web/checkpoints/v2/diff":
+		answer(map[string]any{"from": r.URL.Query().Get("from"), "to": "v2",
+			"added":    []any{map[string]any{"path": "/workspace/" + hostile + ".txt", "type": "file", "size": 2, "old_size": 0}},
+			"modified": []any{map[string]any{"path": "/workspace/config.txt", "type": "file", "size": 4, "old_size": 4}},
+			"deleted":  []any{map[string]any{"path": "/workspace/README", "type": "file", "size": 0, "old_size": 5}}})
+	case "POST /v1/sandboxes/web/checkpoints/v1/restore":
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintln(w, `{"type":"info","data":"stopping the sandbox"}`)
+		b, _ := json.Marshal(map[string]any{"type": "complete", "data": map[string]any{"name": "web", "state": "stopped"}})
+		fmt.Fprintf(w, "%s\n", b)
+	case "GET /v1/sandboxes/web/processes":
+		answer([]any{map[string]any{"pid": 7, "cmd": []string{"sh", "-c", "printf '\\033[31m<b>x</b>'"}, "start_time": time.Now().UTC().Format(time.RFC3339), "state": "running", "output_bytes": 20}})
+	case "GET /v1/sandboxes/web/processes/7/output":
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintln(w, `{"type":"stdout","data":"\u001b[31m<b>bold</b>\u001b[0m\n"}`)
+		fmt.Fprintln(w, `{"type":"exit","exit_code":0}`)
+	case "GET /v1/sandboxes/web/network":
+		answer(sb["network"])
+	case "GET /v1/sandboxes/web/network/log":
+		answer(map[string]any{"counts": map[string]int{"dns_answered": 3, "dns_refused": 1}, "refused": []any{
+			map[string]any{"time": time.Now().UTC().Format(time.RFC3339), "kind": "dns", "destination": "evil.example.org", "reason": "denied by rule", "count": 1}}})
+	case "GET /v1/sandboxes/web/ports":
+		answer([]any{map[string]any{"port": 3000, "address": "0.0.0.0", "pid": 9, "command": "node"}})
+	case "GET /v1/sandboxes/web/exec":
+		f.terminal(w, r)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(404)
+		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"no route %s %s"}}`, r.Method, r.URL.Path)
+	}
+}
+
+// terminal is a shell that knows one command: "echo hi" prints hi.
+func (f *fakeAPI) terminal(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"sbx.tty"}})
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx := r.Context()
+	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"start","pid":42}`))
+	_ = c.Write(ctx, websocket.MessageBinary, []byte("$ "))
+	var line []byte
+	for {
+		typ, b, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		if typ != websocket.MessageBinary {
+			continue
+		}
+		for _, ch := range b {
+			if ch != '\r' {
+				line = append(line, ch)
+				_ = c.Write(ctx, websocket.MessageBinary, []byte{ch})
+				continue
+			}
+			out := "\r\n"
+			if string(line) == "echo hi" {
+				out += "hi\r\n"
+			}
+			line = line[:0]
+			_ = c.Write(ctx, websocket.MessageBinary, []byte(out+"$ "))
+		}
+	}
+}
+
+// startBrowser starts headless chromium, or skips (fails with CI=true)
+// where there is none; the problems it returns are the page's dialogs (an
+// injected script's alert) and uncaught exceptions.
+func startBrowser(t *testing.T) (context.Context, func() []string) {
+	t.Helper()
+	exe, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed (scripts/install.sh --test-deps installs it)")
+		}
+		t.Skip("chromium is not installed")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 860))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelC(); cancelA() })
+	var mu sync.Mutex
+	var problems []string
+	note := func(s string) { mu.Lock(); problems = append(problems, s); mu.Unlock() }
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			note("dialog: " + ev.Message)
+			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	exceptions := chromedp.Events(ctx, cdpruntime.ExceptionThrown)
+	go func() {
+		for ev, err := range exceptions {
+			if err != nil {
+				return
+			}
+			d := ev.ExceptionDetails
+			if d.Exception != nil {
+				d.Text += " " + d.Exception.Description
+			}
+			note(fmt.Sprintf("uncaught at %s:%d: %s", d.URL, d.LineNumber, d.Text))
+		}
+	}()
+	return ctx, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), problems...) }
+}
+
+// typeText types s on the focused element as a keyboard would: one keyDown
+// (with its text) and one keyUp a character, "\r" as the Enter key.
+// (chromedp's SendKeys adds a "char" event to each keyDown, which a
+// terminal reads as a second keypress.)
+func typeText(s string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, r := range s {
+			down := input.DispatchKeyEventParams{Type: input.DispatchKeyEventTypeKeyDown, Text: string(r), Key: string(r)}
+			if r == '\r' {
+				down.Key, down.Code, down.WindowsVirtualKeyCode = "Enter", "Enter", 13
+			}
+			if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, down); err != nil {
+				return err
+			}
+			up := down
+			up.Type, up.Text = input.DispatchKeyEventTypeKeyUp, ""
+			if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, up); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func until(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))
+}
+
+func hasText(sel, want string) chromedp.Action[chromedp.Void] {
+	return until(fmt.Sprintf(`(document.querySelector(%q)?.textContent ?? "").includes(%q)`, sel, want))
+}
+
+func js[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// TestBrowserAgainstFakeAPI: in a real browser, the console signs in (a
+// wrong key shows nothing and is not kept), lists the sandbox, shows
+// labels, file names and output holding HTML, ANSI and bidi controls as
+// text (no element, no script, escapes visible), reads a step's diff,
+// restores only after the dialog's Confirm (Cancel does nothing), and
+// types in the terminal, whose WebSocket carries the key as a subprotocol,
+// never in the URL.
+func TestBrowserAgainstFakeAPI(t *testing.T) {
+	api := &fakeAPI{}
+	var urls []string
+	var mu sync.Mutex
+	console := Handler(Config{PreviewDomain: "localhost"})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		urls = append(urls, r.URL.String())
+		mu.Unlock()
+		if Serves(r.URL.Path) {
+			console.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ctx, problems := startBrowser(t)
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#key")),
+		chromedp.SendKeys(chromedp.CSS("#key"), "wrong-key-0123456789"),
+		chromedp.Click(chromedp.CSS(`#signin button[type="submit"]`)),
+		hasText("#signin-error", "unauthorized"),
+	); err != nil {
+		t.Fatalf("wrong key: %v", err)
+	}
+	if n := js[int](t, ctx, `document.querySelectorAll("tr[data-sandbox]").length + (sessionStorage.getItem("sbx.key") === null ? 0 : 100)`); n != 0 {
+		t.Fatalf("a wrong key showed %d rows (+100: the key was kept)", n)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS("#key"), fakeKey),
+		chromedp.Click(chromedp.CSS(`#signin button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-sandbox="web"]`)),
+	); err != nil {
+		t.Fatalf("sign in: %v", err)
+	}
+	row := js[string](t, ctx, `document.querySelector('tr[data-sandbox="web"]').textContent`)
+	for _, want := range []string{"agent=" + hostile, `ansi=\x1b[31mred\x1b[0m`, `rtl=a\u202eb`} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the sandbox row %q does not show %q", row, want)
+		}
+	}
+
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`tr[data-sandbox="web"] a`)),
+		chromedp.WaitVisible(chromedp.CSS(`li[data-step="v2"]`)),
+		hasText("#timeline", "before-migration"),
+		chromedp.Click(chromedp.CSS(`li[data-step="v2"] button[data-action="diff"]`)),
+		hasText(`div[data-diff="v2"]`, "v1 → v2: 1 added, 1 modified, 1 deleted"),
+	); err != nil {
+		t.Fatalf("timeline: %v", err)
+	}
+	if d := js[string](t, ctx, `document.querySelector('div[data-diff="v2"]').textContent`); !strings.Contains(d, "/workspace/"+hostile+".txt") {
+		t.Errorf("the diff shows %q, not the file name as text", d)
+	}
+
+	// Cancel restores nothing; Confirm restores.
+	restore := chromedp.Click(chromedp.CSS(`li[data-step="v1"] button[data-action="restore"]`))
+	if err := chromedp.Do(ctx, restore, chromedp.WaitVisible(chromedp.CSS("#confirm")), chromedp.Click(chromedp.CSS("#confirm-cancel")),
+		chromedp.WaitNotVisible(chromedp.CSS("#confirm"))); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if c := api.changed(); len(c) != 0 {
+		t.Fatalf("Cancel changed something: %q", c)
+	}
+	if err := chromedp.Do(ctx, restore, chromedp.WaitVisible(chromedp.CSS("#confirm")), chromedp.Click(chromedp.CSS("#confirm-ok")),
+		hasText("#status", "restored to v1")); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if c := api.changed(); len(c) != 1 || c[0] != "POST /v1/sandboxes/web/checkpoints/v1/restore" {
+		t.Fatalf("Confirm sent %q", c)
+	}
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/#/sandboxes/web/processes"),
+		chromedp.WaitVisible(chromedp.CSS("#processes table")),
+		chromedp.Click(chromedp.CSS("#processes td button")),
+		hasText("#output pre", "exited with code 0"),
+	); err != nil {
+		t.Fatalf("processes: %v", err)
+	}
+	if out := js[string](t, ctx, `document.querySelector("#output pre").textContent`); !strings.Contains(out, `\x1b[31m<b>bold</b>\x1b[0m`) {
+		t.Errorf("output shown as %q", out)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/#/sandboxes/web/ports"),
+		chromedp.WaitVisible(chromedp.CSS("#ports a")),
+	); err != nil {
+		t.Fatalf("ports: %v", err)
+	}
+	// The preview link: host-based, with the port's token (sbxd's
+	// previewToken), never the key.
+	m := hmac.New(sha256.New, []byte(fakeKey))
+	fmt.Fprintf(m, "sbx-preview\x00%s\x00%s", "web", "3000")
+	token := hex.EncodeToString(m.Sum(nil))
+	if href := js[string](t, ctx, `document.querySelector("#ports a").href`); !strings.HasPrefix(href, "http://3000-web.localhost:") ||
+		!strings.HasSuffix(href, "/?sbx_preview="+token) {
+		t.Errorf("preview link %q, want the host-based preview with token %s", href, token)
+	}
+
+	rows := `Array.from(document.querySelectorAll("#terminal .xterm-rows > div")).map(d => d.textContent.replace(/\u00a0/g, " ").trimEnd())`
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/#/sandboxes/web/terminal"),
+		hasText("#term-status", "connected: pid 42"),
+		chromedp.Focus(chromedp.CSS("#terminal .xterm-helper-textarea")),
+		typeText("echo hi\r"),
+		until(rows+`.includes("hi")`),
+	); err != nil {
+		got, _ := chromedp.Run(ctx, chromedp.Evaluate[[]string](rows))
+		t.Fatalf("terminal: %v; rows %q", err, got)
+	}
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/#/sandboxes/web/usage"),
+		hasText("#usage", "does not meter usage"),
+	); err != nil {
+		t.Fatalf("usage: %v", err)
+	}
+	if n := js[int](t, ctx, `document.querySelectorAll("#app img, #app b, #app script").length`); n != 0 {
+		t.Errorf("%d elements made from API data", n)
+	}
+	mu.Lock()
+	for _, u := range urls {
+		if strings.Contains(u, fakeKey) || strings.Contains(u, base64.RawURLEncoding.EncodeToString([]byte(fakeKey))) {
+			t.Errorf("the key is in a URL: %s", u)
+		}
+	}
+	mu.Unlock()
+	if p := problems(); len(p) > 0 {
+		t.Errorf("the page raised: %q", p)
+	}
+}
