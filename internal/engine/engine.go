@@ -293,7 +293,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.deliverAllPending(ctx)
 	e.limitAll()
 	e.pool.start()
-	e.bg.Add(3)
+	e.bg.Add(4)
 	go e.gcLoop()
 	go e.idleLoop()
 	go e.meter.loop()
