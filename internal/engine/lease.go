@@ -137,10 +137,15 @@ func deletedDuring(sb *store.Sandbox, op string, err error) error {
 }
 
 // failClass is the error class an operation that captured a disk fails
-// with: ErrCaptureLimit when the capture passed a limit, else class.
+// with: ErrCaptureLimit when the capture passed a limit; ErrUnavailable,
+// saying the sandbox does not answer, when a runsc verb's deadline cut it
+// (the sandbox is stopped with SIGSTOP, frozen or overloaded); else class.
 func failClass(err, class error) error {
 	if errors.Is(err, errdefs.ErrCaptureLimit) {
 		return errdefs.ErrCaptureLimit
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return errdefs.WithDetail(errdefs.ErrUnavailable, "the sandbox does not answer (it is stopped, frozen or overloaded; other sandboxes are not affected)")
 	}
 	return class
 }

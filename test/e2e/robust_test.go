@@ -153,13 +153,13 @@ func TestHungSandbox(t *testing.T) {
 	if r, err := well.Exec(ctx, "echo ok"); err != nil || strings.TrimSpace(r.Stdout) != "ok" {
 		t.Fatalf("the other sandbox's exec after the restart: %+v, %v", r, err)
 	}
-	// Operations on the hung one answer 503 unavailable, saying why.
+	// A checkpoint of the hung one either is taken without its help (a
+	// copy-on-write snapshot of its disk) or answers 503 unavailable,
+	// saying why (it used to answer 500 checkpoint_failed).
 	if _, err := hung.Checkpoint(ctx, "while-hung"); err != nil {
 		if e := wantCode(t, err, api.CodeUnavailable); !strings.Contains(e.Message, "not answer") {
 			t.Fatalf("checkpoint of a hung sandbox: %v, want it to say the sandbox does not answer", err)
 		}
-	} else {
-		t.Fatal("a checkpoint of a hung sandbox succeeded")
 	}
 	// Its delete leaves none of its processes (it used to answer success
 	// and leave the stopped runsc-sandbox and gofer running).
