@@ -188,6 +188,10 @@ func TestTenantsEveryEndpoint(t *testing.T) {
 		"POST /v1/images/pull":     {{body: j(`{"name":"` + imgA + `","ref":"127.0.0.1:1/none:1"}`), want: []int{409}}},
 		"POST /v1/images/import":   {{query: "name=" + imgA, body: tarOf(t, map[string]string{"x": "b"}), contentType: "application/x-tar", want: []int{409}}},
 	}
+	// Previews of A's ports: as missing as A's sandbox, whatever the method.
+	for _, m := range []string{"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"} {
+		attempts[m+" /v1/sandboxes/{name}/ports/{port}/{path}"] = []attempt{{want: []int{404}}}
+	}
 	// The values of path parameters, by route prefix.
 	params := func(route string, byID bool) map[string]string {
 		sb := sbA.Name
