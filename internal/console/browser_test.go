@@ -174,7 +174,10 @@ func startBrowser(t *testing.T) (context.Context, func() []string) {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 860))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelC(); cancelA() })
+	// A query that never matches (a lost click) fails the test at this
+	// bound instead of hanging it.
+	ctx, cancelT := context.WithTimeout(ctx, 4*time.Minute)
+	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
 	var mu sync.Mutex
 	var problems []string
 	note := func(s string) { mu.Lock(); problems = append(problems, s); mu.Unlock() }
@@ -309,16 +312,17 @@ func TestBrowserAgainstFakeAPI(t *testing.T) {
 		t.Errorf("the diff shows %q, not the file name as text", d)
 	}
 
-	// Cancel restores nothing; Confirm restores.
-	restore := chromedp.Click(chromedp.CSS(`li[data-step="v1"] button[data-action="restore"]`))
-	if err := chromedp.Do(ctx, restore, chromedp.WaitVisible(chromedp.CSS("#confirm")), chromedp.Click(chromedp.CSS("#confirm-cancel")),
-		chromedp.WaitNotVisible(chromedp.CSS("#confirm"))); err != nil {
+	// Cancel restores nothing; Confirm restores. (The button is pressed
+	// until the dialog is open: a poll may redraw the row under a click.)
+	restore := until(`document.getElementById("confirm").open || (document.querySelector('li[data-step="v1"] button[data-action="restore"]')?.click(), false)`)
+	if err := chromedp.Do(ctx, restore, chromedp.Click(chromedp.CSS("#confirm-cancel")),
+		until(`!document.getElementById("confirm").open`)); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
 	if c := api.changed(); len(c) != 0 {
 		t.Fatalf("Cancel changed something: %q", c)
 	}
-	if err := chromedp.Do(ctx, restore, chromedp.WaitVisible(chromedp.CSS("#confirm")), chromedp.Click(chromedp.CSS("#confirm-ok")),
+	if err := chromedp.Do(ctx, restore, chromedp.Click(chromedp.CSS("#confirm-ok")),
 		hasText("#status", "restored to v1")); err != nil {
 		t.Fatalf("restore: %v", err)
 	}

@@ -220,8 +220,9 @@ func TestConsoleBrowser(t *testing.T) {
 	// undone, and the disk now differs from v2 by the inverse of v2's diff.
 	v1 := `li[data-step="v1"]`
 	if err := chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(v1+` button[data-action="restore"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		// Pressed until the dialog is open: a poll may redraw the row
+		// under a click.
+		poll(`document.getElementById("confirm").open || (document.querySelector('`+v1+` button[data-action="restore"]')?.click(), false)`),
 		waitText("#confirm-text", "Restore "+name+" to v1"),
 		shoot("restore-confirm"),
 		chromedp.Click(chromedp.CSS("#confirm-ok")),
