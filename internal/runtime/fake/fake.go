@@ -302,13 +302,24 @@ func (r *Runtime) Start(ctx context.Context, s *runtime.Spec, bundle string) err
 		"--control", "@sbx-fake-" + s.ID + "-" + hex.EncodeToString(nonce[:]),
 		"--root", s.RootFS}, s.Args[1:]...)
 	// Not CommandContext: the container outlives the call that starts it.
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = s.RootFS
-	cmd.Env = s.Env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("fake runtime: start %s: %w", s.ID, err)
+	var cmd *exec.Cmd
+	for try := 0; ; try++ {
+		cmd = exec.Command(bin, args...)
+		cmd.Dir = s.RootFS
+		cmd.Env = s.Env
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		err := cmd.Start()
+		if err == nil {
+			break
+		}
+		// ETXTBSY: the agent binary was just written, and a process
+		// forked meanwhile (another test's, in this process) still holds
+		// its write descriptor until it execs (golang/go#22315). It passes.
+		if !errors.Is(err, syscall.ETXTBSY) || try >= 100 {
+			return fmt.Errorf("fake runtime: start %s: %w", s.ID, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	pid := cmd.Process.Pid
 	exited := make(chan struct{})
