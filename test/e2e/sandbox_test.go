@@ -283,7 +283,9 @@ func TestBadInput(t *testing.T) {
 		if code, body := do("POST", "/v1/sandboxes", `{"name": "x"`); code != 400 {
 			t.Fatalf("truncated JSON: %d %s", code, body)
 		}
-		if code, body := do("POST", "/v1/sandboxes", `{"name": "`+strings.Repeat("a", 2<<20)+`"}`); code != 413 || !strings.Contains(body, "too_large") {
+		// Over the create body's bound (8 MiB: it may carry 100 secrets of
+		// 64 KiB; server.MaxSecretsBody).
+		if code, body := do("POST", "/v1/sandboxes", `{"name": "`+strings.Repeat("a", 9<<20)+`"}`); code != 413 || !strings.Contains(body, "too_large") {
 			t.Fatalf("over-long body: %d %.200s", code, body)
 		}
 		if code, body := do("GET", "/v1/nothing", ""); code != 404 || !strings.Contains(body, "not_found") {

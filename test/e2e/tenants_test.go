@@ -76,6 +76,12 @@ func TestTenantsEveryEndpoint(t *testing.T) {
 		}
 	})
 	mustSh(t, sbA, "mkdir -p /workspace && echo "+marker+" > /workspace/secret.txt")
+	// A secret of A's sandbox: its value and its placeholder are A's.
+	secretValue := "token-of-a-" + randomHex(8)
+	si, err := sbA.Secrets().Put(ctx, "API_TOKEN", &secretValue, []api.SecretRule{{Host: "api.test", Methods: []string{"GET"}, PathPrefix: "/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := sbA.Checkpoint(ctx, "a's"); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +112,7 @@ func TestTenantsEveryEndpoint(t *testing.T) {
 	}
 
 	// What B must never see (unless B sent it itself).
-	secrets := []string{marker, keyA.Secret, sbA.ID, sbA.Name, snA.ID, dA.ID, evA.ID, imgA, keyA.ID}
+	secrets := []string{marker, keyA.Secret, sbA.ID, sbA.Name, snA.ID, dA.ID, evA.ID, imgA, keyA.ID, secretValue, si.Placeholder}
 
 	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPIYAML)
 	if err != nil {
@@ -179,14 +185,22 @@ func TestTenantsEveryEndpoint(t *testing.T) {
 				t.Errorf("B's key list lacks B: %s", b)
 			}
 		}}},
-		"GET /v1/keys/{id}":        {{}},
-		"DELETE /v1/keys/{id}":     {{want: []int{403}}},
-		"GET /v1/images":           {{want: ok, check: noneOfA}},
-		"GET /v1/images/{name}":    {{}},
-		"DELETE /v1/images/{name}": {{}},
-		"POST /v1/images/build":    {{body: j(`{"name":"` + imgA + `"}`), want: []int{409}}},
-		"POST /v1/images/pull":     {{body: j(`{"name":"` + imgA + `","ref":"127.0.0.1:1/none:1"}`), want: []int{409}}},
-		"POST /v1/images/import":   {{query: "name=" + imgA, body: tarOf(t, map[string]string{"x": "b"}), contentType: "application/x-tar", want: []int{409}}},
+		"GET /v1/keys/{id}":    {{}},
+		"DELETE /v1/keys/{id}": {{want: []int{403}}},
+		"GET /v1/images":       {{want: ok, check: noneOfA}},
+		// B's own usage: nothing of A's sandbox or key in it, however grouped.
+		"GET /v1/usage": {{want: ok, check: noneOfA}, {query: "group_by=key", want: ok, check: noneOfA},
+			{query: "group_by=day", want: ok, check: noneOfA}},
+		"PUT /v1/keys/{id}/limit":                      {{body: j(`{"daily_limit_usd":1000}`), want: []int{403}}},
+		"GET /v1/sandboxes/{name}/secrets":             {{}},
+		"PUT /v1/sandboxes/{name}/secrets":             {{body: j(`{"secrets":[]}`)}},
+		"PUT /v1/sandboxes/{name}/secrets/{secret}":    {{body: j(`{"value":"b","rules":[{"host":"evil.test","methods":["GET"],"path_prefix":"/"}]}`)}},
+		"DELETE /v1/sandboxes/{name}/secrets/{secret}": {{}},
+		"GET /v1/images/{name}":                        {{}},
+		"DELETE /v1/images/{name}":                     {{}},
+		"POST /v1/images/build":                        {{body: j(`{"name":"` + imgA + `"}`), want: []int{409}}},
+		"POST /v1/images/pull":                         {{body: j(`{"name":"` + imgA + `","ref":"127.0.0.1:1/none:1"}`), want: []int{409}}},
+		"POST /v1/images/import":                       {{query: "name=" + imgA, body: tarOf(t, map[string]string{"x": "b"}), contentType: "application/x-tar", want: []int{409}}},
 	}
 	// Previews of A's ports: as missing as A's sandbox, whatever the method.
 	for _, m := range []string{"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"} {
@@ -198,7 +212,7 @@ func TestTenantsEveryEndpoint(t *testing.T) {
 		if byID {
 			sb = sbA.ID
 		}
-		p := map[string]string{"name": sb, "pid": "1", "port": "8080", "path": "x", "key": wake}
+		p := map[string]string{"name": sb, "pid": "1", "port": "8080", "path": "x", "key": wake, "secret": "API_TOKEN"}
 		switch {
 		case strings.HasPrefix(route, "/v1/images/"):
 			p["name"] = imgA
@@ -326,6 +340,18 @@ func TestTenantsEveryEndpoint(t *testing.T) {
 	}
 	if _, err := cA.Keys.Get(ctx, keyA.ID); err != nil {
 		t.Fatalf("A's key after B: %v", err)
+	}
+	limit := func(p *float64) string {
+		if p == nil {
+			return "none"
+		}
+		return fmt.Sprint(*p)
+	}
+	if k, err := cA.Keys.Get(ctx, keyA.ID); err != nil || limit(k.DailyLimitUSD) != limit(keyA.DailyLimitUSD) {
+		t.Fatalf("A's key limit after B: %+v %v", k, err)
+	}
+	if l, err := got.Secrets().List(ctx); err != nil || len(l) != 1 || l[0].Name != "API_TOKEN" || len(l[0].Rules) != 1 || l[0].Rules[0].Host != "api.test" {
+		t.Fatalf("A's secrets after B: %+v %v", l, err)
 	}
 	if evs, _, err := cA.Events.Pending(ctx, wake, client.PageOptions{}); err != nil || len(evs) != 1 || evs[0].ID != evA.ID {
 		t.Fatalf("A's pending event after B: %v %v", evs, err)
