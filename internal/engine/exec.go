@@ -264,24 +264,26 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 			return nil, err
 		}
 	}
-	sb, err := e.ensureRunning(ctx, idOrName)
+	found, err := e.Get(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
-	// The request is activity from here on: the idle loop does not decide
-	// to suspend the sandbox while it starts. One that decided before waits
-	// its suspend out, and the sandbox wakes again for this request.
-	starting := e.busy(sb.ID)
+	// The request is activity from here on, before the sandbox is booted
+	// or woken: the idle loop does not decide to suspend it while it
+	// starts. One that decided before waits its suspend out (its lock), and
+	// ensureRunning then wakes the sandbox for this request.
+	starting := e.busy(found.ID)
 	defer starting()
-	if e.idleSuspending(sb.ID) {
-		unlock, err := e.lockID(ctx, sb.ID, sb.Name, "exec", lockOrWait)
+	if e.idleSuspending(found.ID) {
+		unlock, err := e.lockID(ctx, found.ID, found.Name, "exec", lockOrWait)
 		if err != nil {
 			return nil, err
 		}
 		unlock()
-		if sb, err = e.ensureRunning(ctx, sb.ID); err != nil {
-			return nil, err
-		}
+	}
+	sb, err := e.ensureRunning(ctx, found.ID)
+	if err != nil {
+		return nil, err
 	}
 	env, err := e.execEnv(ctx, sb, req.Env)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/runtime"
 	"github.com/sbxhq/sbx/internal/store"
 )
 
@@ -138,13 +139,14 @@ func deletedDuring(sb *store.Sandbox, op string, err error) error {
 
 // failClass is the error class an operation that captured a disk fails
 // with: ErrCaptureLimit when the capture passed a limit; ErrUnavailable,
-// saying the sandbox does not answer, when a runsc verb's deadline cut it
-// (the sandbox is stopped with SIGSTOP, frozen or overloaded); else class.
+// saying the sandbox does not answer, when the runtime's own deadline cut
+// a call (runtime.ErrUnresponsive: the sandbox is stopped with SIGSTOP,
+// frozen or overloaded); else class.
 func failClass(err, class error) error {
 	if errors.Is(err, errdefs.ErrCaptureLimit) {
 		return errdefs.ErrCaptureLimit
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, runtime.ErrUnresponsive) {
 		return errdefs.WithDetail(errdefs.ErrUnavailable, "the sandbox does not answer (it is stopped, frozen or overloaded; other sandboxes are not affected)")
 	}
 	return class

@@ -18,6 +18,12 @@ import (
 // runtime has.
 var ErrUnsupported = fmt.Errorf("not supported by this runtime: %w", errors.ErrUnsupported)
 
+// ErrUnresponsive is returned, wrapped, by a runtime whose call on a
+// container did not finish within its deadline: the container's sandbox is
+// stopped (SIGSTOP), frozen or overloaded. errors.Is(err, ErrUnresponsive)
+// holds; a deadline of the caller's own context does not make it.
+var ErrUnresponsive = errors.New("the sandbox does not answer")
+
 // Status is a container's state as the runtime reports it.
 type Status string
 

@@ -358,7 +358,7 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 			// operation: the sandbox does not answer. The cause's text
 			// (runsc's arguments, host paths) goes to the log only.
 			s.log.Warn("operation cut by its deadline", "request_id", requestID(ctx), "err", err)
-			err = errdefs.New(errdefs.ErrUnavailable, "the operation did not finish within its deadline: the sandbox does not answer (it is stopped, frozen or overloaded; other sandboxes are not affected); retry, or stop or delete it")
+			err = errdefs.New(errdefs.ErrUnavailable, "the operation did not finish within its deadline: the sandbox or runsc does not answer (stopped, frozen or overloaded), or the host is overloaded; other sandboxes are not affected; retry, or stop or delete it")
 		}
 	}
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errRevoked) {

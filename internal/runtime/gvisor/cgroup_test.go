@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,5 +216,26 @@ func BenchmarkCgroupStats(b *testing.B) {
 		if _, err := r.cgroupStats(""); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestUnresponsiveOnlyForVerbDeadline: a runsc command cut by its verb's
+// own deadline is runtime.ErrUnresponsive (the sandbox does not answer);
+// one cut by the caller's deadline is not (the caller gave up, nothing is
+// known of the sandbox).
+func TestUnresponsiveOnlyForVerbDeadline(t *testing.T) {
+	stub := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(stub, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runtime{cfg: Config{Runsc: stub, Root: t.TempDir(), Platform: "systrap"}, logs: map[string]*initLog{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := r.run(ctx, nil, "state", "x")
+	if err == nil || errors.Is(err, runtime.ErrUnresponsive) {
+		t.Fatalf("a command the caller's deadline cut: %v; want an error that is not ErrUnresponsive", err)
+	}
+	if !errors.Is(&ExitError{Args: []string{"state", "x"}, Err: context.DeadlineExceeded, verbDeadline: true}, runtime.ErrUnresponsive) {
+		t.Fatal("a command its verb's deadline cut is not ErrUnresponsive")
 	}
 }

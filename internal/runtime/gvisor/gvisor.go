@@ -119,11 +119,20 @@ type ExitError struct {
 	Args   []string
 	Err    error
 	Stderr string
+	// verbDeadline: the verb's own deadline (verbTimeout) cut it, while
+	// the caller's context was still live.
+	verbDeadline bool
 }
 
 // Unwrap returns the command's error: errors.Is(err,
-// context.DeadlineExceeded) holds when the verb's deadline cut it.
+// context.DeadlineExceeded) holds when a deadline cut it.
 func (e *ExitError) Unwrap() error { return e.Err }
+
+// Is reports runtime.ErrUnresponsive for a command that the verb's own
+// deadline cut (not the caller's: see runNet).
+func (e *ExitError) Is(target error) bool {
+	return target == runtime.ErrUnresponsive && e.verbDeadline
+}
 
 func (e *ExitError) Error() string {
 	msg := strings.TrimSpace(e.Stderr)
@@ -173,6 +182,7 @@ func (r *Runtime) runNet(ctx context.Context, netns bool, io *stdio, args ...str
 	}
 	// Every verb has its own deadline, which holds even when the caller's
 	// ctx has none (context.WithoutCancel): no runsc call waits forever.
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, r.verbTimeout(args))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
@@ -184,6 +194,7 @@ func (r *Runtime) runNet(ctx context.Context, netns bool, io *stdio, args ...str
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	}
 	if err := cmd.Run(); err != nil {
+		cut := ctx.Err() != nil && parent.Err() == nil
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
@@ -191,7 +202,7 @@ func (r *Runtime) runNet(ctx context.Context, netns bool, io *stdio, args ...str
 		if io != nil {
 			tail = io.tail()
 		}
-		return nil, &ExitError{Args: args, Err: err, Stderr: tail}
+		return nil, &ExitError{Args: args, Err: err, Stderr: tail, verbDeadline: cut}
 	}
 	return stdout.Bytes(), nil
 }
@@ -485,14 +496,38 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
 	return st.state(), nil
 }
 
-// List implements runtime.Runtime. It does not use `runsc list`, which
-// asks every sandbox in one command, so that one stopped with SIGSTOP holds
-// it up until its deadline and the whole list fails: the containers are
-// the state files in the root ("<id>_sandbox:<sandbox id>.state"), each
-// asked with `runsc state` on its own, listWorkers at once, each under
+// List implements runtime.Runtime. It asks `runsc list` first, one command
+// for every container, under listTimeout. `runsc list` asks every sandbox,
+// so one stopped with SIGSTOP holds it up: then List falls back to the
+// state files in the root ("<id>_sandbox:<sandbox id>.state"), each asked
+// with `runsc state` on its own, listWorkers at once, each under
 // QuickTimeout. One that does not answer is StatusUnresponsive; one whose
 // state went meanwhile is left out.
 func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
+	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	out, err := r.run(lctx, nil, "list", "--format=json")
+	cancel()
+	if err == nil {
+		var sts []stateJSON
+		if len(bytes.TrimSpace(out)) > 0 && !bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
+			if err := json.Unmarshal(out, &sts); err != nil {
+				return nil, fmt.Errorf("runsc list: %w", err)
+			}
+		}
+		res := make([]runtime.State, 0, len(sts))
+		for _, s := range sts {
+			res = append(res, s.state())
+		}
+		return res, nil
+	}
+	if ctx.Err() != nil {
+		return nil, err
+	}
+	return r.listEach(ctx)
+}
+
+// listEach is List one container at a time (see List).
+func (r *Runtime) listEach(ctx context.Context) ([]runtime.State, error) {
 	files, err := filepath.Glob(filepath.Join(r.cfg.Root, "*_sandbox:*.state"))
 	if err != nil {
 		return nil, err
@@ -513,7 +548,7 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			res[i], errs[i] = r.State(ctx, id)
-			if errs[i] != nil && ctx.Err() == nil && errors.Is(errs[i], context.DeadlineExceeded) {
+			if errors.Is(errs[i], runtime.ErrUnresponsive) {
 				res[i], errs[i] = runtime.State{ID: id, Status: runtime.StatusUnresponsive}, nil
 			}
 		}()
@@ -531,15 +566,25 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
 	return out, nil
 }
 
-// listWorkers is how many `runsc state` List runs at once.
-const listWorkers = 8
+// listWorkers is how many `runsc state` List runs at once when `runsc
+// list` did not answer; listTimeout is how long List waits for `runsc list`
+// (it answers in well under a second for hundreds of containers).
+const (
+	listWorkers = 8
+	listTimeout = 5 * time.Second
+)
 
 // Delete implements runtime.Runtime: kill with SIGKILL, then delete --force;
 // then the container's cgroups go (runsc leaves them after a failed boot).
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	r.closeLog(id)
 	if r.exists(id) {
-		_, _ = r.run(ctx, nil, "kill", id, "KILL")
+		if _, err := r.run(ctx, nil, "kill", id, "KILL"); errors.Is(err, runtime.ErrUnresponsive) {
+			// The sandbox does not answer (stopped with SIGSTOP, frozen):
+			// runsc delete would wait its deadline too. Kill its processes
+			// through its cgroups, which needs nothing from it.
+			r.removeCgroups(id)
+		}
 		_, err := r.run(ctx, nil, "delete", "--force", id)
 		if err != nil && !isNotExist(err) {
 			// A sandbox that does not answer (stopped with SIGSTOP,
