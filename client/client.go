@@ -331,7 +331,8 @@ func readStream(resp *http.Response, progress Progress, out any) error {
 
 // streamCutAdvice is what to do after a long operation's answer was cut.
 const streamCutAdvice = "the operation either finished or is rolled back when sbxd starts again (its journal); " +
-	"check with 'sbx ls' and 'sbx checkpoints NAME' (or GET /v1/sandboxes) before you retry"
+	"check what is there with 'sbx ls', 'sbx checkpoints NAME' and 'sbx snapshots' (GET /v1/sandboxes, " +
+	"/v1/sandboxes/NAME/checkpoints, /v1/snapshots) before you retry"
 
 // streamCut turns the end of an NDJSON answer that came without its final
 // line into an error. err is what reading the body failed with (nil for a

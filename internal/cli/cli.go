@@ -80,7 +80,11 @@ func printError(w io.Writer, err error) {
 	var ne *net.OpError
 	switch {
 	case errors.As(err, &ne) && ne.Op == "dial":
-		fmt.Fprintln(w, "sbx: is sbxd running? (./scripts/install.sh starts it; its log is /var/log/sbxd.log)")
+		if ne.Addr == nil || ne.Addr.String() == client.DefaultSocket {
+			fmt.Fprintln(w, "sbx: is sbxd running? (./scripts/install.sh starts it; its log is /var/log/sbxd.log)")
+		} else {
+			fmt.Fprintf(w, "sbx: is sbxd running? (nothing answers at %s: start sbxd with that --socket or --listen, or point $SBX_SOCKET or $SBX_URL at a running one)\n", ne.Addr)
+		}
 	case strings.HasPrefix(msg, "unknown command"), strings.HasPrefix(msg, "unknown flag"),
 		strings.HasPrefix(msg, "unknown shorthand flag"), strings.HasPrefix(msg, "accepts "),
 		strings.HasPrefix(msg, "requires "), strings.HasPrefix(msg, "invalid argument"):
@@ -471,7 +475,10 @@ func (v *mibValue) Set(s string) error {
 	mul := map[string]int64{"": 1, "M": 1, "MB": 1, "MIB": 1, "G": 1 << 10, "GB": 1 << 10, "GIB": 1 << 10,
 		"T": 1 << 20, "TB": 1 << 20, "TIB": 1 << 20}[unit]
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || mul == 0 || n < 0 || n > math.MaxInt32/mul {
+	if err == nil && mul != 0 && (n > math.MaxInt32/mul || n < 0) {
+		return fmt.Errorf("%q: out of range: 0 to %d MiB (%d GiB)", s, math.MaxInt32, math.MaxInt32>>10)
+	}
+	if err != nil || mul == 0 {
 		return fmt.Errorf("%q: give MiB as a whole number (1024) or a whole number with a unit: 512M, 2G (M = MiB, G = GiB)", s)
 	}
 	*v = mibValue(n * mul)

@@ -59,6 +59,13 @@ func TestMemoryFlagForms(t *testing.T) {
 			t.Errorf("--memory %s accepted as %d MiB", bad, v)
 		}
 	}
+	// A well-formed size that is too large says so, not "give MiB as ...".
+	for _, big := range []string{"99999999G", "9999999T", "-5"} {
+		var v mibValue
+		if err := v.Set(big); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("--disk %s: %v; want an out-of-range error", big, err)
+		}
+	}
 	_, errs, code := runCLI(t, "create", "--memory", "1e9")
 	if code == 0 || strings.Contains(errs, "ParseInt") || !strings.Contains(errs, "512M") || !strings.Contains(errs, "2G") {
 		t.Errorf("create --memory 1e9: exit %d, stderr %q; want an error naming the accepted forms", code, errs)
