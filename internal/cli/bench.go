@@ -76,7 +76,7 @@ func (a *app) benchCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(a.benchCheckpointCmd(), a.benchSnapshotCmd(), a.benchNetCmd(), a.benchSuspendCmd(), a.benchSoakCmd())
+	cmd.AddCommand(a.benchCheckpointCmd(), a.benchSnapshotCmd(), a.benchNetCmd(), a.benchSuspendCmd(), a.benchSecretsCmd(), a.benchSoakCmd())
 	cmd.Flags().IntVar(&n, "sandboxes", 20, "sandboxes to create for the create and delete measures")
 	cmd.Flags().IntVar(&execs, "execs", 50, "exec round trips to measure")
 	cmd.Flags().StringVar(&image, "image", "default", "image to measure on")

@@ -21,9 +21,7 @@ func (a *app) benchNetCmd() *cobra.Command {
 			"not hold), the time for a rules change (PUT network) to answer, by which time it is\n" +
 			"enforced. The egress proxy's added latency and throughput, DNS answers and the cost of\n" +
 			"a sandbox's network are Go benchmarks: go test ./internal/network -bench .; the latency\n" +
-			"a secret adds (TLS terminated and re-originated, issue 14's ≤ 2 ms p50) is\n" +
-			"go test ./internal/network -run - -bench ProxySecret (it needs a TLS test host whose CA\n" +
-			"sbxd trusts, which a running sbxd does not have).",
+			"a secret adds (TLS terminated and re-originated) is sbx bench secrets.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.checkOutput(); err != nil {
