@@ -26,13 +26,16 @@ type suspendRow struct {
 func (a *app) benchSuspendCmd() *cobra.Command {
 	var sizes string
 	var density int
+	var cpuWindow time.Duration
+	var sbxdPID int
 	cmd := &cobra.Command{
 		Use:   "suspend",
 		Short: "Measure suspend, resume and idle density and print a table",
 		Long: "For sandboxes whose processes hold SIZES MB of touched memory: suspend time, resume time,\n" +
 			"the time from a suspended sandbox to the answer of its first exec (the resume an exec\n" +
 			"triggers), and the host memory a suspended sandbox holds. With --density N, N idle\n" +
-			"sandboxes (a shell sleeping) are created and the host memory per idle sandbox is reported.\n" +
+			"sandboxes (a shell sleeping) are created; the host memory per idle sandbox and sbxd's own\n" +
+			"CPU while they sit idle (an upper bound on what metering costs) are reported.\n" +
 			"Run it on sbxd's host: memory is read from /proc and the memory cgroups.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,7 +56,7 @@ func (a *app) benchSuspendCmd() *cobra.Command {
 			}
 			var dens *densityResult
 			if density > 0 {
-				d, err := a.benchDensity(cmd.Context(), density)
+				d, err := a.benchDensity(cmd.Context(), density, cpuWindow, sbxdPID)
 				if err != nil {
 					return err
 				}
@@ -73,12 +76,19 @@ func (a *app) benchSuspendCmd() *cobra.Command {
 				fmt.Fprintf(a.stdout, "\ndensity: %d idle sandboxes running (asked %d), %s of host memory each (PSS), %s available left\n",
 					dens.Running, density, humanBytes(dens.PerSandboxPSS), humanBytes(dens.AvailableAfter))
 				fmt.Fprintln(a.stdout, "target: ≥ 200 idle sandboxes")
+				if dens.SbxdCPUPercent >= 0 {
+					fmt.Fprintf(a.stdout, "sbxd's own CPU with them running (metering every 30 s included): %.2f%% of a core over %.0f s\n",
+						dens.SbxdCPUPercent, dens.SbxdCPUWindowS)
+					fmt.Fprintln(a.stdout, "target: metering ≤ 1% CPU with 200 running sandboxes")
+				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&sizes, "sizes", "50,500,2000", "touched memory of each case, MB")
 	cmd.Flags().IntVar(&density, "density", 0, "also create this many idle sandboxes and measure memory per sandbox")
+	cmd.Flags().DurationVar(&cpuWindow, "cpu-window", 65*time.Second, "with --density: how long to measure sbxd's own CPU while the sandboxes sit idle (0: not at all)")
+	cmd.Flags().IntVar(&sbxdPID, "sbxd-pid", 0, "with --density: the pid of the sbxd to measure (default: the only process named sbxd)")
 	a.addOutput(cmd)
 	return cmd
 }
@@ -132,11 +142,18 @@ type densityResult struct {
 	Running        int   `json:"running"`
 	PerSandboxPSS  int64 `json:"per_sandbox_pss_bytes"`
 	AvailableAfter int64 `json:"available_after_bytes"`
+	// SbxdCPUPercent is the CPU sbxd itself used while the sandboxes sat
+	// idle, % of one core over SbxdCPUWindowS seconds (user + system, from
+	// /proc/PID/stat); -1 when sbxd's pid is not known (--sbxd-pid, or the
+	// only process named sbxd on this host). It bounds what metering (and every other loop of
+	// sbxd's) costs with Running sandboxes to meter.
+	SbxdCPUPercent float64 `json:"sbxd_cpu_percent"`
+	SbxdCPUWindowS float64 `json:"sbxd_cpu_window_s"`
 }
 
 // benchDensity creates n idle sandboxes (a shell sleeping in each, 256 MiB
 // limit) until n run or one fails, then measures their host memory.
-func (a *app) benchDensity(ctx context.Context, n int) (*densityResult, error) {
+func (a *app) benchDensity(ctx context.Context, n int, window time.Duration, pid int) (*densityResult, error) {
 	var made []*client.Sandbox
 	defer func() {
 		fmt.Fprintf(a.stderr, "density: deleting %d sandboxes...\n", len(made))
@@ -166,11 +183,70 @@ func (a *app) benchDensity(ctx context.Context, n int) (*densityResult, error) {
 		p, _ := sandboxPSS(sb.ID)
 		total += p
 	}
-	res := &densityResult{Running: len(made), AvailableAfter: memAvailable()}
+	res := &densityResult{Running: len(made), AvailableAfter: memAvailable(), SbxdCPUPercent: -1, SbxdCPUWindowS: window.Seconds()}
 	if len(made) > 0 {
 		res.PerSandboxPSS = total / int64(len(made))
 	}
+	if pid == 0 {
+		pid = onlyProcess("sbxd")
+	}
+	if pid > 0 && window > 0 {
+		fmt.Fprintf(a.stderr, "density: measuring sbxd's CPU for %s\n", window)
+		before, t0 := cpuTicks(pid), time.Now()
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(window):
+		}
+		after, el := cpuTicks(pid), time.Since(t0)
+		if before >= 0 && after >= before {
+			// USER_HZ is 100 on Linux whatever the kernel's HZ.
+			res.SbxdCPUPercent = float64(after-before) / 100 / el.Seconds() * 100
+		}
+	}
 	return res, nil
+}
+
+// onlyProcess is the pid of the one process whose comm is name, or 0 when
+// there is none or more than one.
+func onlyProcess(name string) int {
+	ents, _ := os.ReadDir("/proc")
+	found := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(b)) == name {
+			if found != 0 {
+				return 0
+			}
+			found = pid
+		}
+	}
+	return found
+}
+
+// cpuTicks is pid's user + system CPU time in clock ticks (USER_HZ), from
+// fields 14 and 15 of /proc/PID/stat (proc(5)), or -1 when unreadable.
+func cpuTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The comm field (2) may hold spaces: the fields after it start past
+	// the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b)[i+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return u + s
 }
 
 // memAvailable is the host's MemAvailable, bytes.
