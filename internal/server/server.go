@@ -82,9 +82,13 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
-	// dial connects to a sandbox's TCP port (the engine's DialPort).
-	dial  func(ctx context.Context, name string, port int) (net.Conn, error)
-	proxy *httputil.ReverseProxy
+	// dial connects to a sandbox's TCP port (the engine's DialPort); the
+	// proxy passes the sandbox's id.
+	dial func(ctx context.Context, id string, port int) (net.Conn, error)
+	// lookup returns the id of the sandbox named idOrName as ctx's caller
+	// sees it (the engine's Get): ErrSandboxNotFound for another tenant's.
+	lookup func(ctx context.Context, idOrName string) (string, error)
+	proxy  *httputil.ReverseProxy
 	// selfLn serve this API in process to the MCP tools (serveMCP),
 	// without auth [0] and with it [1].
 	selfOnce [2]sync.Once
@@ -113,8 +117,15 @@ func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 		cfg.PreviewIdleTimeout = DefaultPreviewIdleTimeout
 	}
 	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux()}
-	s.dial = func(ctx context.Context, name string, port int) (net.Conn, error) {
-		return s.eng.DialPort(ctx, name, port)
+	s.dial = func(ctx context.Context, id string, port int) (net.Conn, error) {
+		return s.eng.DialPort(ctx, id, port)
+	}
+	s.lookup = func(ctx context.Context, idOrName string) (string, error) {
+		sb, err := s.eng.Get(ctx, idOrName)
+		if err != nil {
+			return "", err
+		}
+		return sb.ID, nil
 	}
 	s.proxy = s.newProxy()
 	s.loadOpenAPI()
