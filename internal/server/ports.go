@@ -285,10 +285,17 @@ func (s *Server) previewTokenOf(ctx context.Context, key string, p *preview) (st
 	if err != nil {
 		return "", err
 	}
+	return previewTokenOfCaller(c, key, p), nil
+}
+
+// previewTokenOfCaller returns the preview token of key for p, key having
+// been authenticated as c: previewToken under a configured key (c has no
+// KeyID), "<key id>.<previewToken under the key's hash>" for a key record.
+func previewTokenOfCaller(c engine.Caller, key string, p *preview) string {
 	if c.KeyID == "" {
-		return previewToken(key, p.name, p.portArg), nil
+		return previewToken(key, p.name, p.portArg)
 	}
-	return c.KeyID + "." + previewToken(engine.HashKey(key), p.name, p.portArg), nil
+	return c.KeyID + "." + previewToken(engine.HashKey(key), p.name, p.portArg)
 }
 
 // previewCookieCaller returns the caller of a valid preview cookie of r
@@ -485,10 +492,19 @@ func (b *idleBody) Close() error {
 
 // listPorts answers GET /v1/sandboxes/{name}/ports.
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
-	ports, err := s.eng.ListPorts(r.Context(), r.PathValue("name"))
+	name := r.PathValue("name")
+	ports, err := s.eng.ListPorts(r.Context(), name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if key := apiKeyOf(r.Context()); key != "" {
+		// The caller's preview token of each port, for the sandbox as the
+		// request named it (the preview URL must name it the same way).
+		c := engine.CallerOf(r.Context())
+		for i := range ports {
+			ports[i].PreviewToken = previewTokenOfCaller(c, key, &preview{name: name, portArg: strconv.Itoa(ports[i].Port)})
+		}
 	}
 	writeJSON(w, http.StatusOK, ports)
 }

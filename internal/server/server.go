@@ -254,11 +254,13 @@ func (s *Server) Handler(auth bool) http.Handler {
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, auth bool) {
 	c := engine.Operator
 	if auth {
+		key, _ := requestKey(r)
 		var err error
-		if c, err = s.authenticate(r); err != nil {
+		if c, err = s.callerOfKey(r.Context(), key); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), apiKeyKey{}, key))
 	}
 	r, done, err := s.track(r, c)
 	if err != nil {
@@ -315,6 +317,17 @@ func bearerKey(h string) (string, bool) {
 }
 
 type ridKey struct{}
+
+// apiKeyKey is the context key of the API key that admitted a request
+// (serveAPI with auth); a request over the Unix socket carries none.
+type apiKeyKey struct{}
+
+// apiKeyOf returns the API key that admitted ctx's request; "" over the
+// Unix socket.
+func apiKeyOf(ctx context.Context) string {
+	k, _ := ctx.Value(apiKeyKey{}).(string)
+	return k
+}
 
 func newRequestID() string {
 	var b [8]byte
