@@ -498,6 +498,23 @@ func TestRevokeEndsExec(t *testing.T) {
 	}
 }
 
+// keepAliveServer serves /workspace/site on 127.0.0.1:3000 with HTTP/1.1
+// keep-alive (http.server's default HTTP/1.0 closes each connection, so
+// sbxd would pool none).
+const keepAliveServer = `
+import functools, http.server, socketserver
+
+class Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+class Files(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+
+Server(("127.0.0.1", 3000), functools.partial(Files, directory="/workspace/site")).serve_forever()
+`
+
 // TestPreviewTenants: tenant A serves a port; right after A's preview
 // request (its connection to A's program idle in sbxd's pool), tenant B
 // asks for the same preview URL with its own key and gets 404
@@ -517,10 +534,10 @@ func TestPreviewTenants(t *testing.T) {
 	if err := sb.WriteFile(ctx, "/workspace/site/index.html", strings.NewReader(page), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.WriteFile(ctx, "/workspace/servers.py", strings.NewReader(portServers), 0o644); err != nil {
+	if err := sb.WriteFile(ctx, "/workspace/server.py", strings.NewReader(keepAliveServer), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"python3", "/workspace/servers.py"}}); err != nil {
+	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"python3", "/workspace/server.py"}}); err != nil {
 		t.Fatal(err)
 	}
 	var token string
