@@ -797,4 +797,12 @@ type Port struct {
 	// Command is that process's command name (as in /proc/PID/comm, at
 	// most 15 bytes); omitted with PID.
 	Command string `json:"command,omitempty"`
+	// PreviewToken opens this port's preview in a browser without the API
+	// key in the URL: add "?sbx_preview=<token>" to the preview URL (path-
+	// or host-based) that names the sandbox as the request for this list
+	// did (name or id). sbxd mints it for the request's key (lowercase hex
+	// HMAC-SHA256 under a configured key; "<key id>.<hex HMAC>" for a key
+	// record, which stops working when the key is revoked). Omitted over
+	// the Unix socket, where no key is used.
+	PreviewToken string `json:"preview_token,omitempty"`
 }

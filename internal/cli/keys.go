@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -130,15 +131,21 @@ func (a *app) keyRmCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm ID|NAME...",
 		Short: "Revoke API keys at once (their open streams end; what they made stays)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Revoke API keys at once: their open streams end; what they made stays.
+Each key is tried even after one fails (a typo or an already revoked key
+never leaves the later ones live); each revoked key is printed, and the
+failures are reported together at the end (exit status 1).`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var errs []error
 			for _, id := range args {
 				if err := a.c.Keys.Revoke(cmd.Context(), id); err != nil {
-					return err
+					errs = append(errs, fmt.Errorf("%s: %w", id, err))
+					continue
 				}
 				fmt.Fprintln(a.stdout, id)
 			}
-			return nil
+			return errors.Join(errs...)
 		},
 	}
 }

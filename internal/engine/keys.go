@@ -35,12 +35,20 @@ func ValidateKeyRequest(req api.CreateKeyRequest) error {
 	case strings.HasPrefix(req.Name, "key_"):
 		return errdefs.Invalid("name", "%q starts with key_, which names key ids", req.Name)
 	}
-	if l := req.DailyLimitUSD; l != nil {
-		if math.IsNaN(*l) || *l < 0 || *l > MaxDailyLimitUSD {
-			return errdefs.Invalid("daily_limit_usd", "%g is out of range [0, %g]", *l, float64(MaxDailyLimitUSD))
-		}
+	if err := validateDailyLimit(req.DailyLimitUSD); err != nil {
+		return err
 	}
 	return validateLabels(req.Labels)
+}
+
+// validateDailyLimit checks a key's daily spending limit in USD (nil:
+// none): ErrInvalidArgument naming daily_limit_usd when it is NaN, below 0
+// or above MaxDailyLimitUSD.
+func validateDailyLimit(l *float64) error {
+	if l != nil && (math.IsNaN(*l) || *l < 0 || *l > MaxDailyLimitUSD) {
+		return errdefs.Invalid("daily_limit_usd", "%g is out of range [0, %g]", *l, float64(MaxDailyLimitUSD))
+	}
+	return nil
 }
 
 // HashKey returns what sbxd stores of an API key secret: the lowercase hex
@@ -51,11 +59,7 @@ func HashKey(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func newKeyID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "key_" + hex.EncodeToString(b[:])
-}
+func newKeyID() string { return "key_" + newID()[4:] }
 
 func newKeySecret() string {
 	var b [32]byte

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -218,8 +217,8 @@ func (e *Engine) SetKeyDailyLimit(ctx context.Context, idOrName string, limit *f
 	if err := CallerOf(ctx).RequireAdmin("changing API keys"); err != nil {
 		return nil, err
 	}
-	if limit != nil && (math.IsNaN(*limit) || *limit < 0 || *limit > MaxDailyLimitUSD) {
-		return nil, errdefs.Invalid("daily_limit_usd", "%g is out of range [0, %g]", *limit, float64(MaxDailyLimitUSD))
+	if err := validateDailyLimit(limit); err != nil {
+		return nil, err
 	}
 	k, err := e.st.GetKey(ctx, idOrName)
 	if err != nil {

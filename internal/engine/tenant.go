@@ -44,8 +44,9 @@ func CallerOf(ctx context.Context) Caller {
 }
 
 // Sees reports whether c may see and act on an object whose Owner is
-// owner.
-func (c Caller) Sees(owner string) bool { return c.Admin || owner == c.KeyID }
+// owner. It fails closed: a zero Caller (no key, not admin) sees nothing,
+// not the operator's objects (whose Owner is "").
+func (c Caller) Sees(owner string) bool { return c.Admin || (c.KeyID != "" && owner == c.KeyID) }
 
 // seesImage reports whether c may see and use img: its own, or the
 // operator's (shared with every key).

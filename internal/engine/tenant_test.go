@@ -317,3 +317,24 @@ func TestFakeKeys(t *testing.T) {
 		t.Fatalf("an unknown key: %v", err)
 	}
 }
+
+// TestZeroCallerSeesNothing: a Caller with neither a key nor admin (what a
+// failed authentication returns) fails closed: it sees neither the
+// operator's objects (Owner "") nor any key's, and only shared images.
+func TestZeroCallerSeesNothing(t *testing.T) {
+	for _, owner := range []string{"", "key_0123456789abcdef"} {
+		if (Caller{}).Sees(owner) {
+			t.Errorf("Caller{} sees an object of owner %q", owner)
+		}
+	}
+	tenant := Caller{KeyID: "key_0123456789abcdef"}
+	if !tenant.Sees(tenant.KeyID) || tenant.Sees("") || tenant.Sees("key_fedcba9876543210") {
+		t.Error("a tenant sees other than its own")
+	}
+	if !Operator.Sees("") || !Operator.Sees(tenant.KeyID) {
+		t.Error("the operator does not see everything")
+	}
+	if !(Caller{}).seesImage(&store.Image{}) || (Caller{}).seesImage(&store.Image{Owner: tenant.KeyID}) {
+		t.Error("Caller{} and images: want the shared ones only")
+	}
+}

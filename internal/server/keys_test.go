@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/network"
 	"github.com/sbxhq/sbx/internal/runtime/runtimetest"
+	"github.com/sbxhq/sbx/internal/store"
 	"github.com/sbxhq/sbx/internal/store/sqlite"
 )
 
@@ -50,7 +54,12 @@ func (noNetwork) Log(string) (api.NetworkLog, error)                    { return
 // ends, and previews that reach an echo backend.
 type keyServer struct {
 	s     *Server
+	st    *sqlite.Store
 	front *httptest.Server
+	// pages are the programs listening in sandboxes, by sandbox id (any
+	// port); a sandbox without one has the echo backend.
+	mu    sync.Mutex
+	pages map[string]*httptest.Server
 	// release ends the long operation of POST /v1/test/long.
 	release chan struct{}
 }
@@ -77,7 +86,7 @@ func newKeyServer(t *testing.T) *keyServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ks := &keyServer{release: make(chan struct{})}
+	ks := &keyServer{st: st, release: make(chan struct{}), pages: map[string]*httptest.Server{}}
 	ks.s = New(eng, Config{APIKeys: []string{testKey}, PreviewDomain: "localhost"}, log)
 	// A stream that says who it serves and lasts until its request ends,
 	// as an exec stream does.
@@ -106,14 +115,51 @@ func newKeyServer(t *testing.T) *keyServer {
 		_, _ = io.Copy(c, brw)
 	}))
 	t.Cleanup(backend.Close)
-	ks.s.dial = func(ctx context.Context, name string, port int) (net.Conn, error) {
+	// As the engine's DialPort: the sandbox as the caller sees it, then
+	// its program.
+	ks.s.dial = func(ctx context.Context, id string, port int) (net.Conn, error) {
+		sb, err := eng.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		addr := backend.Listener.Addr().String()
+		ks.mu.Lock()
+		if pg := ks.pages[sb.ID]; pg != nil {
+			addr = pg.Listener.Addr().String()
+		}
+		ks.mu.Unlock()
 		var d net.Dialer
-		return d.DialContext(ctx, "tcp", backend.Listener.Addr().String())
+		return d.DialContext(ctx, "tcp", addr)
 	}
 	ks.front = httptest.NewServer(ks.s.Handler(true))
 	t.Cleanup(ks.front.Close)
 	t.Cleanup(func() { close(ks.release) })
 	return ks
+}
+
+// sandbox records a running sandbox named name of key owner (no runtime)
+// and returns its id. With page, its ports serve "the page of <name>
+// (<id>)"; without, the echo backend.
+func (ks *keyServer) sandbox(t *testing.T, owner, name string, page bool) string {
+	t.Helper()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := "sbx_" + hex.EncodeToString(b[:])
+	now := time.Now()
+	if err := ks.st.CreateSandbox(context.Background(), &store.Sandbox{ID: id, Name: name, State: api.StateRunning,
+		Image: "base", CreateTime: now, UpdateTime: now, Owner: owner}); err != nil {
+		t.Fatal(err)
+	}
+	if page {
+		pg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "the page of %s (%s)", name, id)
+		}))
+		t.Cleanup(pg.Close)
+		ks.mu.Lock()
+		ks.pages[id] = pg
+		ks.mu.Unlock()
+	}
+	return id
 }
 
 // do sends a request with key as bearer and body (JSON) if not "".
@@ -245,6 +291,7 @@ func TestRevokeEndsStreams(t *testing.T) {
 	ks := newKeyServer(t)
 	victim := ks.newKey(t, `{"name":"victim"}`)
 	bystander := ks.newKey(t, `{"name":"bystander"}`)
+	ks.sandbox(t, victim.ID, "web", false)
 	open := func(key string) *bufio.Reader {
 		resp := ks.do(t, "GET", "/v1/test/stream", key, "")
 		br := bufio.NewReader(resp.Body)
@@ -337,5 +384,77 @@ func TestPreviewCookieOfKeyRecord(t *testing.T) {
 	}
 	if _, ok := c.previewCookieCaller(r, p); ok {
 		t.Fatal("the cookie of a revoked key still admits")
+	}
+}
+
+// TestPreviewNeverCrossesTenants: a preview reaches only a sandbox its
+// caller may see, even while the proxy holds an idle connection another
+// caller opened to a sandbox of that name. Tenant B asking for tenant A's
+// preview URL right after A gets 404 sandbox_not_found, never A's page;
+// once A renames its sandbox and B makes one of the old name, B's preview
+// of that name reaches B's sandbox, and A's the renamed one.
+func TestPreviewNeverCrossesTenants(t *testing.T) {
+	ks := newKeyServer(t)
+	a := ks.newKey(t, `{"name":"a"}`)
+	b := ks.newKey(t, `{"name":"b"}`)
+	idA := ks.sandbox(t, a.ID, "web", true)
+	get := func(key, host, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", ks.front.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(body)
+	}
+	pageA := "the page of web (" + idA + ")"
+	for _, u := range []struct{ host, path string }{
+		{"", "/v1/sandboxes/web/ports/3000/"},
+		{"3000-web.localhost", "/"},
+		{"", "/v1/sandboxes/" + idA + "/ports/3000/"},
+	} {
+		if code, body := get(a.Secret, u.host, u.path); code != 200 || body != pageA {
+			t.Fatalf("A's preview %s%s: %d %q", u.host, u.path, code, body)
+		}
+		// At once, while A's connection to its program is idle in the
+		// proxy's pool.
+		code, body := get(b.Secret, u.host, u.path)
+		if code != 404 || strings.Contains(body, "page of") || !strings.Contains(body, string(api.CodeSandboxNotFound)) {
+			t.Fatalf("B asked for A's preview %s%s: %d %q", u.host, u.path, code, body)
+		}
+	}
+	ctx := context.Background()
+	sb, err := ks.st.GetSandbox(ctx, idA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Name = "web2"
+	if err := ks.st.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	idB := ks.sandbox(t, b.ID, "web", true)
+	for _, host := range []string{"", "3000-web.localhost"} {
+		path := "/"
+		if host == "" {
+			path = "/v1/sandboxes/web/ports/3000/"
+		}
+		if code, body := get(b.Secret, host, path); code != 200 || body != "the page of web ("+idB+")" {
+			t.Fatalf("B's own web after A's rename %s%s: %d %q", host, path, code, body)
+		}
+	}
+	if code, body := get(a.Secret, "", "/v1/sandboxes/web2/ports/3000/"); code != 200 || body != pageA {
+		t.Fatalf("A's renamed sandbox: %d %q", code, body)
 	}
 }

@@ -44,6 +44,20 @@ func (st *stream) line(v any) {
 	}
 }
 
+// end writes v, the answer's last line, and drops every later line: under
+// one lock, so no line of the operation (its progress) follows it.
+func (st *stream) end(v any) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.cut {
+		return
+	}
+	st.cut = true
+	if st.enc.Encode(v) == nil {
+		_ = st.rc.Flush()
+	}
+}
+
 func now() time.Time { return time.Now().UTC() }
 
 func (st *stream) info(msg string) {
@@ -79,10 +93,7 @@ func (s *Server) long(w http.ResponseWriter, r *http.Request, fn func(ctx contex
 	case <-r.Context().Done():
 		if errors.Is(context.Cause(r.Context()), errRevoked) {
 			body := s.errorOf(r.Context(), errRevoked)
-			st.line(api.StreamLine{Type: api.LineError, Error: body.Message, Code: body.Code, Time: now()})
-			st.mu.Lock()
-			st.cut = true
-			st.mu.Unlock()
+			st.end(api.StreamLine{Type: api.LineError, Error: body.Message, Code: body.Code, Time: now()})
 			return
 		}
 		d = <-done

@@ -40,8 +40,10 @@ const (
 	// one port, without the key in the URL.
 	previewTokenParam = "sbx_preview"
 	// portHostSuffix ends the URL host that names a sandbox port inside the
-	// proxy's transport ("web.3000.sbx-port"): it keys the transport's
-	// connection pool by sandbox and port.
+	// proxy's transport ("sbx_0123456789abcdef.3000.sbx-port"): it keys the
+	// transport's connection pool by sandbox id and port, so a connection
+	// one caller opened is never reused for a sandbox another caller names
+	// the same way (another tenant's, or a new one after a rename).
 	portHostSuffix = ".sbx-port"
 )
 
@@ -50,6 +52,9 @@ type preview struct {
 	name    string // the sandbox's name or id, as the request gave it
 	portArg string // the port as the request gave it
 	port    int
+	// id is the sandbox's id, resolved as the request's caller: the
+	// proxy dials it, and its connection pool is keyed by it.
+	id string
 	// path is the escaped path the program sees; "" for a path-based
 	// request without the slash after the port (redirected to add it).
 	path string
@@ -230,6 +235,15 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview
 		return
 	}
 	defer done()
+	// The caller must see the sandbox before anything is proxied: the
+	// transport reuses an idle connection without dialing again, so the
+	// dial's own check is not enough.
+	id, err := s.lookup(r.Context(), p.name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p.id = id
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), previewKey{}, p))
 	defer cancel(nil)
 	p.cancel = cancel
@@ -271,10 +285,17 @@ func (s *Server) previewTokenOf(ctx context.Context, key string, p *preview) (st
 	if err != nil {
 		return "", err
 	}
+	return previewTokenOfCaller(c, key, p), nil
+}
+
+// previewTokenOfCaller returns the preview token of key for p, key having
+// been authenticated as c: previewToken under a configured key (c has no
+// KeyID), "<key id>.<previewToken under the key's hash>" for a key record.
+func previewTokenOfCaller(c engine.Caller, key string, p *preview) string {
 	if c.KeyID == "" {
-		return previewToken(key, p.name, p.portArg), nil
+		return previewToken(key, p.name, p.portArg)
 	}
-	return c.KeyID + "." + previewToken(engine.HashKey(key), p.name, p.portArg), nil
+	return c.KeyID + "." + previewToken(engine.HashKey(key), p.name, p.portArg)
 }
 
 // previewCookieCaller returns the caller of a valid preview cookie of r
@@ -334,8 +355,8 @@ func withoutCookie(values []string, name string) []string {
 }
 
 // newProxy returns the reverse proxy of previews: its transport dials the
-// sandbox's port through the engine (dial), one pool of connections per
-// sandbox and port.
+// sandbox's port through the engine (dial, by the sandbox's id), one pool of
+// connections per sandbox id and port.
 func (s *Server) newProxy() *httputil.ReverseProxy {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -349,15 +370,15 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			if err != nil {
 				return nil, fmt.Errorf("bad preview address %q", addr)
 			}
-			name := rest[:i]
+			id := rest[:i]
 			// The agent's dial has its own deadline; this one also covers
 			// a sandbox too loaded to answer it.
 			dctx, cancel := context.WithTimeout(ctx, s.cfg.PreviewConnectTimeout)
 			defer cancel()
-			c, err := s.dial(dctx, name, port)
+			c, err := s.dial(dctx, id, port)
 			if err != nil && ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded) {
 				return nil, errdefs.New(errdefs.ErrPortTimeout, "port %d in sandbox %s: the connection did not open within %s",
-					port, name, s.cfg.PreviewConnectTimeout)
+					port, id, s.cfg.PreviewConnectTimeout)
 			}
 			return c, err
 		},
@@ -374,12 +395,15 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			p := pr.In.Context().Value(previewKey{}).(*preview)
 			out := pr.Out
 			out.URL.Scheme = "http"
-			out.URL.Host = p.name + "." + strconv.Itoa(p.port) + portHostSuffix
+			out.URL.Host = p.id + "." + strconv.Itoa(p.port) + portHostSuffix
 			out.URL.RawPath = p.path
 			out.URL.Path, _ = url.PathUnescape(p.path)
+			// Credentials for sbxd never reach the program: the key and
+			// the preview token (which opens this port).
 			q := out.URL.Query()
-			if _, ok := q[previewKeyParam]; ok {
+			if q.Has(previewKeyParam) || q.Has(previewTokenParam) {
 				q.Del(previewKeyParam)
+				q.Del(previewTokenParam)
 				out.URL.RawQuery = q.Encode()
 			}
 			out.Host = pr.In.Host
@@ -402,8 +426,15 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 		Transport:     tr,
 		FlushInterval: -1, // dev servers stream (event streams, hot reload)
 		ModifyResponse: func(res *http.Response) error {
+			p := res.Request.Context().Value(previewKey{}).(*preview)
+			if p.prefix != "" {
+				// A path-based preview shares sbxd's origin with the web
+				// console: a service worker its page registers must stay
+				// scoped to the preview's path, never take over "/" (and
+				// see the console's requests, which carry the key).
+				res.Header.Del("Service-Worker-Allowed")
+			}
 			if res.StatusCode != http.StatusSwitchingProtocols {
-				p := res.Request.Context().Value(previewKey{}).(*preview)
 				res.Body = newIdleBody(res.Body, s.cfg.PreviewIdleTimeout, p.cancel)
 			}
 			return nil
@@ -461,10 +492,19 @@ func (b *idleBody) Close() error {
 
 // listPorts answers GET /v1/sandboxes/{name}/ports.
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
-	ports, err := s.eng.ListPorts(r.Context(), r.PathValue("name"))
+	name := r.PathValue("name")
+	ports, err := s.eng.ListPorts(r.Context(), name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if key := apiKeyOf(r.Context()); key != "" {
+		// The caller's preview token of each port, for the sandbox as the
+		// request named it (the preview URL must name it the same way).
+		c := engine.CallerOf(r.Context())
+		for i := range ports {
+			ports[i].PreviewToken = previewTokenOfCaller(c, key, &preview{name: name, portArg: strconv.Itoa(ports[i].Port)})
+		}
 	}
 	writeJSON(w, http.StatusOK, ports)
 }

@@ -62,6 +62,7 @@ func TestPreviewDeadlines(t *testing.T) {
 	s.dial = func(ctx context.Context, name string, port int) (net.Conn, error) {
 		return hostileBackend(t, ctx, name)
 	}
+	s.lookup = nameIsID
 	front := httptest.NewServer(s.Handler(false))
 	t.Cleanup(front.Close)
 	// Generous deadlines that detect a hang (60 s a request, 30 s for the

@@ -57,6 +57,11 @@ func newPreviewServer(t *testing.T, auth bool) *previewServer {
 				c.Write([]byte(strings.ToUpper(string(buf[:n]))))
 			}
 		}
+		if r.URL.Path == "/sw.js" {
+			// A guest's script asking to be a service worker over
+			// every path of its origin.
+			w.Header().Set("Service-Worker-Allowed", "/")
+		}
 		json.NewEncoder(w).Encode(seen{URI: r.URL.RequestURI(), Host: r.Host, Auth: r.Header.Get("Authorization"),
 			Cookie: r.Header.Get("Cookie"), Prefix: r.Header.Get("X-Forwarded-Prefix"), ForwardedHost: r.Header.Get("X-Forwarded-Host")})
 	}))
@@ -82,10 +87,20 @@ func newPreviewServer(t *testing.T, auth bool) *previewServer {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", backend.Listener.Addr().String())
 	}
+	s.lookup = func(ctx context.Context, name string) (string, error) {
+		if name == "nobody" {
+			return "", errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox named %q", name)
+		}
+		return nameIsID(ctx, name)
+	}
 	ps.front = httptest.NewServer(s.Handler(auth))
 	t.Cleanup(ps.front.Close)
 	return ps
 }
+
+// nameIsID is a Server.lookup for tests without an engine: every sandbox
+// exists, and its id is the name the request gave.
+func nameIsID(_ context.Context, name string) (string, error) { return name, nil }
 
 // do sends a request to the front with Host host (if not "") and headers
 // (name, value pairs), without following redirects.
@@ -322,5 +337,46 @@ func TestPreviewToken(t *testing.T) {
 	resp = ps.do(t, "GET", "/v1/sandboxes/web/ports/3000/x?sbx_preview="+token, "")
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/v1/sandboxes/web/ports/3000/x" {
 		t.Fatalf("path-based: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// TestPreviewStripsCredentials: a request a cookie or bearer already
+// admits reaches the program without ?sbx_preview= or ?sbx_key= (the token
+// opens the port; the key opens everything), the other parameters intact.
+func TestPreviewStripsCredentials(t *testing.T) {
+	ps := newPreviewServer(t, true)
+	token := previewToken(testKey, "web", "3000")
+	cookie := previewCookie + "=" + token
+	for _, tc := range []struct{ path, host string }{
+		{"/page?a=1&sbx_preview=" + token + "&b=2", "3000-web.localhost"},
+		{"/page?a=1&sbx_key=" + testKey + "&sbx_preview=" + token + "&b=2", "3000-web.localhost"},
+		{"/v1/sandboxes/web/ports/3000/page?a=1&sbx_preview=" + token + "&b=2", ""},
+	} {
+		got := seenOf(t, ps.do(t, "GET", tc.path, tc.host, "Cookie", cookie))
+		if got.URI != "/page?a=1&b=2" {
+			t.Errorf("%s: the program saw %q", tc.path, got.URI)
+		}
+		got = seenOf(t, ps.do(t, "GET", tc.path, tc.host, "Authorization", "Bearer "+testKey))
+		if got.URI != "/page?a=1&b=2" || got.Auth != "" {
+			t.Errorf("%s with a bearer: the program saw %q %q", tc.path, got.URI, got.Auth)
+		}
+	}
+}
+
+// TestPreviewServiceWorkerScope: a path-based preview, on sbxd's (and the
+// web console's) origin, cannot widen a service worker's scope beyond its
+// path: Service-Worker-Allowed is dropped. A host-based preview has its
+// own origin and keeps it.
+func TestPreviewServiceWorkerScope(t *testing.T) {
+	ps := newPreviewServer(t, true)
+	resp := ps.do(t, "GET", "/v1/sandboxes/web/ports/3000/sw.js", "", "Authorization", "Bearer "+testKey, "Service-Worker", "script")
+	seenOf(t, resp)
+	if v, ok := resp.Header["Service-Worker-Allowed"]; ok {
+		t.Fatalf("a path-based preview answered Service-Worker-Allowed: %q", v)
+	}
+	resp = ps.do(t, "GET", "/sw.js", "3000-web.localhost", "Authorization", "Bearer "+testKey, "Service-Worker", "script")
+	seenOf(t, resp)
+	if v := resp.Header.Get("Service-Worker-Allowed"); v != "/" {
+		t.Fatalf("a host-based preview lost Service-Worker-Allowed: %q", v)
 	}
 }

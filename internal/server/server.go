@@ -82,9 +82,13 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
-	// dial connects to a sandbox's TCP port (the engine's DialPort).
-	dial  func(ctx context.Context, name string, port int) (net.Conn, error)
-	proxy *httputil.ReverseProxy
+	// dial connects to a sandbox's TCP port (the engine's DialPort); the
+	// proxy passes the sandbox's id.
+	dial func(ctx context.Context, id string, port int) (net.Conn, error)
+	// lookup returns the id of the sandbox named idOrName as ctx's caller
+	// sees it (the engine's Get): ErrSandboxNotFound for another tenant's.
+	lookup func(ctx context.Context, idOrName string) (string, error)
+	proxy  *httputil.ReverseProxy
 	// selfLn serve this API in process to the MCP tools (serveMCP),
 	// without auth [0] and with it [1].
 	selfOnce [2]sync.Once
@@ -113,8 +117,15 @@ func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 		cfg.PreviewIdleTimeout = DefaultPreviewIdleTimeout
 	}
 	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux()}
-	s.dial = func(ctx context.Context, name string, port int) (net.Conn, error) {
-		return s.eng.DialPort(ctx, name, port)
+	s.dial = func(ctx context.Context, id string, port int) (net.Conn, error) {
+		return s.eng.DialPort(ctx, id, port)
+	}
+	s.lookup = func(ctx context.Context, idOrName string) (string, error) {
+		sb, err := s.eng.Get(ctx, idOrName)
+		if err != nil {
+			return "", err
+		}
+		return sb.ID, nil
 	}
 	s.proxy = s.newProxy()
 	s.loadOpenAPI()
@@ -243,11 +254,13 @@ func (s *Server) Handler(auth bool) http.Handler {
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, auth bool) {
 	c := engine.Operator
 	if auth {
+		key, _ := requestKey(r)
 		var err error
-		if c, err = s.authenticate(r); err != nil {
+		if c, err = s.callerOfKey(r.Context(), key); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), apiKeyKey{}, key))
 	}
 	r, done, err := s.track(r, c)
 	if err != nil {
@@ -304,6 +317,17 @@ func bearerKey(h string) (string, bool) {
 }
 
 type ridKey struct{}
+
+// apiKeyKey is the context key of the API key that admitted a request
+// (serveAPI with auth); a request over the Unix socket carries none.
+type apiKeyKey struct{}
+
+// apiKeyOf returns the API key that admitted ctx's request; "" over the
+// Unix socket.
+func apiKeyOf(ctx context.Context) string {
+	k, _ := ctx.Value(apiKeyKey{}).(string)
+	return k
+}
 
 func newRequestID() string {
 	var b [8]byte

@@ -497,3 +497,121 @@ func TestRevokeEndsExec(t *testing.T) {
 		t.Fatalf("the revoked key's sandbox: %v", err)
 	}
 }
+
+// keepAliveServer serves /workspace/site on 127.0.0.1:3000 with HTTP/1.1
+// keep-alive (http.server's default HTTP/1.0 closes each connection, so
+// sbxd would pool none).
+const keepAliveServer = `
+import functools, http.server, socketserver
+
+class Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+class Files(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+
+Server(("127.0.0.1", 3000), functools.partial(Files, directory="/workspace/site")).serve_forever()
+`
+
+// TestPreviewTenants: tenant A serves a port; right after A's preview
+// request (its connection to A's program idle in sbxd's pool), tenant B
+// asks for the same preview URL with its own key and gets 404
+// sandbox_not_found, never A's page, path- and host-based. A's port list
+// carries A's preview token (none over the Unix socket), which opens A's
+// preview without the key and stops working once A's key is revoked.
+func TestPreviewTenants(t *testing.T) {
+	ctx := ctxT(t)
+	kA, cA := tenantKey(t, "pva")
+	kB, _ := tenantKey(t, "pvb")
+	sb, err := cA.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "tp-" + randomHex(4), Network: &api.NetworkRules{Internet: false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.c.Sandboxes.Delete(context.Background(), sb.ID) })
+	page := "page of tenant A " + sb.ID + "\n"
+	if err := sb.WriteFile(ctx, "/workspace/site/index.html", strings.NewReader(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "/workspace/server.py", strings.NewReader(keepAliveServer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"python3", "/workspace/server.py"}}); err != nil {
+		t.Fatal(err)
+	}
+	var token string
+	for deadline := time.Now().Add(60 * time.Second); token == ""; time.Sleep(200 * time.Millisecond) {
+		ports, err := sb.Ports(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			if p.Port == 3000 {
+				token = p.PreviewToken
+				if !strings.HasPrefix(token, kA.ID+".") {
+					t.Fatalf("A's port 3000 lists preview token %q, want one of key %s", token, kA.ID)
+				}
+			}
+		}
+		if token == "" && time.Now().After(deadline) {
+			t.Fatalf("port 3000 not listed after 60 s: %+v", ports)
+		}
+	}
+	// Over the socket no key is used: no token.
+	sockSb, err := h.c.Sandboxes.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockPorts, err := sockSb.Ports(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range sockPorts {
+		if p.PreviewToken != "" {
+			t.Fatalf("over the socket port %d lists preview token %q", p.Port, p.PreviewToken)
+		}
+	}
+
+	listenPort := strings.Split(h.listen, ":")[1]
+	for _, u := range []struct{ url, host string }{
+		{"http://" + h.listen + "/v1/sandboxes/" + sb.Name + "/ports/3000/", ""},
+		{"http://" + h.listen + "/v1/sandboxes/" + sb.ID + "/ports/3000/", ""},
+		{"http://" + h.listen + "/", "3000-" + sb.Name + ".localhost:" + listenPort},
+	} {
+		resp, body := get(t, u.url, u.host, "Authorization", "Bearer "+kA.Secret)
+		if resp.StatusCode != 200 || body != page {
+			t.Fatalf("A's preview %s (host %q): %d %q", u.url, u.host, resp.StatusCode, body)
+		}
+		resp, body = get(t, u.url, u.host, "Authorization", "Bearer "+kB.Secret)
+		if strings.Contains(body, "tenant A") {
+			t.Fatalf("B reached A's page at %s (host %q): %d %q", u.url, u.host, resp.StatusCode, body)
+		}
+		wantAPIError(t, "B's request for A's preview "+u.url, resp, body, 404, api.CodeSandboxNotFound)
+	}
+
+	// A's token, as the list gave it, opens the preview that names the
+	// sandbox as the list's request did (by id), without the key.
+	url := "http://" + h.listen + "/v1/sandboxes/" + sb.ID + "/ports/3000/"
+	resp, body := get(t, url+"?sbx_preview="+token, "")
+	var cookie *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "sbx_preview" {
+			cookie = ck
+		}
+	}
+	if resp.StatusCode != http.StatusFound || cookie == nil || cookie.Value != token {
+		t.Fatalf("A's preview token: %d %v %q", resp.StatusCode, resp.Cookies(), body)
+	}
+	resp, body = get(t, url, "", "Cookie", "sbx_preview="+token)
+	if resp.StatusCode != 200 || body != page {
+		t.Fatalf("A's preview with its token's cookie: %d %q", resp.StatusCode, body)
+	}
+	if err := h.c.Keys.Revoke(ctx, kA.ID); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = get(t, url, "", "Cookie", "sbx_preview="+token)
+	wantAPIError(t, "the cookie of A's revoked key", resp, body, 401, api.CodeUnauthorized)
+	resp, body = get(t, url+"?sbx_preview="+token, "")
+	wantAPIError(t, "the token of A's revoked key", resp, body, 401, api.CodeUnauthorized)
+}

@@ -451,6 +451,11 @@ class Port(_Model):
     address: str = ""
     pid: int = 0
     command: str = ""
+    # Opens this port's preview without the key in the URL: add
+    # "?sbx_preview=<token>" to its preview URL (naming the sandbox as the
+    # list's request did). Minted by sbxd for the request's key; "" over
+    # the Unix socket.
+    preview_token: str = ""
 
 
 @dataclass

@@ -93,8 +93,10 @@ CASES: Dict[str, Any] = {
          "exit_code": 0, "output_bytes": 99},
         T.Process(pid=12, cmd=["sleep", "60"], start_time=t(2026, 11, 29, 10, 0, 0), state="exited",
                   exit_code=0, output_bytes=99)),
-    "Port": ({"port": 3000, "address": "0.0.0.0", "pid": 12, "command": "python3"},
-             T.Port(port=3000, address="0.0.0.0", pid=12, command="python3")),
+    "Port": ({"port": 3000, "address": "0.0.0.0", "pid": 12, "command": "python3",
+              "preview_token": "key_0123456789abcdef.00ff"},
+             T.Port(port=3000, address="0.0.0.0", pid=12, command="python3",
+                    preview_token="key_0123456789abcdef.00ff")),
     "NetworkCounts": (
         {"dns_answered": 12, "dns_refused": 3, "connections_allowed": 4, "connections_refused": 1,
          "packets_refused": 7},

@@ -497,6 +497,13 @@ export interface Port {
   address: string;
   pid?: number;
   command?: string;
+  /**
+   * Opens this port's preview without the key in the URL: add
+   * `?sbx_preview=<token>` to its preview URL (naming the sandbox as the
+   * list's request did). Minted by sbxd for the request's key; omitted over
+   * the Unix socket.
+   */
+  preview_token?: string;
 }
 
 /** Answer of `GET /v1/health`. */
