@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -114,7 +115,7 @@ func (f *fakeAPI) hold() (release func()) {
 var fakeUsage = map[string]map[int]map[string]any{
 	webID: {
 		0: {"cpu_seconds": 90, "memory_gib_seconds": 460.8, "stored_byte_seconds": 0, "cost": 0.0125},
-		3: {"cpu_seconds": 30, "memory_gib_seconds": 100, "stored_byte_seconds": 7.2e12, "cost": 0.0025},
+		3: {"cpu_seconds": 30, "memory_gib_seconds": 100, "stored_byte_seconds": 7.2e12, "cost": 0.00004},
 	},
 	oldWebID: {
 		0: {"cpu_seconds": 5000, "memory_gib_seconds": 9000, "stored_byte_seconds": 0, "cost": 1.5},
@@ -577,28 +578,36 @@ func TestBrowserAgainstFakeAPI(t *testing.T) {
 	); err != nil {
 		t.Fatalf("usage: %v", err)
 	}
-	for measure, want := range map[string]string{"cost": "$0.0150", "cpu": "120.0 s", "memory": "560.8 GiB·s", "stored": "2.00 GB·h"} {
+	for measure, want := range map[string]string{"cost": "$0.0125", "cpu": "120.0 s", "memory": "560.8 GiB·s", "stored": "2.00 GB·h"} {
 		if got := js[string](t, ctx, fmt.Sprintf(`document.querySelector('#usage-total [data-total=%q]').textContent`, measure)); got != want {
 			t.Errorf("total %s shown as %q, want %q", measure, got, want)
 		}
 	}
-	type bar struct{ Day, Value string }
+	type bar struct {
+		Day   string
+		Value float64
+	}
 	bars := func(measure string) []bar {
-		return js[[]bar](t, ctx, fmt.Sprintf(`Array.from(document.querySelectorAll('figure[data-measure=%q] .bar')).map(b => ({Day: b.dataset.day, Value: b.dataset.value}))`, measure))
+		return js[[]bar](t, ctx, fmt.Sprintf(`Array.from(document.querySelectorAll('figure[data-measure=%q] .bar')).map(b => ({Day: b.dataset.day, Value: Number(b.dataset.value)}))`, measure))
 	}
 	today := time.Now().UTC().Truncate(24 * time.Hour)
 	for measure, of := range map[string]string{"cost": "cost", "cpu": "cpu_seconds", "memory": "memory_gib_seconds"} {
 		var want []bar
 		for ago := 13; ago >= 0; ago-- {
-			v := "0"
+			v := 0.0
 			if u, ok := fakeUsage[webID][ago]; ok {
-				v = fmt.Sprint(u[of])
+				v, _ = strconv.ParseFloat(fmt.Sprint(u[of]), 64)
 			}
 			want = append(want, bar{today.AddDate(0, 0, -ago).Format(time.DateOnly), v})
 		}
 		if got := bars(measure); !slices.Equal(got, want) {
 			t.Errorf("%s bars %v, want %v", measure, got, want)
 		}
+	}
+	// A cost below a hundredth of a cent still shows.
+	threeAgo := today.AddDate(0, 0, -3).Format(time.DateOnly)
+	if row := js[string](t, ctx, fmt.Sprintf(`Array.from(document.querySelectorAll("table.usage-days tr")).find(r => r.cells[0].textContent === %q)?.textContent ?? ""`, threeAgo)); !strings.Contains(row, "$0.000040") {
+		t.Errorf("the numbers of %s: %q, want the cost $0.000040", threeAgo, row)
 	}
 	// A day that is over is asked for once; today at every poll.
 	n := api.asked()[day0]

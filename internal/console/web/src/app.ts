@@ -777,7 +777,7 @@ function num(v: number): string {
 
 /** The usage plot's measures: what a bar's height is. */
 const usageMeasures: { id: string; title: string; of: (e: UsageEntry) => number; text: (v: number) => string }[] = [
-  { id: "cost", title: "Cost, US dollars", of: (e) => e.cost, text: (v) => "$" + (v === 0 ? "0" : v.toFixed(4)) },
+  { id: "cost", title: "Cost, US dollars", of: (e) => e.cost, text: (v) => "$" + (v === 0 ? "0" : v >= 0.0001 ? v.toFixed(4) : v.toPrecision(2)) },
   { id: "cpu", title: "CPU used, seconds (one core busy for a second is 1)", of: (e) => e.cpu_seconds, text: (v) => num(v) + " s" },
   { id: "memory", title: "Memory allocated while running, GiB-seconds", of: (e) => e.memory_gib_seconds, text: (v) => num(v) + " GiB·s" },
 ];
