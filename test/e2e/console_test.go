@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
 )
 
 // screenshotDir is where TestConsoleBrowser saves a screenshot of each
@@ -298,7 +299,7 @@ func TestConsoleBrowser(t *testing.T) {
 	for _, tab := range []struct{ name, sel, want string }{
 		{"network", "#rules", "blocked.test"},
 		{"ports", "#ports", ""},
-		{"usage", "#usage", "does not meter usage"},
+		{"usage", "#usage-total", "cost"},
 	} {
 		if err := chromedp.Do(ctx,
 			chromedp.Navigate(base+"#/sandboxes/"+name+"/"+tab.name),
@@ -308,6 +309,41 @@ func TestConsoleBrowser(t *testing.T) {
 		); err != nil {
 			t.Fatalf("%s: %v", tab.name, err)
 		}
+	}
+	// The usage plot: today's bars show what the sandbox used (its runs
+	// were read when the restore stopped it, and every usage_interval), no
+	// more than sbxd answers a moment later; the 13 days before it did not
+	// exist.
+	day0 := time.Now().UTC().Truncate(24 * time.Hour)
+	today := func(measure string) string {
+		return fmt.Sprintf(`Number(document.querySelector('figure[data-measure=%q] .bar.today')?.dataset.value ?? 0)`, measure)
+	}
+	if err := chromedp.Do(ctx, poll(today("cpu")+" > 0 && "+today("memory")+" > 0 && "+today("cost")+" > 0"), shoot("usage")); err != nil {
+		t.Fatalf("usage of today: %v", err)
+	}
+	shownMem, err := eval[float64](ctx, today("memory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier, err := eval[[]string](ctx, `Array.from(document.querySelectorAll('figure[data-measure="memory"] .bar:not(.today)')).filter(b => b.dataset.value !== "0").map(b => b.dataset.day)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := h.c.Usage(ctxT(t), client.UsageQuery{Since: day0, Until: day0.Add(24 * time.Hour), GroupBy: api.UsageBySandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mem float64
+	for _, e := range u.Usage {
+		if e.SandboxID == sb.Sandbox.ID {
+			mem = e.MemoryGiBSeconds
+		}
+	}
+	if shownMem <= 0 || shownMem > mem {
+		t.Errorf("the usage tab shows %g GiB·s of memory today; sbxd answers %g a moment later", shownMem, mem)
+	}
+	if len(earlier) > 0 && time.Now().UTC().Truncate(24*time.Hour).Equal(day0) {
+		t.Errorf("the usage tab shows memory on %q, before the sandbox existed", earlier)
 	}
 	if p := problems(); len(p) > 0 {
 		t.Errorf("the page raised: %q", p)

@@ -233,6 +233,38 @@ export interface Port {
   address: string;
   pid?: number;
   command?: string;
+  /**
+   * What a preview link carries as ?sbx_preview= to open this port (and
+   * nothing else) without the key in the URL; sbxd mints it for the
+   * signed-in key (docs/api.md, Ports). Absent when sbxd made none.
+   */
+  preview_token?: string;
+}
+
+/** The usage of one group of GET /v1/usage (api.UsageEntry); only the group's own field is set. */
+export interface UsageEntry {
+  sandbox?: string;
+  sandbox_id?: string;
+  key?: string;
+  day?: string;
+  /** CPU time used, in seconds (one core busy for a second is 1). */
+  cpu_seconds: number;
+  /** Memory allocated while running (memory_mb / 1024) times seconds running. */
+  memory_gib_seconds: number;
+  /** Checkpoint and snapshot bytes kept times seconds kept. */
+  stored_byte_seconds: number;
+  /** In US dollars at the answer's prices. */
+  cost: number;
+}
+
+/** The answer of GET /v1/usage (api.Usage): usage in [since, until), grouped and priced. */
+export interface Usage {
+  since: string;
+  until: string;
+  group_by: string;
+  prices: { cpu_hour: number; memory_gib_hour: number; storage_gb_month: number };
+  usage: UsageEntry[] | null;
+  total: UsageEntry;
 }
 
 /** path of a sandbox's API resource: /v1/sandboxes/{name}/{rest}, escaped. */

@@ -1,8 +1,9 @@
 // sbx console: a page per route (#/ the sandboxes, #/sandboxes/NAME/TAB one
 // sandbox), each refreshed by polling the API every 2 s while it is shown
-// (sbxd has no change stream that fits: its NDJSON streams are per
-// operation). Nothing here decides anything: sbxd's API does, under the
-// signed-in key.
+// and the browser tab is visible (sbxd has no change stream that fits: its
+// NDJSON streams are per operation). A poll starts 2 s after the previous
+// one ended, so polls never overlap. Nothing here decides anything: sbxd's
+// API does, under the signed-in key.
 
 import "@xterm/xterm/css/xterm.css";
 import "./style.css";
@@ -24,11 +25,13 @@ import {
   type Process,
   type Sandbox,
   type Snapshot,
+  type Usage,
+  type UsageEntry,
 } from "./api";
 import { age, bytes, confirmAction, h, replace, shown, when, type Child } from "./dom";
 import { openTerminal, type TerminalSession } from "./terminal";
 
-/** How often the shown page asks the API again, in ms (live updates). */
+/** How long after a poll of the shown page ended the next one starts, in ms (live updates). */
 const pollMS = 2000;
 
 const app = document.getElementById("app")!;
@@ -45,8 +48,20 @@ interface Page {
   stop(): void;
 }
 
+/**
+ * A tab of a sandbox's page: refresh gets the sandbox the page's poll has
+ * just read (so that a poll reads it once, not once per part of the page).
+ */
+interface Tab {
+  refresh(sb: Sandbox): Promise<void>;
+  stop(): void;
+}
+
 let page: Page | null = null;
+/** The next poll of the shown page, when one is waiting. */
 let timer: number | undefined;
+/** Polls the shown page now, unless a poll is under way (which schedules the next itself). */
+let pollNow: () => void = () => {};
 let notice = "";
 
 whenUnauthorized((e) => {
@@ -63,6 +78,9 @@ function signOut(why = ""): void {
 
 signout.addEventListener("click", () => signOut("signed out"));
 window.addEventListener("hashchange", route);
+// Hidden: the poll under way is the last until the tab is shown again,
+// which polls at once.
+document.addEventListener("visibilitychange", () => pollNow());
 
 function setLive(ok: boolean, text: string): void {
   live.className = ok ? "ok" : "bad";
@@ -76,7 +94,9 @@ function route(): void {
   if (dialog.open) dialog.close();
   page?.stop();
   page = null;
-  window.clearInterval(timer);
+  window.clearTimeout(timer);
+  timer = undefined;
+  pollNow = () => {};
   signout.hidden = apiKey() === null;
   if (apiKey() === null) {
     where.textContent = "";
@@ -87,17 +107,31 @@ function route(): void {
   const m = /^#\/sandboxes\/([^/]+)(?:\/([a-z]+))?$/.exec(location.hash);
   page = m ? sandboxPage(decodeURIComponent(m[1]), m[2] ?? "timeline") : listPage();
   const p = page;
-  const tick = async () => {
+  let polling = false;
+  const paused = () => {
+    if (!document.hidden) return false;
+    setLive(true, "paused while the tab is hidden");
+    return true;
+  };
+  const poll = async () => {
+    window.clearTimeout(timer);
+    timer = undefined;
+    if (page !== p || polling || paused()) return;
+    polling = true;
     try {
       await p.refresh();
       setLive(true, "live · " + new Date().toLocaleTimeString());
     } catch (e) {
       if (e instanceof APIError && e.status === 401) return;
       setLive(false, "not updated: " + errText(e));
+    } finally {
+      polling = false;
     }
+    if (page !== p || paused()) return;
+    timer = window.setTimeout(poll, pollMS);
   };
-  void tick();
-  timer = window.setInterval(tick, pollMS);
+  pollNow = () => void poll();
+  void poll();
 }
 
 function errText(e: unknown): string {
@@ -210,10 +244,8 @@ function sandboxPage(name: string, tab: string): Page {
     status.className = "status" + (bad ? " bad" : "");
     status.textContent = shown(s);
   };
-  let sb: Sandbox | null = null;
-  const headRefresh = async () => {
-    sb = await call<Sandbox>("GET", sbPath(name));
-    const s = sb;
+  const headRefresh = async (): Promise<Sandbox> => {
+    const s = await call<Sandbox>("GET", sbPath(name));
     drawIfChanged(head, { s, minute: Math.floor(Date.now() / 60000) }, () => [
       h("h1", {}, s.name, " ", state(s.state, s.state_reason)),
       h(
@@ -242,13 +274,14 @@ function sandboxPage(name: string, tab: string): Page {
         h("button", { "data-action": "delete", class: "danger", onclick: () => void del() }, "Delete"),
       ),
     ]);
+    return s;
   };
   const checkpointNow = async () => {
     say("checkpoint: starting…");
     try {
       const cp = await operation<Checkpoint>("POST", sbPath(name, "checkpoint"), { comment: "from the console" }, (s) => say("checkpoint: " + s));
       say(`checkpoint ${cp.id} taken`);
-      void sub.refresh();
+      pollNow();
     } catch (e) {
       say("checkpoint failed: " + errText(e), true);
     }
@@ -274,7 +307,7 @@ function sandboxPage(name: string, tab: string): Page {
       say("delete failed: " + errText(e), true);
     }
   };
-  const sub: Page =
+  const sub: Tab =
     tab === "processes"
       ? processesTab(name, panel)
       : tab === "network"
@@ -288,8 +321,7 @@ function sandboxPage(name: string, tab: string): Page {
               : timelineTab(name, panel, say);
   return {
     async refresh() {
-      await headRefresh();
-      await sub.refresh();
+      await sub.refresh(await headRefresh());
     },
     stop() {
       sub.stop();
@@ -299,7 +331,7 @@ function sandboxPage(name: string, tab: string): Page {
 
 type Step = { kind: "checkpoint"; cp: Checkpoint; prev?: string } | { kind: "snapshot"; sn: Snapshot };
 
-function timelineTab(name: string, panel: HTMLElement, say: (s: string, bad?: boolean) => void): Page {
+function timelineTab(name: string, panel: HTMLElement, say: (s: string, bad?: boolean) => void): Tab {
   const list = h("ol", { class: "timeline", id: "timeline" });
   replace(panel, h("h2", {}, "Checkpoints and snapshots"), list);
   /** The open diffs, by step ("live" for the disk now), kept across redraws. */
@@ -341,7 +373,7 @@ function timelineTab(name: string, panel: HTMLElement, say: (s: string, bad?: bo
       say(`restored to ${cp.id}: ${sb.name} is ${sb.state}; the next request boots it on that disk`);
       for (const b of open.values()) b.remove();
       open.clear();
-      await refresh();
+      pollNow();
     } catch (e) {
       say(`restore to ${cp.id} failed: ${errText(e)}`, true);
     } finally {
@@ -362,20 +394,21 @@ function timelineTab(name: string, panel: HTMLElement, say: (s: string, bad?: bo
     try {
       await call("DELETE", "/v1/snapshots/" + encodeURIComponent(sn.id));
       say(`deleted snapshot ${sn.id}`);
-      await refresh();
+      pollNow();
     } catch (e) {
       say("delete snapshot failed: " + errText(e), true);
     }
   };
-  const refresh = async () => {
-    const [cps, sns, sb] = await Promise.all([
+  const refresh = async (sb: Sandbox) => {
+    // sbxd filters the snapshots by the sandbox's id (a name may have
+    // belonged to a deleted sandbox before).
+    const [cps, sns] = await Promise.all([
       call<Checkpoint[]>("GET", sbPath(name, "checkpoints")),
-      call<Snapshot[]>("GET", "/v1/snapshots"),
-      call<Sandbox>("GET", sbPath(name)),
+      call<Snapshot[]>("GET", "/v1/snapshots?sandbox=" + encodeURIComponent(sb.id)),
     ]);
     const steps: Step[] = [];
     cps.forEach((cp, i) => steps.push({ kind: "checkpoint", cp, prev: cps[i + 1]?.id }));
-    for (const sn of sns) if (sn.sandbox === sb.name || sn.sandbox === sb.id) steps.push({ kind: "snapshot", sn });
+    for (const sn of sns) steps.push({ kind: "snapshot", sn });
     const t = (s: Step) => Date.parse(s.kind === "checkpoint" ? s.cp.create_time : s.sn.create_time);
     steps.sort((a, b) => t(b) - t(a));
     drawIfChanged(list, { steps, minute: Math.floor(Date.now() / 60000) }, () => [
@@ -473,7 +506,7 @@ function diffView(d: Diff): Child {
   ];
 }
 
-function processesTab(name: string, panel: HTMLElement): Page {
+function processesTab(name: string, panel: HTMLElement): Tab {
   const body = h("div", { id: "processes" });
   const out = h("div", { id: "output" });
   replace(panel, h("h2", {}, "Processes"), h("p", { class: "meta" }, "Commands started through the API (exec), with their state and output."), body, out);
@@ -541,7 +574,7 @@ function list(xs: string[] | null): Child {
   return xs && xs.length > 0 ? xs.map((x) => h("span", { class: "label" }, x)) : "—";
 }
 
-function networkTab(name: string, panel: HTMLElement): Page {
+function networkTab(name: string, panel: HTMLElement): Tab {
   const rules = h("div", { id: "rules" });
   const log = h("div", { id: "netlog" });
   replace(panel, h("h2", {}, "Network rules"), rules, h("h2", {}, "Refused connections"), log);
@@ -609,24 +642,7 @@ function previewURL(name: string, port: number): string {
   return sbPath(name, "ports", String(port)) + "/";
 }
 
-/**
- * The preview token of a port: what sbxd's preview cookie holds, an
- * HMAC-SHA256 under the key of "sbx-preview\0<name>\0<port>" in hex
- * (internal/server, previewToken). A preview link carries it as
- * ?sbx_preview= once, so that it opens that port and nothing else without
- * the key in the URL. null where the browser has no Web Crypto (a page
- * served over plain HTTP from another host than localhost).
- */
-async function previewToken(name: string, port: number): Promise<string | null> {
-  const key = apiKey();
-  if (key === null || !globalThis.crypto?.subtle) return null;
-  const enc = new TextEncoder();
-  const k = await crypto.subtle.importKey("raw", enc.encode(key), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", k, enc.encode(`sbx-preview\0${name}\0${port}`)));
-  return Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-function portsTab(name: string, panel: HTMLElement): Page {
+function portsTab(name: string, panel: HTMLElement): Tab {
   const body = h("div", { id: "ports" });
   replace(
     panel,
@@ -641,13 +657,12 @@ function portsTab(name: string, panel: HTMLElement): Page {
   return {
     async refresh() {
       const ps = await call<Port[]>("GET", sbPath(name, "ports"));
-      const links = await Promise.all(
-        ps.map(async (p) => {
-          const u = previewURL(name, p.port);
-          const token = await previewToken(name, p.port);
-          return { shown: u, href: token === null ? u : `${u}?sbx_preview=${token}` };
-        }),
-      );
+      // The token sbxd minted for this key opens that port once, without
+      // the key in the URL; without one the preview asks for the key.
+      const links = ps.map((p) => {
+        const u = previewURL(name, p.port);
+        return { shown: u, href: p.preview_token ? `${u}?sbx_preview=${encodeURIComponent(p.preview_token)}` : u };
+      });
       drawIfChanged(body, ps, () =>
         ps.length === 0
           ? h("p", { class: "empty" }, "Nothing listens.")
@@ -677,7 +692,7 @@ function portsTab(name: string, panel: HTMLElement): Page {
   };
 }
 
-function terminalTab(name: string, panel: HTMLElement, say: (s: string, bad?: boolean) => void): Page {
+function terminalTab(name: string, panel: HTMLElement, say: (s: string, bad?: boolean) => void): Tab {
   const tstatus = h("span", { id: "term-status" });
   const box = h("div", { id: "terminal" });
   let session: TerminalSession | null = null;
@@ -697,34 +712,163 @@ function terminalTab(name: string, panel: HTMLElement, say: (s: string, bad?: bo
   };
 }
 
+/** How many UTC days the usage tab plots, today included. */
+const usageDays = 14;
+const dayMS = 86_400_000;
+
+/** One UTC day of the usage plot: its "2006-01-02" name and the sandbox's usage (null: none recorded). */
+interface UsageDay {
+  day: string;
+  usage: UsageEntry | null;
+}
+
 /**
- * Usage over time. sbxd does not meter usage yet (no GET /v1/usage): the
- * tab says so. When the route exists, plotUsage is where its answer is
- * drawn.
+ * Usage: what this sandbox used per UTC day over the last usageDays days
+ * and in all, from GET /v1/usage?group_by=sandbox asked once per day
+ * (since/until its midnights; the API has no per-sandbox-per-day grouping),
+ * the sandbox found by id (a deleted sandbox of the same name has its own
+ * entry). A day that ended more than an hour ago is asked once while the
+ * tab is shown; today (and yesterday in its first hour, for readings that
+ * land late) at every poll. Today counts up to sbxd's last reading (at
+ * most its usage_interval old).
  */
-function usageTab(name: string, panel: HTMLElement): Page {
+function usageTab(name: string, panel: HTMLElement): Tab {
   const body = h("div", { id: "usage" });
-  replace(panel, h("h2", {}, "Usage"), body);
-  let done = false;
+  replace(
+    panel,
+    h("h2", {}, "Usage"),
+    h("p", { class: "meta" }, `What ${name} used per UTC day over the last ${usageDays} days, and its cost at sbxd's prices (docs/api.md, Usage).`),
+    body,
+  );
+  /** The days that are over, by name: the sandbox's entry or null. */
+  const done = new Map<string, UsageEntry | null>();
+  let prices: Usage["prices"] | null = null;
   return {
-    async refresh() {
-      if (done) return;
-      try {
-        const u = await call<unknown>("GET", "/v1/usage?group_by=sandbox");
-        replace(body, plotUsage(name, u));
-      } catch (e) {
-        if (!(e instanceof APIError) || e.status !== 404) throw e;
-        replace(body, h("p", { class: "empty", id: "usage-missing" }, "This sbxd does not meter usage (GET /v1/usage is not there), so there is nothing to plot."));
-      }
-      done = true;
+    async refresh(sb) {
+      const now = Date.now();
+      const today = now - (now % dayMS);
+      const starts = Array.from({ length: usageDays }, (_, i) => today - (usageDays - 1 - i) * dayMS);
+      const days = await Promise.all(
+        starts.map(async (start): Promise<UsageDay> => {
+          const day = new Date(start).toISOString().slice(0, 10);
+          const kept = done.get(day);
+          if (kept !== undefined) return { day, usage: kept };
+          const q = `?group_by=sandbox&since=${encodeURIComponent(new Date(start).toISOString())}&until=${encodeURIComponent(new Date(start + dayMS).toISOString())}`;
+          const u = await call<Usage>("GET", "/v1/usage" + q);
+          prices = u.prices;
+          const usage = (u.usage ?? []).find((e) => e.sandbox_id === sb.id) ?? null;
+          if (start + dayMS + 3_600_000 < now) done.set(day, usage);
+          return { day, usage };
+        }),
+      );
+      for (const day of done.keys()) if (day < days[0].day) done.delete(day);
+      drawIfChanged(body, { days, prices }, () => plotUsage(days, prices));
     },
     stop() {},
   };
 }
 
-/** The hook for the usage plot: not built until the API's usage shape exists. */
-function plotUsage(_name: string, _usage: unknown): Child {
-  return h("p", { class: "empty" }, "sbxd answers GET /v1/usage, but this console does not plot it yet.");
+/** A number as text: up to 4 significant decimals for small ones, none for large. */
+function num(v: number): string {
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  return a >= 1000 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : a >= 0.01 ? v.toFixed(2) : v.toPrecision(2);
+}
+
+/** The usage plot's measures: what a bar's height is. */
+const usageMeasures: { id: string; title: string; of: (e: UsageEntry) => number; text: (v: number) => string }[] = [
+  { id: "cost", title: "Cost, US dollars", of: (e) => e.cost, text: (v) => "$" + (v === 0 ? "0" : v >= 0.0001 ? v.toFixed(4) : v.toPrecision(2)) },
+  { id: "cpu", title: "CPU used, seconds (one core busy for a second is 1)", of: (e) => e.cpu_seconds, text: (v) => num(v) + " s" },
+  { id: "memory", title: "Memory allocated while running, GiB-seconds", of: (e) => e.memory_gib_seconds, text: (v) => num(v) + " GiB·s" },
+];
+
+/** One measure's bars, one per day, oldest first; each bar holds its value in data-value. */
+function usageBars(m: (typeof usageMeasures)[number], days: UsageDay[]): HTMLElement {
+  const values = days.map((d) => (d.usage ? m.of(d.usage) : 0));
+  const max = Math.max(0, ...values);
+  return h(
+    "figure",
+    { class: "plot", "data-measure": m.id },
+    h("figcaption", {}, m.title, h("span", { class: "meta" }, ` · highest day ${m.text(max)}`)),
+    h(
+      "div",
+      { class: "bars" },
+      days.map((d, i) => {
+        const fill = h("span", { class: "fill" });
+        fill.style.height = max > 0 ? `${((values[i] / max) * 100).toFixed(1)}%` : "0";
+        return h(
+          "div",
+          { class: "bar" + (values[i] > 0 ? " used" : "") + (i === days.length - 1 ? " today" : ""), "data-day": d.day, "data-value": String(values[i]), title: `${d.day} (UTC): ${m.text(values[i])}` },
+          h("span", { class: "track" }, fill),
+          h("span", { class: "day" }, d.day.slice(5)),
+        );
+      }),
+    ),
+  );
+}
+
+/** The usage tab's plot: cost, CPU and memory per day, then the totals and the numbers. */
+function plotUsage(days: UsageDay[], prices: Usage["prices"] | null): Child {
+  const total = { cpu_seconds: 0, memory_gib_seconds: 0, stored_byte_seconds: 0, cost: 0 };
+  for (const d of days) {
+    if (!d.usage) continue;
+    total.cpu_seconds += d.usage.cpu_seconds;
+    total.memory_gib_seconds += d.usage.memory_gib_seconds;
+    total.stored_byte_seconds += d.usage.stored_byte_seconds;
+    total.cost += d.usage.cost;
+  }
+  const [cost, cpu, memory] = usageMeasures;
+  const stored = (v: number) => num(v / 1e9 / 3600) + " GB·h";
+  return [
+    h(
+      "dl",
+      { class: "facts", id: "usage-total" },
+      h("dt", {}, "window"),
+      h("dd", {}, `${days[0].day} – ${days[days.length - 1].day} (UTC; today so far)`),
+      h("dt", {}, "cost"),
+      h("dd", { "data-total": "cost" }, cost.text(total.cost)),
+      h("dt", {}, "CPU"),
+      h("dd", { "data-total": "cpu" }, cpu.text(total.cpu_seconds)),
+      h("dt", {}, "memory"),
+      h("dd", { "data-total": "memory" }, memory.text(total.memory_gib_seconds)),
+      h("dt", {}, "stored"),
+      h("dd", { "data-total": "stored" }, stored(total.stored_byte_seconds)),
+      prices && [
+        h("dt", {}, "prices"),
+        h("dd", {}, `$${prices.cpu_hour} per vCPU-hour used, $${prices.memory_gib_hour} per GiB-hour allocated, $${prices.storage_gb_month} per GB-month stored`),
+      ],
+    ),
+    total.cost === 0 && total.cpu_seconds === 0 && total.memory_gib_seconds === 0 && total.stored_byte_seconds === 0 && h("p", { class: "empty" }, "No usage recorded in these days."),
+    usageMeasures.map((m) => usageBars(m, days)),
+    h(
+      "details",
+      {},
+      h("summary", {}, "the numbers"),
+      h(
+        "table",
+        { class: "usage-days" },
+        h("thead", {}, h("tr", {}, h("th", {}, "day (UTC)"), h("th", {}, "cost"), h("th", {}, "CPU"), h("th", {}, "memory"), h("th", {}, "stored"))),
+        h(
+          "tbody",
+          {},
+          days
+            .slice()
+            .reverse()
+            .map((d) =>
+              h(
+                "tr",
+                {},
+                h("td", {}, d.day),
+                h("td", { class: "num" }, cost.text(d.usage?.cost ?? 0)),
+                h("td", { class: "num" }, cpu.text(d.usage?.cpu_seconds ?? 0)),
+                h("td", { class: "num" }, memory.text(d.usage?.memory_gib_seconds ?? 0)),
+                h("td", { class: "num" }, stored(d.usage?.stored_byte_seconds ?? 0)),
+              ),
+            ),
+        ),
+      ),
+    ),
+  ];
 }
 
 async function start(): Promise<void> {
