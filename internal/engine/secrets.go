@@ -44,8 +44,8 @@ func (e *Engine) caDir(id string) string { return filepath.Join(e.sandboxDir(id)
 
 // Trust store paths inside a sandbox.
 const (
-	sandboxCADir     = "/.sbx/ca"
-	sandboxCABundle  = sandboxCADir + "/bundle.pem"
+	sandboxCADir    = "/.sbx/ca"
+	sandboxCABundle = sandboxCADir + "/bundle.pem"
 	sandboxCAOnly   = sandboxCADir + "/ca.pem"
 	// maxSystemBundle bounds the image's bundle sbxd reads.
 	maxSystemBundle = 8 << 20
@@ -66,7 +66,8 @@ var systemBundles = []string{
 
 // imageBundle reads the system trust store of the image whose root
 // filesystem is rootfs: the first of systemBundles there, its links
-// resolved inside the image. path is the file it resolves to ("/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"),
+// resolved inside the image. path is the file it resolves to, as the
+// sandbox sees it ("/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"),
 // "" when the image has none.
 //
 // Errors: a bundle that cannot be read (more than maxSystemBundle bytes,
