@@ -254,16 +254,22 @@ func what(kind string) string {
 	return "Host header"
 }
 
-// recheck closes a's connections that its rules no longer allow.
+// recheck closes a's connections that its rules no longer allow. p.mu is
+// held only to list them: decide may resolve names (seconds), and every
+// sandbox's new connection takes p.mu.
 func (p *proxy) recheck(a *attachment) {
 	p.mu.Lock()
-	var cut []*proxyConn
+	conns := make([]*proxyConn, 0, len(p.conns[a]))
 	for pc := range p.conns[a] {
+		conns = append(conns, pc)
+	}
+	p.mu.Unlock()
+	var cut []*proxyConn
+	for _, pc := range conns {
 		if _, reason := p.decide(a, pc.kind, pc.name, pc.target); reason != "" {
 			cut = append(cut, pc)
 		}
 	}
-	p.mu.Unlock()
 	for _, pc := range cut {
 		dest := pc.name
 		if dest == "" {

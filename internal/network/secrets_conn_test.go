@@ -2,15 +2,18 @@ package network
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,4 +307,46 @@ func TestSecretsProxyUpstreamClosesIdle(t *testing.T) {
 	if len(auth) != 3 || auth[2] != "Bearer "+testValue {
 		t.Fatalf("the host got %q", auth)
 	}
+}
+
+// A rules change rechecks a sandbox's connections, resolving their names
+// again; while a lookup is slow, other connections (any sandbox's) are
+// still proxied: the recheck does not hold the proxy's lock across DNS.
+func TestProxyRecheckDoesNotBlockNewConnections(t *testing.T) {
+	r := newSecretRig(t, api.NetworkRules{Internet: true})
+	target := r.target.Addr()
+	var slow atomic.Bool
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	r.p.resolve = func(context.Context, string) ([]netip.Addr, error) {
+		if slow.CompareAndSwap(true, false) {
+			started <- struct{}{}
+			<-release
+		}
+		return []netip.Addr{target}, nil
+	}
+	bearer := map[string]string{"Authorization": "Bearer " + r.ph}
+	kept := r.client(nil) // its connection stays open, tracked
+	if code, _ := r.do(t, kept, "GET", "https://api.test/items", bearer); code != 200 {
+		t.Fatalf("first request: %d", code)
+	}
+	slow.Store(true)
+	rechecked := make(chan struct{})
+	go func() { r.p.recheck(r.a); close(rechecked) }()
+	<-started // the recheck waits on DNS now
+	done := make(chan int, 1)
+	go func() {
+		code, _ := r.do(t, r.client(nil), "GET", "https://api.test/items", bearer)
+		done <- code
+	}()
+	select {
+	case code := <-done:
+		if code != 200 {
+			t.Fatalf("a new connection during the recheck: %d", code)
+		}
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("a new connection waits for the recheck's DNS lookup")
+	}
+	close(release)
+	<-rechecked
 }
