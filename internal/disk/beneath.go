@@ -217,9 +217,10 @@ func splitParent(rel string) (string, string) {
 // ReadFileBeneath reads the regular file rel (e.g. "etc/ssl/certs/ca-certificates.crt")
 // beneath dir (a host-owned directory: an image's root filesystem) without
 // following a symlink in any component, up to max bytes. ok is false when
-// it is missing, a symlink or not a regular file.
+// it is missing, a symlink (or below one) or not a regular file.
 //
-// Errors: the file is longer than max; a read failure.
+// Errors: the file is longer than max; an open, stat or read failure other
+// than the file's absence (EACCES, EMFILE, EIO...).
 func ReadFileBeneath(dir, rel string, max int64) (b []byte, ok bool, err error) {
 	root, err := openRoot(dir)
 	if err != nil {
@@ -227,19 +228,86 @@ func ReadFileBeneath(dir, rel string, max int64) (b []byte, ok bool, err error) 
 	}
 	defer unix.Close(root)
 	fd, err := openBeneath(root, rel, unix.O_RDONLY|unix.O_NONBLOCK)
-	if err != nil {
+	if absent(err) {
 		return nil, false, nil
 	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", shown(rel), err)
+	}
+	return readRegular(fd, rel, max)
+}
+
+// ReadFileInRoot reads the regular file rel (e.g. "etc/ssl/certs/ca-certificates.crt")
+// of dir, an image's root filesystem (host-owned, never written by a
+// guest), up to max bytes, resolving symlinks as the image would see them:
+// with openat2 RESOLVE_IN_ROOT, an absolute link or ".." resolves inside
+// dir and never leaves it; magic links (/proc) are refused. resolved is
+// the path, relative to dir ("etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"),
+// of the file read once links are resolved. ok is false when rel is
+// missing (or a dangling link), a loop of links, or not a regular file.
+//
+// Errors: the file is longer than max; the kernel has no openat2 (Linux
+// 5.6); an open, stat or read failure other than the file's absence.
+func ReadFileInRoot(dir, rel string, max int64) (b []byte, resolved string, ok bool, err error) {
+	if _, err := splitRel(rel); err != nil || rel == "" {
+		return nil, "", false, fmt.Errorf("%s: not a clean relative path", shown(rel))
+	}
+	root, err := openRoot(dir)
+	if err != nil {
+		return nil, "", false, err
+	}
+	defer unix.Close(root)
+	how := &unix.OpenHow{
+		Flags:   uint64(unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY),
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	var fd int
+	for i := 0; ; i++ {
+		fd, err = unix.Openat2(root, rel, how)
+		if !errors.Is(err, unix.EAGAIN) || i >= 8 {
+			break // EAGAIN: a rename raced the lookup; openat2 asks to retry
+		}
+	}
+	if absent(err) {
+		return nil, "", false, nil
+	}
+	if err != nil {
+		return nil, "", false, fmt.Errorf("%s: %w", shown(rel), err)
+	}
+	rootPath, rerr := os.Readlink("/proc/self/fd/" + strconv.Itoa(root))
+	filePath, ferr := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if rerr != nil || ferr != nil || !strings.HasPrefix(filePath, strings.TrimSuffix(rootPath, "/")+"/") {
+		unix.Close(fd)
+		return nil, "", false, fmt.Errorf("%s: cannot tell the path it resolves to", shown(rel))
+	}
+	resolved = strings.TrimPrefix(filePath, strings.TrimSuffix(rootPath, "/")+"/")
+	b, ok, err = readRegular(fd, resolved, max)
+	return b, resolved, ok, err
+}
+
+// absent reports whether err, from an open beneath a root, means that the
+// file is not there to read: missing, a component not a directory, or a
+// symlink met where none may be followed (or a loop of them).
+func absent(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV)
+}
+
+// readRegular reads fd, the open file rel, and closes it: ok is false when
+// it is not a regular file; more than max bytes is an error.
+func readRegular(fd int, rel string, max int64) ([]byte, bool, error) {
 	f := os.NewFile(uintptr(fd), shown(rel))
 	defer f.Close()
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
+	if err != nil {
+		return nil, false, err
+	}
+	if !st.Mode().IsRegular() {
 		return nil, false, nil
 	}
 	if st.Size() > max {
 		return nil, false, fmt.Errorf("%s: %d bytes, more than %d", shown(rel), st.Size(), max)
 	}
-	b, err = io.ReadAll(io.LimitReader(f, max+1))
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, false, err
 	}

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -251,15 +250,7 @@ func (e *Engine) hostnameFile(id string) string { return filepath.Join(e.sandbox
 // writeHostname writes name to sandbox id's /etc/hostname file, in place
 // (the mount holds the file's inode).
 func (e *Engine) writeHostname(id, name string) error {
-	f, err := os.OpenFile(e.hostnameFile(id), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return fmt.Errorf("write the sandbox's /etc/hostname: %w", err)
-	}
-	_, err = f.WriteString(name + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := writeHostFile(e.hostnameFile(id), []byte(name+"\n")); err != nil {
 		return fmt.Errorf("write the sandbox's /etc/hostname: %w", err)
 	}
 	return nil

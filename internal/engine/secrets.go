@@ -44,13 +44,46 @@ func (e *Engine) caDir(id string) string { return filepath.Join(e.sandboxDir(id)
 
 // Trust store paths inside a sandbox.
 const (
-	sandboxCADir     = "/.sbx/ca"
-	sandboxCABundle  = sandboxCADir + "/bundle.pem"
-	sandboxCAOnly    = sandboxCADir + "/ca.pem"
-	systemBundlePath = "/etc/ssl/certs/ca-certificates.crt"
+	sandboxCADir    = "/.sbx/ca"
+	sandboxCABundle = sandboxCADir + "/bundle.pem"
+	sandboxCAOnly   = sandboxCADir + "/ca.pem"
 	// maxSystemBundle bounds the image's bundle sbxd reads.
 	maxSystemBundle = 8 << 20
 )
+
+// systemBundles are where images keep their system trust store, in the
+// order tried: Go's crypto/x509 list (root_linux.go). Debian, Ubuntu,
+// Alpine, Arch: the first; RHEL, CentOS, Fedora, Amazon Linux: the second
+// (through links into /etc/pki/ca-trust); openSUSE: the third.
+var systemBundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/pki/tls/cacert.pem",
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+	"/etc/ssl/cert.pem",
+}
+
+// imageBundle reads the system trust store of the image whose root
+// filesystem is rootfs: the first of systemBundles there, its links
+// resolved inside the image. path is the file it resolves to, as the
+// sandbox sees it ("/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"),
+// "" when the image has none.
+//
+// Errors: a bundle that cannot be read (more than maxSystemBundle bytes,
+// an open or read failure other than its absence).
+func imageBundle(rootfs string) (b []byte, path string, err error) {
+	for _, p := range systemBundles {
+		b, resolved, ok, err := disk.ReadFileInRoot(rootfs, strings.TrimPrefix(p, "/"), maxSystemBundle)
+		if err != nil {
+			return nil, "", fmt.Errorf("the image's trust store %s: %w", p, err)
+		}
+		if ok {
+			return b, "/" + resolved, nil
+		}
+	}
+	return nil, "", nil
+}
 
 // caEnv are the variables that point TLS clients at the sandbox's trust
 // store (OpenSSL and Go, Python requests, curl, git, Node).
@@ -93,9 +126,13 @@ func (e *Engine) secretMounts(sb *store.Sandbox, cold bool) ([]runtime.Mount, er
 	if !s.Mounted {
 		return nil, nil
 	}
-	sys, ok, err := disk.ReadFileBeneath(e.images.RootFS(sb.ImageID), strings.TrimPrefix(systemBundlePath, "/"), maxSystemBundle)
+	sys, sysPath, err := imageBundle(e.images.RootFS(sb.ImageID))
 	if err != nil {
-		return nil, fmt.Errorf("the image's trust store: %w", err)
+		return nil, err
+	}
+	if sysPath == "" {
+		e.log.Warn("secrets: the image has no system trust store in a usual place; TLS clients that honour SSL_CERT_FILE and the like trust only the sandbox's CA",
+			"sandbox", sb.Name, "image", sb.ImageID, "tried", strings.Join(systemBundles, " "))
 	}
 	bundle := append(slices.Clip(sys), '\n')
 	bundle = append(bundle, s.CACert...)
@@ -109,8 +146,10 @@ func (e *Engine) secretMounts(sb *store.Sandbox, cold bool) ([]runtime.Mount, er
 		}
 	}
 	mounts := []runtime.Mount{{Source: dir, Destination: sandboxCADir, ReadOnly: true}}
-	if ok {
-		mounts = append(mounts, runtime.Mount{Source: filepath.Join(dir, "bundle.pem"), Destination: systemBundlePath, ReadOnly: true})
+	if sysPath != "" {
+		// Over the file the image's links lead to: every path that
+		// names it sees the bundle.
+		mounts = append(mounts, runtime.Mount{Source: filepath.Join(dir, "bundle.pem"), Destination: sysPath, ReadOnly: true})
 	}
 	return mounts, nil
 }

@@ -181,3 +181,89 @@ func TestFakeSecrets(t *testing.T) {
 		}
 	})
 }
+
+// The sandbox's bundle.pem holds the image's own trust store and the CA,
+// wherever the image keeps its store: a plain file (Debian), behind
+// links (RHEL's /etc/ssl/certs -> ../pki/tls/certs, its bundle an
+// absolute link into /etc/pki/ca-trust), and the system bundle is
+// replaced at the file the links lead to. An image without one gets a
+// warning in sbxd's log, not a silent bundle of the CA alone.
+func TestFakeSecretsImageBundle(t *testing.T) {
+	t.Parallel()
+	const marker = "-----IMAGE TRUST STORE MARKER-----"
+	for _, c := range []struct {
+		name   string
+		layout func(t *testing.T, root string)
+		dest   string // the system bundle's mount; "" for none
+	}{
+		{"debian", func(t *testing.T, root string) {
+			writeIn(t, root, "etc/ssl/certs/ca-certificates.crt", marker)
+		}, "/etc/ssl/certs/ca-certificates.crt"},
+		{"rhel", func(t *testing.T, root string) {
+			writeIn(t, root, "etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", marker)
+			linkIn(t, root, "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "etc/pki/tls/certs/ca-bundle.crt")
+			linkIn(t, root, "../pki/tls/certs", "etc/ssl/certs")
+		}, "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"},
+		{"none", func(t *testing.T, root string) {}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			f := startFakeEngine(t, newFakeDataDir(t), Config{})
+			c.layout(t, f.e.images.RootFS(testImageID))
+			sb, err := f.e.Create(ctx, CreateOptions{CreateSandboxRequest: api.CreateSandboxRequest{Name: "s",
+				Secrets: []api.Secret{{Name: "API_TOKEN", Value: secretV1, Rules: getRule()}}}})
+			if err != nil {
+				t.Fatalf("create: %v\n%s", err, f.logs.String())
+			}
+			cur, _ := f.e.Get(ctx, "s")
+			bundle, err := os.ReadFile(filepath.Join(f.e.caDir(sb.ID), "bundle.pem"))
+			if err != nil || !bytes.Contains(bundle, cur.Secrets.CACert) {
+				t.Fatalf("bundle.pem: %v, holds the CA: %v", err, bytes.Contains(bundle, cur.Secrets.CACert))
+			}
+			if got := bytes.Contains(bundle, []byte(marker)); got != (c.dest != "") {
+				t.Fatalf("bundle.pem holds the image's trust store: %v", got)
+			}
+			mounts, err := f.e.secretMounts(cur, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dests []string
+			for _, m := range mounts {
+				dests = append(dests, m.Destination)
+			}
+			want := []string{sandboxCADir}
+			if c.dest != "" {
+				want = append(want, c.dest)
+			}
+			if strings.Join(dests, " ") != strings.Join(want, " ") {
+				t.Fatalf("mounts %q, want %q", dests, want)
+			}
+			if warned := strings.Contains(f.logs.String(), "no system trust store"); warned != (c.dest == "") {
+				t.Fatalf("warned of no trust store: %v\n%s", warned, f.logs.String())
+			}
+		})
+	}
+}
+
+func writeIn(t *testing.T, root, rel, data string) {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func linkIn(t *testing.T, root, target, rel string) {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -51,7 +51,10 @@ type proxy struct {
 	// sessions resume TLS sessions with real hosts across connections:
 	// a new connection skips the upstream's full handshake.
 	sessions tls.ClientSessionCache
-	log      *slog.Logger
+	// idle bounds how long both connections of a terminated TLS
+	// connection may stay idle (secretIdle; tests shorten it).
+	idle time.Duration
+	log  *slog.Logger
 
 	mu    sync.Mutex
 	conns map[*attachment]map[*proxyConn]struct{}
@@ -88,7 +91,7 @@ func startProxy(m *Manager) (*proxy, error) {
 
 func newProxy(ln net.Listener) *proxy {
 	return &proxy{ln: ln, port: uint16(ln.Addr().(*net.TCPAddr).Port), conns: map[*attachment]map[*proxyConn]struct{}{},
-		sessions: tls.NewLRUClientSessionCache(1024)}
+		sessions: tls.NewLRUClientSessionCache(1024), idle: secretIdle}
 }
 
 func (p *proxy) close() { _ = p.ln.Close() }
@@ -186,7 +189,7 @@ func (p *proxy) handle(c *net.TCPConn) {
 	p.track(a, pc, true)
 	defer p.track(a, pc, false)
 	if kind == "tls" && a.getRules().Secrets.terminates(name) {
-		p.terminate(a, c, head.Bytes(), name, up)
+		p.terminate(a, c, head.Bytes(), name, target.Port(), up)
 		return
 	}
 	if _, err := up.Write(head.Bytes()); err != nil {
@@ -251,16 +254,22 @@ func what(kind string) string {
 	return "Host header"
 }
 
-// recheck closes a's connections that its rules no longer allow.
+// recheck closes a's connections that its rules no longer allow. p.mu is
+// held only to list them: decide may resolve names (seconds), and every
+// sandbox's new connection takes p.mu.
 func (p *proxy) recheck(a *attachment) {
 	p.mu.Lock()
-	var cut []*proxyConn
+	conns := make([]*proxyConn, 0, len(p.conns[a]))
 	for pc := range p.conns[a] {
+		conns = append(conns, pc)
+	}
+	p.mu.Unlock()
+	var cut []*proxyConn
+	for _, pc := range conns {
 		if _, reason := p.decide(a, pc.kind, pc.name, pc.target); reason != "" {
 			cut = append(cut, pc)
 		}
 	}
-	p.mu.Unlock()
 	for _, pc := range cut {
 		dest := pc.name
 		if dest == "" {

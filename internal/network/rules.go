@@ -7,6 +7,7 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/secret"
 )
 
 // MaxRuleEntries bounds each of a rule set's lists.
@@ -158,8 +159,8 @@ func parseAddr(s string) (netip.Prefix, bool, error) {
 	return netip.PrefixFrom(a, 32), true, nil
 }
 
-// parseDomain checks a domain pattern: a host name of letters, digits and
-// hyphens in dot-separated labels (RFC 1123), optionally "*." first.
+// parseDomain checks a domain pattern: not a URL, no port, then a host
+// name as secret.ParseHostName takes it, optionally "*." first.
 func parseDomain(s string) (string, error) {
 	if s == "" {
 		return "", fmt.Errorf("empty")
@@ -173,40 +174,7 @@ func parseDomain(s string) (string, error) {
 	if strings.Contains(s, ":") {
 		return "", fmt.Errorf("has a port: rules apply to every port of a name; give the host name only")
 	}
-	d := strings.TrimSuffix(strings.ToLower(s), ".")
-	if len(d) > 253 {
-		return "", fmt.Errorf("longer than 253 characters")
-	}
-	labels := strings.Split(d, ".")
-	if labels[0] == "*" {
-		labels = labels[1:]
-		if len(labels) < 2 {
-			return "", fmt.Errorf("a wildcard needs a domain of two labels or more, e.g. *.example.org")
-		}
-	}
-	if len(labels) < 2 {
-		return "", fmt.Errorf("not a domain name (no dot)")
-	}
-	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" {
-		return "", fmt.Errorf("looks like an IPv4 address but is not one (four numbers 0-255, e.g. 10.0.0.1); a domain's last label is not all digits")
-	}
-	for _, l := range labels {
-		if l == "" || len(l) > 63 {
-			return "", fmt.Errorf("has an empty or over-long label")
-		}
-		if l[0] == '-' || l[len(l)-1] == '-' {
-			return "", fmt.Errorf("label %q starts or ends with '-'", l)
-		}
-		for _, c := range l {
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				if c == '*' {
-					return "", fmt.Errorf("'*' is allowed only as the whole first label (*.example.org)")
-				}
-				return "", fmt.Errorf("label %q has %q", l, c)
-			}
-		}
-	}
-	return d, nil
+	return secret.ParseHostName(s)
 }
 
 func hostOf(u string) string {
@@ -222,13 +190,7 @@ func hostOf(u string) string {
 
 // matchDomain reports whether name matches a pattern: "example.org" only
 // itself, "*.example.org" every name under it (not example.org itself).
-func matchDomain(pattern, name string) bool {
-	name = strings.TrimSuffix(strings.ToLower(name), ".")
-	if rest, ok := strings.CutPrefix(pattern, "*."); ok {
-		return strings.HasSuffix(name, "."+rest)
-	}
-	return name == pattern
-}
+func matchDomain(pattern, name string) bool { return secret.MatchHost(pattern, name) }
 
 func anyDomain(patterns []string, name string) bool {
 	for _, p := range patterns {

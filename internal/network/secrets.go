@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -54,8 +56,10 @@ func (s *Secrets) terminates(host string) bool {
 	return false
 }
 
-// secretIdle bounds how long a terminated connection waits for the next
-// request, and for the upstream's answer to start.
+// secretIdle bounds how long both connections of a terminated TLS
+// connection may stay idle together (waiting for the next request, the
+// upstream's answer, a body's next bytes, an upgraded connection's next
+// frame): then the proxy closes both.
 const secretIdle = 5 * time.Minute
 
 // maxAuditUses bounds a sandbox's audit of secret uses; the oldest go.
@@ -76,8 +80,9 @@ func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 // the host's trust store, SSL_CERT_FILE honoured), and forwards each
 // HTTP/1.1 request, its placeholders replaced in headers where a rule
 // allows, or answers 403 where none does. head is what was read of the
-// client's ClientHello.
-func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host string, up net.Conn) {
+// client's ClientHello; port is the upstream's (for the audit). Both
+// connections are closed when nothing moves on either for p.idle.
+func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host string, port uint16, up net.Conn) {
 	defer client.Close()
 	defer up.Close()
 	sec := a.getRules().Secrets
@@ -89,14 +94,18 @@ func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host stri
 		p.warn("secrets: certificate", "sandbox", a.name, "host", host, "err", err)
 		return
 	}
-	tc := tls.Server(&prefixConn{Conn: client, r: io.MultiReader(bytes.NewReader(head), client)}, &tls.Config{
+	// One idle bound for both connections, every step (request and
+	// response heads and bodies, writes either way, an upgrade's pipe):
+	// the fixed deadlines below (handshakes, refusals) only shorten it.
+	cl, ul := newIdleLink(p.idle, &prefixConn{Conn: client, r: io.MultiReader(bytes.NewReader(head), client)}, up)
+	tc := tls.Server(cl, &tls.Config{
 		Certificates: []tls.Certificate{*cert},
 		NextProtos:   []string{"http/1.1"},
 		MinVersion:   tls.VersionTLS12,
 	})
 	// Both handshakes at once: the upstream's does not wait for the
 	// sandbox's. No request is sent before the sandbox's completes.
-	uc := tls.Client(up, &tls.Config{ServerName: host, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
+	uc := tls.Client(ul, &tls.Config{ServerName: host, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
 		ClientSessionCache: p.sessions})
 	_ = uc.SetDeadline(time.Now().Add(sniffTimeout * 2))
 	upDone := make(chan error, 1)
@@ -108,21 +117,20 @@ func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host stri
 		return
 	}
 	if err := <-upDone; err != nil {
-		a.audit.refuse("tls", host, "", 443, fmt.Sprintf("the upstream's certificate: %v", err))
+		a.audit.refuse("tls", host, "", port, fmt.Sprintf("the upstream's certificate: %v", err))
 		refuseHTTP(tc, 502, "Bad Gateway", fmt.Sprintf("sbx: %s: the upstream's TLS certificate does not verify against the host's trust store: %v", host, err))
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
 	_ = uc.SetDeadline(time.Time{})
 	cr := bufio.NewReader(tc)
-	ur := bufio.NewReader(uc)
-	for {
-		_ = tc.SetReadDeadline(time.Now().Add(secretIdle))
+	got := &countReader{r: uc}
+	ur := bufio.NewReader(got)
+	for served := 0; ; served++ {
 		req, err := http.ReadRequest(cr)
 		if err != nil {
 			return
 		}
-		_ = tc.SetReadDeadline(time.Time{})
 		if why := p.inject(a, host, req); why != "" {
 			refuseHTTP(tc, 403, "Forbidden", "sbx: "+why)
 			return
@@ -135,21 +143,27 @@ func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host stri
 		if _, ok := req.Header["User-Agent"]; !ok {
 			req.Header["User-Agent"] = []string{""} // Write adds none then
 		}
-		_ = uc.SetWriteDeadline(time.Now().Add(secretIdle))
+		before := got.n
 		if err := req.Write(uc); err != nil {
 			return
 		}
-		_ = uc.SetReadDeadline(time.Now().Add(secretIdle))
 		resp, err := http.ReadResponse(ur, req)
 		for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			_ = resp.Write(tc)
 			resp, err = http.ReadResponse(ur, req)
 		}
 		if err != nil {
+			if served > 0 && got.n == before && !errors.Is(err, os.ErrDeadlineExceeded) {
+				// The host closed the kept-alive connection while it
+				// was idle (servers do after 5-75 s) and read nothing of
+				// this request: close the sandbox's connection unanswered,
+				// as the host did, so that its client retries the request
+				// on a new connection, rather than a 502 it would not.
+				return
+			}
 			refuseHTTP(tc, 502, "Bad Gateway", fmt.Sprintf("sbx: %s: %v", host, err))
 			return
 		}
-		_ = uc.SetReadDeadline(time.Time{})
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			// A WebSocket or other upgrade: the rest is theirs.
 			if err := resp.Write(tc); err != nil {
@@ -164,6 +178,19 @@ func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host stri
 			return
 		}
 	}
+}
+
+// countReader counts the bytes read through it: n is read only by the
+// goroutine that reads.
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // pipe copies both ways until one side ends: the client's (c, read through

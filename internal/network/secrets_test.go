@@ -41,12 +41,23 @@ type secretRig struct {
 }
 
 func newSecretRig(t testing.TB, netRules api.NetworkRules) *secretRig {
+	return newSecretRigWith(t, netRules, nil)
+}
+
+// newSecretRigWith is newSecretRig whose test host, when serve is not
+// nil, is serve called with each TLS connection (handshake done), instead
+// of the Recorder.
+func newSecretRigWith(t testing.TB, netRules api.NetworkRules, serve func(c *tls.Conn)) *secretRig {
 	t.Helper()
 	ca := nettest.NewCA(t)
 	rec := &nettest.Recorder{}
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	must(t, err)
-	rec.ServeTLS(t, ln, ca.Issue(t, "api.test", "other.test"))
+	if serve == nil {
+		rec.ServeTLS(t, ln, ca.Issue(t, "api.test", "other.test"))
+	} else {
+		serveTLS(t, ln, ca.Issue(t, "api.test", "other.test"), serve)
+	}
 	target := netip.MustParseAddrPort(ln.Addr().String())
 
 	k, err := secret.OpenKeeper(filepath.Join(t.TempDir(), secret.KeyFile))

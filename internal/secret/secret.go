@@ -201,16 +201,39 @@ func parseHost(s string) (string, error) {
 	if _, err := netip.ParseAddr(s); err == nil {
 		return "", fmt.Errorf("is an IP address: give a host name (TLS names the host it reaches)")
 	}
+	return ParseHostName(s)
+}
+
+// ParseHostName checks a host name pattern, once a caller has refused
+// URLs, ports and addresses in its own words: dot-separated labels of
+// letters, digits, '-' and '_' (RFC 1123, '_' as DNS allows), 1-63 bytes
+// each and 253 in all, two labels or more, the last not all digits,
+// optionally "*." first (a wildcard: every name under the rest, which has
+// two labels or more). It returns the name lowercase without a trailing
+// dot ("*.example.org"). Network rules' domains and secrets' hosts both use
+// it; MatchHost matches names against what it returns.
+//
+// Errors name the fault and never quote more than a label.
+func ParseHostName(s string) (string, error) {
 	d := strings.TrimSuffix(strings.ToLower(s), ".")
+	if d == "" {
+		return "", fmt.Errorf("empty")
+	}
 	if len(d) > 253 {
 		return "", fmt.Errorf("longer than 253 characters")
 	}
 	labels := strings.Split(d, ".")
 	if labels[0] == "*" {
 		labels = labels[1:]
+		if len(labels) < 2 {
+			return "", fmt.Errorf("a wildcard needs a domain of two labels or more, e.g. *.example.org")
+		}
 	}
 	if len(labels) < 2 {
-		return "", fmt.Errorf("not a host name of two labels or more (e.g. api.example.org)")
+		return "", fmt.Errorf("not a host name of two labels or more, e.g. api.example.org (no dot)")
+	}
+	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" {
+		return "", fmt.Errorf("looks like an IPv4 address but is not one (four numbers 0-255, e.g. 10.0.0.1); a host name's last label is not all digits")
 	}
 	for _, l := range labels {
 		if l == "" || len(l) > 63 {
@@ -227,9 +250,6 @@ func parseHost(s string) (string, error) {
 				return "", fmt.Errorf("label %q has %q", l, c)
 			}
 		}
-	}
-	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
-		return "", fmt.Errorf("its last label is all digits: not a host name")
 	}
 	return d, nil
 }
@@ -263,12 +283,17 @@ func cleanPath(p string) bool {
 // MatchHost reports whether host (a request's, lowercase) is the rule's,
 // or under its wildcard ("*.example.org" matches a.example.org, not
 // example.org).
-func (r Rule) MatchHost(host string) bool {
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if rest, ok := strings.CutPrefix(r.Host, "*."); ok {
-		return strings.HasSuffix(host, "."+rest)
+func (r Rule) MatchHost(host string) bool { return MatchHost(r.Host, host) }
+
+// MatchHost reports whether name (any case, a trailing dot allowed)
+// matches pattern (from ParseHostName): "example.org" only itself,
+// "*.example.org" every name under it, not example.org itself.
+func MatchHost(pattern, name string) bool {
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if rest, ok := strings.CutPrefix(pattern, "*."); ok {
+		return strings.HasSuffix(name, "."+rest)
 	}
-	return host == r.Host
+	return name == pattern
 }
 
 // Match reports whether a request to host with method and path (decoded,
