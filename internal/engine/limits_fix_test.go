@@ -215,7 +215,7 @@ func TestFakeLimitVolumeLoggedOnce(t *testing.T) {
 		}
 	}
 	logs := f.logs.String()
-	if n := strings.Count(logs, "cannot be suspended"); n != 1 || strings.Contains(logs, "sandbox_has_volume") {
+	if n := strings.Count(logs, "cannot be suspended"); n != 1 || strings.Contains(logs, `msg="spending limit: suspend"`) {
 		t.Fatalf("a sandbox with a volume was logged %d times, or a suspend of it tried:\n%s", n, logs)
 	}
 	if ls, err := f.st.ListLimitSuspensions(ctx); err != nil || len(ls) != 0 {
