@@ -47,19 +47,19 @@ type KeySpend struct {
 }
 
 // recordedSpend is the cost of the usage recorded since 00:00 UTC of
-// now's day, in US dollars, per key id ("" the operator's): one read of
-// today's rows (store.ListUsage), however many keys there are, plus the
-// meter's rows that a failed write left pending.
+// now's day, in US dollars, per key id ("" the operator's): one summing
+// query (store.UsageByKey), however many keys and rows there are, plus
+// the meter's rows that a failed write left pending.
 func (e *Engine) recordedSpend(ctx context.Context, now time.Time) (map[string]float64, error) {
 	day := now.UTC().Truncate(24 * time.Hour)
-	rows, err := e.st.ListUsage(ctx, day, now.Add(time.Hour))
+	totals, err := e.st.UsageByKey(ctx, day)
 	if err != nil {
 		return nil, err
 	}
 	p := e.cfg.Prices
-	spent := map[string]float64{}
-	for _, r := range rows {
-		spent[r.KeyID] += p.Cost(r.CPUSeconds, r.MemoryGiBSeconds, r.StoredByteSeconds)
+	spent := make(map[string]float64, len(totals))
+	for key, t := range totals {
+		spent[key] += p.Cost(t.CPUSeconds, t.MemoryGiBSeconds, t.StoredByteSeconds)
 	}
 	e.meter.mu.Lock()
 	for _, r := range e.meter.pendingRows {
@@ -110,8 +110,8 @@ func (e *Engine) keySpend(ctx context.Context, keyID string, now time.Time) (Key
 // checkSpend refuses, with errdefs.ErrQuota, work billed to keyID ("" the
 // operator: never) when its daily limit would be passed; cpus and
 // memoryMB are the shape of a sandbox the work would start (0 for none).
-// A key without a limit costs one key read; one with a limit, a read of
-// today's usage too.
+// A key without a limit costs one key read; one with a limit, one summing
+// query of today's usage too (recordedSpend).
 func (e *Engine) checkSpend(ctx context.Context, keyID string, cpus float64, memoryMB int) error {
 	if keyID == "" {
 		return nil
@@ -148,8 +148,8 @@ func limitError(k *store.Key, ks KeySpend) error {
 // operation holds is skipped until the next pass, as the idle suspend does.
 // A sandbox with a volume cannot be suspended: it runs on (logged once; its
 // key's work is refused by checkSpend). Errors of one sandbox are logged;
-// the rest go on. Keys without a limit cost nothing; the usage of today is
-// read once per pass.
+// the rest go on. Keys without a limit cost nothing; today's usage is
+// summed once per pass.
 func (e *Engine) enforceLimits(ctx context.Context) error {
 	e.meter.limitsMu.Lock()
 	defer e.meter.limitsMu.Unlock()

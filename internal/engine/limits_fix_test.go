@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +16,7 @@ import (
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/store"
+	"github.com/sbxhq/sbx/internal/store/sqlite"
 )
 
 // countingStore counts the reads of usage rows, and fails the next
@@ -24,11 +28,11 @@ type countingStore struct {
 	failAdd   int
 }
 
-func (s *countingStore) ListUsage(ctx context.Context, since, until time.Time) ([]*store.UsageRow, error) {
+func (s *countingStore) UsageByKey(ctx context.Context, since time.Time) (map[string]store.UsageTotals, error) {
 	s.mu.Lock()
 	s.listUsage++
 	s.mu.Unlock()
-	return s.Store.ListUsage(ctx, since, until)
+	return s.Store.UsageByKey(ctx, since)
 }
 
 func (s *countingStore) AddUsage(ctx context.Context, rows []*store.UsageRow, meters []*store.UsageMeter, drop []string) error {
@@ -278,4 +282,69 @@ func TestFakeLimitReasonRecordedWithSuspend(t *testing.T) {
 	if err != nil || cur.State != api.StateSuspended || cur.StateReason != reason {
 		t.Fatalf("a recovered limit suspend: %+v %v", cur, err)
 	}
+}
+
+// BenchmarkLimitsPass is one pass of the spending limits (enforceLimits)
+// with 200 running sandboxes owned by 20 keys, each with a limit it is
+// under, and a full day of usage rows (200 sandboxes x 24 hours): the part
+// of the meter's cost that BenchmarkUsageSample leaves out. Its time
+// divided by the interval (DefaultUsageInterval) is its share of a core.
+func BenchmarkLimitsPass(b *testing.B) {
+	e := limitsBenchEngine(b)
+	ctx := context.Background()
+	for b.Loop() {
+		if err := e.enforceLimits(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCheckSpend is the limit check of one piece of work (an exec, a
+// create) by a key with a limit, on BenchmarkLimitsPass's day of usage.
+func BenchmarkCheckSpend(b *testing.B) {
+	e := limitsBenchEngine(b)
+	ctx := context.Background()
+	for b.Loop() {
+		if err := e.checkSpend(ctx, "key_3", 1, 1024); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// limitsBenchEngine is an engine over a real SQLite store holding 20 keys
+// with limits, 200 running sandboxes and a day of their usage.
+func limitsBenchEngine(b *testing.B) *Engine {
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "sbx.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	e := &Engine{st: st, log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: Config{Prices: api.DefaultUsagePrices}}
+	e.meter = newMeter(e, &counterRuntime{cpu: map[string]uint64{}}, DefaultUsageInterval)
+	ctx := context.Background()
+	high := 1e6
+	for k := range 20 {
+		if err := st.CreateKey(ctx, &store.Key{ID: fmt.Sprintf("key_%d", k), Name: fmt.Sprintf("k%d", k), Hash: fmt.Sprintf("h%d", k), DailyLimitUSD: &high}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	var rows []*store.UsageRow
+	for i := range 200 {
+		id := fmt.Sprintf("sbx_%016x", i)
+		key := fmt.Sprintf("key_%d", i%20)
+		if err := st.CreateSandbox(ctx, &store.Sandbox{ID: id, Name: fmt.Sprintf("s%d", i), State: api.StateRunning,
+			Image: "default", CPUs: 1, MemoryMB: 1024, Owner: key}); err != nil {
+			b.Fatal(err)
+		}
+		for h := range 24 {
+			hour := day.Add(time.Duration(h) * time.Hour)
+			rows = append(rows, &store.UsageRow{SandboxID: id, KeyID: key, Hour: hour, First: hour, Last: hour.Add(time.Hour - time.Second),
+				CPUSeconds: 1800, MemoryGiBSeconds: 3600})
+		}
+	}
+	if err := st.AddUsage(ctx, rows, nil, nil); err != nil {
+		b.Fatal(err)
+	}
+	return e
 }
