@@ -293,10 +293,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.deliverAllPending(ctx)
 	e.limitAll()
 	e.pool.start()
-	e.bg.Add(4)
+	e.bg.Add(5)
 	go e.gcLoop()
 	go e.idleLoop()
 	go e.meter.loop()
+	go e.meter.limitsLoop()
 	go e.ingestLoop()
 	e.kickGC()
 	return nil

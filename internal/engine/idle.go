@@ -132,7 +132,7 @@ func (e *Engine) idleLoop() {
 			if err == nil && cur.State == api.StateRunning && len(cur.Volumes) == 0 &&
 				e.claimIdle(cur.ID, since, time.Duration(cur.TimeoutMS)*time.Millisecond) {
 				e.log.Info("idle: suspending", "sandbox", cur.Name, "timeout_ms", cur.TimeoutMS)
-				if _, err := e.suspendLocked(context.WithoutCancel(e.ctx), cur, cur.WakeOn, nil); err != nil {
+				if _, err := e.suspendLocked(context.WithoutCancel(e.ctx), cur, cur.WakeOn, "", nil); err != nil {
 					e.log.Warn("idle suspend failed", "sandbox", cur.Name, "err", err)
 					e.touch(cur.ID) // try again after another timeout
 				}

@@ -466,13 +466,21 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 }
 
 // ensureRunning returns sb running: a stopped sandbox is booted (on the
-// disk it has), waiting for any lifecycle operation in progress.
+// disk it has), a suspended one resumed, waiting for any lifecycle
+// operation in progress. It is where work on a sandbox (exec, files,
+// process list, deliveries, a guard's undo) meets its owner's daily
+// spending limit: errdefs.ErrQuota when the key is over it, counting the
+// sandbox's own minute when it would boot or resume (checkSpend).
 func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.Sandbox, error) {
 	sb, err := e.Get(ctx, idOrName)
 	if err != nil {
 		return nil, err
 	}
 	if sb.State == api.StateRunning {
+		// Its minute is in the key's spend already.
+		if err := e.checkSpend(ctx, sb.Owner, 0, 0); err != nil {
+			return nil, err
+		}
 		return sb, nil
 	}
 	sb, unlock, err := e.lockFound(ctx, sb, "boot", lockOrWait)
@@ -484,6 +492,10 @@ func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.San
 	case api.StateRunning:
 		return sb, nil
 	case api.StateStopped:
+		// Every boot obeys the limit, as every resume does (resumeLocked).
+		if err := e.checkSpend(ctx, sb.Owner, sb.CPUs, sb.MemoryMB); err != nil {
+			return nil, err
+		}
 		if err := e.start(ctx, sb, startFrom{what: "boot"}); err != nil {
 			return nil, err
 		}

@@ -42,6 +42,11 @@ type suspendOp struct {
 	// WakeOn is the suspend's wake key: a recovery that completes the
 	// suspend records it (entries written before it existed have none).
 	WakeOn string `json:"wake_on,omitempty"`
+	// Reason is the suspended sandbox's state_reason ("" for a suspend
+	// asked by a user or the idle timeout; "spending_limit: ..." for one
+	// of a key over its daily limit): a recovery that completes the
+	// suspend records it too.
+	Reason string `json:"reason,omitempty"`
 }
 
 func (e *Engine) suspendCache(id string) string {
@@ -92,11 +97,13 @@ func (e *Engine) Suspend(ctx context.Context, idOrName string, req api.SuspendRe
 	if err := snapshotable(sb, "suspend"); err != nil {
 		return nil, err
 	}
-	return e.suspendLocked(context.WithoutCancel(ctx), sb, req.WakeOn, progress)
+	return e.suspendLocked(context.WithoutCancel(ctx), sb, req.WakeOn, "", progress)
 }
 
 // suspendLocked suspends sb, which runs; the caller holds its lock.
-func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn string, progress func(string)) (*store.Sandbox, error) {
+// reason becomes its state_reason in the same record update that makes it
+// suspended ("" for none; see suspendOp.Reason).
+func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, reason string, progress func(string)) (*store.Sandbox, error) {
 	if progress == nil {
 		progress = func(string) {}
 	}
@@ -116,7 +123,7 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 	}
 	id := newSnapshotID()
 	opID := "suspend-" + sb.ID
-	data, _ := json.Marshal(suspendOp{Snapshot: id, WakeOn: wakeOn})
+	data, _ := json.Marshal(suspendOp{Snapshot: id, WakeOn: wakeOn, Reason: reason})
 	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "suspend", Data: data}); err != nil {
 		return nil, failed(err)
 	}
@@ -147,7 +154,7 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 		_ = os.WriteFile(filepath.Join(cache, suspendCacheReady), []byte(id), 0o600)
 	}
 	os.RemoveAll(dir)
-	if err := e.finishSuspend(ctx, sb, sn.ID, wakeOn); err != nil {
+	if err := e.finishSuspend(ctx, sb, sn.ID, wakeOn, reason); err != nil {
 		return nil, failed(err)
 	}
 	_ = e.st.DeleteOp(ctx, opID)
@@ -159,9 +166,9 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn st
 }
 
 // finishSuspend releases what a captured sandbox holds on the host and
-// records it suspended on snapshot snapID. Each step is idempotent (a
-// recovery repeats them).
-func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, wakeOn string) error {
+// records it suspended on snapshot snapID, with wake key wakeOn and
+// state_reason reason. Each step is idempotent (a recovery repeats them).
+func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, wakeOn, reason string) error {
 	e.unwatch(sb.ID)
 	e.dropAgent(sb.ID)
 	e.closePortConns(sb.ID)
@@ -176,7 +183,7 @@ func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, w
 	}
 	// Its checkpoints are in the blob store (suspendLocked stored them).
 	e.dropSnapshots(sb.ID)
-	sb.State, sb.StateReason = api.StateSuspended, ""
+	sb.State, sb.StateReason = api.StateSuspended, reason
 	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = snapID, wakeOn, time.Now().UTC()
 	return e.st.UpdateSandbox(ctx, sb)
 }
@@ -357,7 +364,7 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 		case sb.State == api.StateSuspended:
 			// Recorded: only the host's leftovers may remain.
 			e.log.Info("recover: finishing a suspend", "sandbox", sb.Name)
-			if err := e.finishSuspend(ctx, sb, sb.SuspendSnapshot, sb.WakeOn); err != nil {
+			if err := e.finishSuspend(ctx, sb, sb.SuspendSnapshot, sb.WakeOn, sb.StateReason); err != nil {
 				return err
 			}
 		case recorded:
@@ -368,7 +375,7 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 			if wakeOn == "" {
 				wakeOn = sb.WakeOn
 			}
-			if err := e.finishSuspend(ctx, sb, so.Snapshot, wakeOn); err != nil {
+			if err := e.finishSuspend(ctx, sb, so.Snapshot, wakeOn, so.Reason); err != nil {
 				return err
 			}
 		default:

@@ -46,11 +46,31 @@ type meter struct {
 	// kicks asks the loop for a sample and a pass of the spending limits
 	// now (a limit changed).
 	kicks chan struct{}
+	// limitsDue asks limitsLoop for a pass of the spending limits (after
+	// a sample): the limits' suspends and resumes never delay a sample.
+	limitsDue chan struct{}
+	// limitsMu makes passes of the limits (enforceLimits) one at a time;
+	// limitWarned, which it guards, holds the sandboxes over a limit that
+	// could not be suspended (a volume) and were logged already.
+	limitsMu    sync.Mutex
+	limitWarned map[string]bool
+
+	// wmu is held from a change of the readings to the end of its store
+	// write (commit), so that writes reach the store in the order the
+	// readings changed. Taken before mu.
+	wmu sync.Mutex
 
 	mu sync.Mutex
 	// by sandbox id; storageTime is the last accrual of stored bytes.
 	m           map[string]*meterState
 	storageTime time.Time
+	// pending is what failed store writes did not record yet, carried
+	// by the next write (commit): rows merged by sandbox and hour, the
+	// latest meter of each sandbox, the meters to drop. Changed only by
+	// the holder of wmu; read under mu (recordedSpend counts its rows).
+	pendingRows   map[usageKey]*store.UsageRow
+	pendingMeters map[string]*store.UsageMeter
+	pendingDrop   map[string]bool
 }
 
 // meterState is the last reading of one sandbox's container, and what the
@@ -70,7 +90,9 @@ type meterState struct {
 }
 
 func newMeter(e *Engine, rt runtime.Runtime, interval time.Duration) *meter {
-	return &meter{e: e, rt: rt, interval: interval, now: time.Now, kicks: make(chan struct{}, 1), m: map[string]*meterState{}}
+	return &meter{e: e, rt: rt, interval: interval, now: time.Now, kicks: make(chan struct{}, 1), limitsDue: make(chan struct{}, 1),
+		m: map[string]*meterState{}, pendingRows: map[usageKey]*store.UsageRow{}, pendingMeters: map[string]*store.UsageMeter{},
+		pendingDrop: map[string]bool{}}
 }
 
 // load reads the meters that an earlier sbxd left.
@@ -93,16 +115,15 @@ func (m *meter) load(ctx context.Context) error {
 
 // know copies what the meter needs of a sandbox's record into st.
 func (st *meterState) know(sb *store.Sandbox) {
-	st.name, st.keyID, st.cpus, st.memoryMB, st.pooled = sb.Name, ownerOf(sb), sb.CPUs, sb.MemoryMB, sb.Pooled
+	st.name, st.keyID, st.cpus, st.memoryMB, st.pooled = sb.Name, sb.Owner, sb.CPUs, sb.MemoryMB, sb.Pooled
 }
-
-// ownerOf is the API key billed for sb ("" the operator).
-func ownerOf(sb *store.Sandbox) string { return sb.Owner }
 
 // started records that container id began (its CPU counter at 0).
 func (m *meter) started(ctx context.Context, id string) {
-	now := m.now()
 	sb, _ := m.e.st.GetSandbox(ctx, id)
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	now := m.now()
 	m.mu.Lock()
 	st := m.state(id)
 	st.running, st.cpu, st.time = true, 0, now
@@ -112,7 +133,7 @@ func (m *meter) started(ctx context.Context, id string) {
 	}
 	um := &store.UsageMeter{SandboxID: id, Running: true, Time: now}
 	m.mu.Unlock()
-	m.persist(ctx, nil, []*store.UsageMeter{um}, nil)
+	m.persist(ctx, nil, []*store.UsageMeter{um})
 }
 
 // stopping takes container id's last reading before it is deleted, and
@@ -127,6 +148,8 @@ func (m *meter) stopping(ctx context.Context, id string) {
 	}
 	stats, serr := m.rt.Stats(ctx, id)
 	sb, _ := m.e.st.GetSandbox(ctx, id)
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
 	now := m.now()
 	rows := map[usageKey]*store.UsageRow{}
 	m.mu.Lock()
@@ -147,7 +170,7 @@ func (m *meter) stopping(ctx context.Context, id string) {
 	st.gen++
 	um := &store.UsageMeter{SandboxID: id, Time: st.time}
 	m.mu.Unlock()
-	m.persist(ctx, rowList(rows), []*store.UsageMeter{um}, nil)
+	m.persist(ctx, rows, []*store.UsageMeter{um})
 }
 
 func (m *meter) state(id string) *meterState {
@@ -224,6 +247,8 @@ func (m *meter) sample(ctx context.Context, now time.Time) error {
 	rows := map[usageKey]*store.UsageRow{}
 	var meters []*store.UsageMeter
 	var drop []string
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
 	m.mu.Lock()
 	known := make(map[string]*store.Sandbox, len(sbs))
 	for _, sb := range sbs {
@@ -258,52 +283,146 @@ func (m *meter) sample(ctx context.Context, now time.Time) error {
 		for _, b := range stored {
 			base := store.UsageRow{SandboxID: b.SandboxID, SandboxName: b.SandboxName, KeyID: b.KeyID}
 			if sb := known[b.SandboxID]; sb != nil {
-				base.SandboxName, base.KeyID = sb.Name, ownerOf(sb)
+				base.SandboxName, base.KeyID = sb.Name, sb.Owner
 			}
 			accrueSpan(rows, base, m.storageTime, now, 0, 0, float64(b.Bytes)*secs)
 		}
 	}
-	storageTime := m.storageTime
 	if now.After(m.storageTime) {
 		m.storageTime = now
 	}
 	meters = append(meters, &store.UsageMeter{SandboxID: "", Time: m.storageTime})
 	m.mu.Unlock()
-	if err := m.e.st.AddUsage(ctx, rowList(rows), meters, drop); err != nil {
-		// Not written: the readings stay where they were, so the next
-		// sample accrues this span too. CPU and memory readings advanced
-		// in memory, though; put the storage time back at least.
-		m.mu.Lock()
-		m.storageTime = storageTime
-		m.mu.Unlock()
-		return fmt.Errorf("record usage: %w", err)
+	if err := m.commit(ctx, rows, meters, drop); err != nil {
+		return fmt.Errorf("record usage (kept for the next write): %w", err)
 	}
 	return nil
 }
 
-// persist writes rows and meters, logging a failure (the usage of that
-// span is lost; the meters in memory stay right).
-func (m *meter) persist(ctx context.Context, rows []*store.UsageRow, meters []*store.UsageMeter, drop []string) {
-	if err := m.e.st.AddUsage(context.WithoutCancel(ctx), rows, meters, drop); err != nil {
-		m.e.log.Error("record usage", "err", err)
+// persist writes rows and meters (see commit), logging a failure: they
+// stay pending for the next write. The caller holds m.wmu.
+func (m *meter) persist(ctx context.Context, rows map[usageKey]*store.UsageRow, meters []*store.UsageMeter) {
+	if err := m.commit(context.WithoutCancel(ctx), rows, meters, nil); err != nil {
+		m.e.log.Error("record usage (kept for the next write)", "err", err)
 	}
 }
 
-// loop samples every interval, or when kicked, and enforces the keys'
-// spending limits after each sample, until the engine closes.
+// commit writes, in one store transaction (store.AddUsage), what failed
+// writes left pending and then rows, meters and drop (ids whose meter
+// goes). On success nothing is pending; on failure all of it stays
+// pending, merged as the store would (amounts added, the earliest First
+// and the latest Last of a sandbox's hour, the latest meter), so no usage
+// is lost while sbxd runs; a restart re-accrues from the meters the store
+// holds, which moved only with their rows. The caller holds m.wmu.
+func (m *meter) commit(ctx context.Context, rows map[usageKey]*store.UsageRow, meters []*store.UsageMeter, drop []string) error {
+	m.mu.Lock()
+	all := make(map[usageKey]*store.UsageRow, len(m.pendingRows)+len(rows))
+	for k, r := range m.pendingRows {
+		c := *r
+		all[k] = &c
+	}
+	mergeRows(all, rows)
+	byID := make(map[string]*store.UsageMeter, len(m.pendingMeters)+len(meters))
+	for id, um := range m.pendingMeters {
+		byID[id] = um
+	}
+	for _, um := range meters {
+		byID[um.SandboxID] = um
+	}
+	dropSet := make(map[string]bool, len(m.pendingDrop)+len(drop))
+	for id := range m.pendingDrop {
+		dropSet[id] = true
+	}
+	for _, id := range drop {
+		dropSet[id] = true
+		delete(byID, id)
+	}
+	m.mu.Unlock()
+	ms := make([]*store.UsageMeter, 0, len(byID))
+	for _, um := range byID {
+		ms = append(ms, um)
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].SandboxID < ms[j].SandboxID })
+	ds := make([]string, 0, len(dropSet))
+	for id := range dropSet {
+		ds = append(ds, id)
+	}
+	sort.Strings(ds)
+	err := m.e.st.AddUsage(ctx, rowList(all), ms, ds)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.pendingRows, m.pendingMeters, m.pendingDrop = all, byID, dropSet
+		return err
+	}
+	clear(m.pendingRows)
+	clear(m.pendingMeters)
+	clear(m.pendingDrop)
+	return nil
+}
+
+// mergeRows adds rows into into, as the store's upsert of a row does.
+func mergeRows(into, rows map[usageKey]*store.UsageRow) {
+	for k, r := range rows {
+		cur := into[k]
+		if cur == nil {
+			c := *r
+			into[k] = &c
+			continue
+		}
+		if r.SandboxName != "" {
+			cur.SandboxName = r.SandboxName
+		}
+		if r.KeyID != "" {
+			cur.KeyID = r.KeyID
+		}
+		if r.First.Before(cur.First) {
+			cur.First = r.First
+		}
+		if r.Last.After(cur.Last) {
+			cur.Last = r.Last
+		}
+		cur.CPUSeconds += r.CPUSeconds
+		cur.MemoryGiBSeconds += r.MemoryGiBSeconds
+		cur.StoredByteSeconds += r.StoredByteSeconds
+	}
+}
+
+// loop samples at once (so limits see the running sandboxes and the time
+// sbxd was down right after a start), then every interval or when kicked,
+// until the engine closes. After each sample it asks limitsLoop for a pass
+// of the spending limits.
 func (m *meter) loop() {
 	defer m.e.bg.Done()
 	t := time.NewTicker(m.interval)
 	defer t.Stop()
 	for {
+		if err := m.sample(m.e.ctx, m.now()); err != nil && m.e.ctx.Err() == nil {
+			m.e.log.Error("usage sample", "err", err)
+		}
+		select {
+		case m.limitsDue <- struct{}{}:
+		default: // a pass is due already
+		}
 		select {
 		case <-m.e.ctx.Done():
 			return
 		case <-t.C:
 		case <-m.kicks:
 		}
-		if err := m.sample(m.e.ctx, m.now()); err != nil && m.e.ctx.Err() == nil {
-			m.e.log.Error("usage sample", "err", err)
+	}
+}
+
+// limitsLoop enforces the keys' spending limits (enforceLimits) whenever
+// loop asks, until the engine closes: a pass's suspends and resumes (blob
+// store I/O) run beside the sampling, not in it.
+func (m *meter) limitsLoop() {
+	defer m.e.bg.Done()
+	for {
+		select {
+		case <-m.e.ctx.Done():
+			return
+		case <-m.limitsDue:
 		}
 		if err := m.e.enforceLimits(m.e.ctx); err != nil && m.e.ctx.Err() == nil {
 			m.e.log.Error("spending limits", "err", err)

@@ -292,6 +292,12 @@ type UsageRow struct {
 	CPUSeconds, MemoryGiBSeconds, StoredByteSeconds float64
 }
 
+// UsageTotals is usage summed over rows: CPU seconds, GiB-seconds of
+// memory and byte-seconds stored, as in UsageRow.
+type UsageTotals struct {
+	CPUSeconds, MemoryGiBSeconds, StoredByteSeconds float64
+}
+
 // UsageMeter is the meter's last reading of one sandbox: whether its
 // container ran, the container's CPU counter (ns) and when it was read.
 // The storage meter (SandboxID "") keeps only Time, the last accrual of
@@ -453,6 +459,10 @@ type Store interface {
 	// ListUsage returns the usage rows whose hour overlaps [since, until),
 	// by hour then sandbox id.
 	ListUsage(ctx context.Context, since, until time.Time) ([]*UsageRow, error)
+	// UsageByKey returns the usage recorded in the hours from since's hour
+	// on, summed per key id ("" the operator's), in one query; keys with
+	// no rows are left out. The spending limits read it (no row is parsed).
+	UsageByKey(ctx context.Context, since time.Time) (map[string]UsageTotals, error)
 	// UsageMeters returns every meter's last reading.
 	UsageMeters(ctx context.Context) ([]*UsageMeter, error)
 	// ListStoredBytes returns what each sandbox (deleted ones included,

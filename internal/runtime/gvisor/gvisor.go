@@ -808,11 +808,12 @@ func (r *Runtime) OOMKilled(id string) bool {
 
 // Stats implements runtime.Runtime from the container's cgroup: under
 // cgroup v1 cpuacct.usage (ns), memory.usage_in_bytes and pids.current;
-// under v2 cpu.stat's usage_usec, memory.current and pids.current. The
-// sandbox's cgroup holds the sentry and the gofer, so CPU is what the
-// whole sandbox used. A few file reads, cheap enough for the usage meter
-// to sample every sandbox (`sbx bench metering`); when the cgroup cannot
-// be read, `runsc events --stats`.
+// under v2 cpu.stat's usage_usec, memory.current and pids.current (each
+// found by cgroupFile). The sandbox's cgroup holds the sentry and the
+// gofer, so CPU is what the whole sandbox used. A few file reads, cheap
+// enough for the usage meter to sample every sandbox (BenchmarkCgroupStats,
+// BenchmarkUsageSample); when the cgroup cannot be read, `runsc events
+// --stats`.
 func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if s, err := r.cgroupStats(id); err == nil {
 		return s, nil
@@ -821,43 +822,38 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 }
 
 // cgroupStats reads container id's counters from its cgroup files (see
-// Stats). The pids counter is optional.
+// Stats): the v1 file of each counter, else the v2 one. The pids counter
+// is optional.
 func (r *Runtime) cgroupStats(id string) (runtime.Stats, error) {
 	var s runtime.Stats
-	v1 := filepath.Join("/sys/fs/cgroup", "cpuacct", r.cfg.CgroupParent, id)
-	if _, err := os.Stat(v1); err == nil {
-		cpu, err := readCgroupUint(filepath.Join(v1, "cpuacct.usage"))
-		if err != nil {
+	cpu, err := readCgroupUint(r.cgroupFile("cpuacct", id, "cpuacct.usage"))
+	if err != nil {
+		// cgroup v2: cpu.stat's usage_usec.
+		p := r.cgroupFile("cpu", id, "cpu.stat")
+		b, rerr := os.ReadFile(p)
+		if rerr != nil {
+			return s, rerr
+		}
+		usec, ok := uint64(0), false
+		for line := range strings.Lines(string(b)) {
+			if v, found := strings.CutPrefix(line, "usage_usec "); found {
+				usec, err = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				ok = err == nil
+			}
+		}
+		if !ok {
+			return s, fmt.Errorf("%s: no usage_usec", p)
+		}
+		cpu = usec * 1000
+	}
+	mem, err := readCgroupUint(r.cgroupFile("memory", id, "memory.usage_in_bytes"))
+	if err != nil {
+		if mem, err = readCgroupUint(r.cgroupFile("memory", id, "memory.current")); err != nil {
 			return s, err
 		}
-		mem, err := readCgroupUint(filepath.Join("/sys/fs/cgroup", "memory", r.cfg.CgroupParent, id, "memory.usage_in_bytes"))
-		if err != nil {
-			return s, err
-		}
-		pids, _ := readCgroupUint(filepath.Join("/sys/fs/cgroup", "pids", r.cfg.CgroupParent, id, "pids.current"))
-		return runtime.Stats{CPUNanos: cpu, MemoryBytes: mem, Pids: pids}, nil
 	}
-	dir := filepath.Join("/sys/fs/cgroup", r.cfg.CgroupParent, id)
-	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
-	if err != nil {
-		return s, err
-	}
-	usec, ok := uint64(0), false
-	for line := range strings.Lines(string(b)) {
-		if v, found := strings.CutPrefix(line, "usage_usec "); found {
-			usec, err = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			ok = err == nil
-		}
-	}
-	if !ok {
-		return s, fmt.Errorf("%s: no usage_usec", filepath.Join(dir, "cpu.stat"))
-	}
-	mem, err := readCgroupUint(filepath.Join(dir, "memory.current"))
-	if err != nil {
-		return s, err
-	}
-	pids, _ := readCgroupUint(filepath.Join(dir, "pids.current"))
-	return runtime.Stats{CPUNanos: usec * 1000, MemoryBytes: mem, Pids: pids}, nil
+	pids, _ := readCgroupUint(r.cgroupFile("pids", id, "pids.current"))
+	return runtime.Stats{CPUNanos: cpu, MemoryBytes: mem, Pids: pids}, nil
 }
 
 // readCgroupUint reads a cgroup file holding one unsigned number.

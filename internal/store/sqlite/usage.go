@@ -78,6 +78,27 @@ func (s *Store) ListUsage(ctx context.Context, since, until time.Time) ([]*store
 	return out, rows.Err()
 }
 
+// UsageByKey implements store.Store with one SUM ... GROUP BY over the
+// hours from since's (index usage_hour).
+func (s *Store) UsageByKey(ctx context.Context, since time.Time) (map[string]store.UsageTotals, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT key_id, SUM(cpu_seconds), SUM(memory_gib_seconds), SUM(stored_byte_seconds)
+		FROM usage WHERE hour >= ? GROUP BY key_id`, since.UTC().Truncate(time.Hour).Format(hourFmt))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]store.UsageTotals{}
+	for rows.Next() {
+		var key string
+		var t store.UsageTotals
+		if err := rows.Scan(&key, &t.CPUSeconds, &t.MemoryGiBSeconds, &t.StoredByteSeconds); err != nil {
+			return nil, err
+		}
+		out[key] = t
+	}
+	return out, rows.Err()
+}
+
 // UsageMeters implements store.Store.
 func (s *Store) UsageMeters(ctx context.Context) ([]*store.UsageMeter, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT sandbox_id, running, cpu_nanos, time FROM usage_meters ORDER BY sandbox_id`)

@@ -679,6 +679,14 @@ func testUsage(t *testing.T, s store.Store) {
 	if got, _ := s.ListUsage(ctx, h9.Add(90*time.Minute), h9.Add(3*time.Hour)); len(got) != 1 || got[0].SandboxID != "sbx_b" {
 		t.Fatalf("the next hour: %+v", got)
 	}
+	byKey, err := s.UsageByKey(ctx, h9.Add(30*time.Minute))
+	if err != nil || len(byKey) != 2 || byKey["key_sbx_a"] != (store.UsageTotals{CPUSeconds: 2, MemoryGiBSeconds: 4, StoredByteSeconds: 2e9}) ||
+		byKey["key_sbx_b"].CPUSeconds != 4 {
+		t.Fatalf("usage by key from the hour of 09:30: %+v %v", byKey, err)
+	}
+	if byKey, err := s.UsageByKey(ctx, h9.Add(90*time.Minute)); err != nil || len(byKey) != 1 || byKey["key_sbx_b"].CPUSeconds != 4 {
+		t.Fatalf("usage by key from the next hour: %+v %v", byKey, err)
+	}
 	ms, err := s.UsageMeters(ctx)
 	if err != nil || len(ms) != 1 || ms[0].SandboxID != "sbx_a" || ms[0].Running || ms[0].CPUNanos != 7 || !ms[0].Time.Equal(h9.Add(30*time.Minute)) {
 		t.Fatalf("meters: %+v %v", ms, err)

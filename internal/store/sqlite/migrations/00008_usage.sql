@@ -28,7 +28,7 @@ CREATE TABLE usage_meters (
 
 -- Sandboxes that a key's daily spending limit suspended; resume: resume
 -- them once the key is under its limit again (the limit raised or the UTC
--- day turned), as PATCH /v1/keys/{id} with resume_suspended asked.
+-- day turned), as PUT /v1/keys/{id}/limit with resume_suspended asked.
 CREATE TABLE limit_suspensions (
     sandbox_id TEXT PRIMARY KEY,
     key_id     TEXT NOT NULL,
