@@ -253,17 +253,8 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	case timeout < 0 || timeout > MaxExecTimeoutMS:
 		return nil, errdefs.Invalid("timeout_ms", "%d is out of range [1, %d]", timeout, MaxExecTimeoutMS)
 	}
-	if sb, err := e.Get(ctx, idOrName); err == nil {
-		// Billed to the sandbox's owner; a stopped one would boot.
-		var cpus float64
-		var mem int
-		if sb.State != api.StateRunning && sb.State != api.StatePaused {
-			cpus, mem = sb.CPUs, sb.MemoryMB
-		}
-		if err := e.checkSpend(ctx, sb.Owner, cpus, mem); err != nil {
-			return nil, err
-		}
-	}
+	// The owner's spending limit is checked by ensureRunning, as for every
+	// request that needs the sandbox running.
 	found, err := e.Get(ctx, idOrName)
 	if err != nil {
 		return nil, err

@@ -51,7 +51,7 @@ type KeySpend struct {
 // the meter's rows that a failed write left pending.
 func (e *Engine) recordedSpend(ctx context.Context, now time.Time) (map[string]float64, error) {
 	day := now.UTC().Truncate(24 * time.Hour)
-	totals, err := e.st.UsageByKey(ctx, day)
+	totals, err := e.meter.dayTotals(ctx, day)
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +68,30 @@ func (e *Engine) recordedSpend(ctx context.Context, now time.Time) (map[string]f
 	}
 	e.meter.mu.Unlock()
 	return spent, nil
+}
+
+// dayTotals is the store's per-key usage totals of day (store.UsageByKey),
+// read again only when the meter has written usage since the last read
+// (or the day changed). The map is shared: callers only read it.
+func (m *meter) dayTotals(ctx context.Context, day time.Time) (map[string]store.UsageTotals, error) {
+	m.mu.Lock()
+	at := m.written
+	if m.today != nil && m.todayAt == at && m.todayDay.Equal(day) {
+		t := m.today
+		m.mu.Unlock()
+		return t, nil
+	}
+	m.mu.Unlock()
+	totals, err := m.e.st.UsageByKey(ctx, day)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	if m.written == at { // no write since the read began: the totals are current
+		m.today, m.todayAt, m.todayDay = totals, at, day
+	}
+	m.mu.Unlock()
+	return totals, nil
 }
 
 // spendOf is keyID's spending today as of now: recorded, the cost of its

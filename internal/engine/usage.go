@@ -71,6 +71,15 @@ type meter struct {
 	pendingRows   map[usageKey]*store.UsageRow
 	pendingMeters map[string]*store.UsageMeter
 	pendingDrop   map[string]bool
+
+	// written counts the meter's successful store writes; today holds
+	// the store's per-key totals of one UTC day (store.UsageByKey) as of
+	// write number todayAt, so that a limit check on an exec reads the
+	// store only after usage was written (every interval), not per call.
+	written  uint64
+	todayAt  uint64
+	todayDay time.Time
+	today    map[string]store.UsageTotals
 }
 
 // meterState is the last reading of one sandbox's container, and what the
@@ -358,6 +367,7 @@ func (m *meter) commit(ctx context.Context, rows map[usageKey]*store.UsageRow, m
 	clear(m.pendingRows)
 	clear(m.pendingMeters)
 	clear(m.pendingDrop)
+	m.written++
 	return nil
 }
 
