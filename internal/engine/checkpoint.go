@@ -292,10 +292,12 @@ func (e *Engine) GetCheckpoint(ctx context.Context, idOrName, id string, verify 
 		cp.Health = api.HealthDamaged
 	}
 	if cp.StoreTime.IsZero() {
-		if cp.Health == api.HealthDamaged {
+		if cp.Health == api.HealthDamaged && !e.layers.HasCheckpointSnapshot(sb.ID, seq) {
 			return cp, nil
 		}
-		// Verify the blob store's copy: store it first.
+		// Verify the blob store's copy: store it first (a damaged one
+		// that has its snapshot is tried again: the error says why it
+		// cannot be stored).
 		if cp, err = e.storedCheckpoint(ctx, sb.ID, seq); err != nil {
 			return nil, err
 		}

@@ -211,7 +211,7 @@ func TestFakeCowSnapshotsAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := f.e.storePending(ctx, sb.ID, true); err != nil {
+	if err := f.e.storePending(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := snapshotsOf(t, f, sb.ID); len(got) != keepSnapshots+1 || got[0] != 0 || got[1] != n-keepSnapshots+1 {
@@ -228,12 +228,14 @@ func TestFakeCowSnapshotsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.writeFile(t, "a", "/g", "new")
+	// The log is read from before the checkpoint: the background loop,
+	// kicked by it, may store it before storePending runs.
+	off := len(f.logs.String())
 	cp, err := f.e.Checkpoint(ctx, "a", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := len(f.logs.String())
-	if err := f.e.storePending(ctx, sb.ID, true); err != nil {
+	if err := f.e.storePending(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	logs := f.logs.String()[off:]
@@ -276,7 +278,7 @@ func TestFakeCowRecover(t *testing.T) {
 	if got := snapshotsOf(t, g, sb.ID); !slices.Equal(got, []int{0, 1}) {
 		t.Fatalf("snapshots after restart: %v, want [0 1] (v0 and the recorded one)", got)
 	}
-	if err := g.e.storePending(ctx, sb.ID, true); err != nil && !strings.Contains(err.Error(), "v2") {
+	if err := g.e.storePending(ctx, sb.ID); err != nil { // v2, damaged, is skipped
 		t.Fatal(err)
 	}
 	if c, err := g.e.GetCheckpoint(ctx, "a", "v1", true); err != nil || c.StoreTime.IsZero() || c.Health != api.HealthOK {
