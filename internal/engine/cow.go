@@ -122,9 +122,14 @@ func (e *Engine) lockStores(ctx context.Context, id string) (context.Context, fu
 	}
 	select {
 	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		leave()
-		return nil, nil, context.Cause(ctx)
+	default:
+		e.log.Info("waiting for the store of the sandbox's checkpoint in progress", "sandbox", id)
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			leave()
+			return nil, nil, context.Cause(ctx)
+		}
 	}
 	return ctx, func() {
 		<-s.sem
