@@ -463,3 +463,37 @@ func TestFakeCowRecoverRestore(t *testing.T) {
 		})
 	}
 }
+
+// TestFakeCowPoolClaimV0: a sandbox claimed from the warm pool records v0
+// without a snapshot (the claim is the fast create path), and a restore
+// to v0 gives the fresh disk back from the blob store; a cold create
+// keeps v0's snapshot.
+func TestFakeCowPoolClaimV0(t *testing.T) {
+	t.Parallel()
+	f := startCowEngine(t, newFakeDataDir(t), Config{PoolSize: 1})
+	ctx := context.Background()
+	for deadline := time.Now().Add(hangDeadline); f.e.WarmSandboxes() < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled; log:\n%s", f.logs.String())
+		}
+	}
+	sb := f.create(t, "claimed")
+	if got := snapshotsOf(t, f, sb.ID); len(got) != 0 {
+		t.Fatalf("snapshots of a claimed sandbox: %v, want none", got)
+	}
+	f.writeFile(t, "claimed", "/f", "later")
+	if _, err := f.e.Restore(ctx, "claimed", "v0", nil); err != nil {
+		t.Fatalf("restore of v0 without its snapshot: %v", err)
+	}
+	if _, _, _, err := f.e.OpenFile(ctx, "claimed", "/f", 1<<20); err == nil {
+		t.Fatal("/f is still there after restoring v0")
+	}
+	// Another disk size is another shape: not from the pool.
+	cold, err := f.e.Create(ctx, CreateOptions{CreateSandboxRequest: api.CreateSandboxRequest{Name: "cold", DiskMB: 333}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snapshotsOf(t, f, cold.ID); !slices.Equal(got, []int{0}) {
+		t.Fatalf("snapshots of a cold-created sandbox: %v, want v0's", got)
+	}
+}

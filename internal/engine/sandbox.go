@@ -184,7 +184,7 @@ func (e *Engine) createCold(ctx context.Context, sb *store.Sandbox) error {
 		return fail(err)
 	}
 	if !sb.Pooled {
-		if err := e.recordV0(ctx, sb); err != nil {
+		if err := e.recordV0(ctx, sb, true); err != nil {
 			return fail(err)
 		}
 	}
