@@ -212,7 +212,12 @@ func TestHostileTooDeepTree(t *testing.T) {
 	}
 	// The guest removes the tree: the sandbox suspends and resumes, the
 	// checkpoint stays listed as damaged.
-	mustSh(t, sb, "rm -rf /workspace/c1")
+	// (rm -rf would pass PATH_MAX: the chains are taken apart as built.)
+	mustSh(t, sb, `set -e; p=; i=0; while [ $i -lt 700 ]; do p=${p}dd/; i=$((i+1)); done
+		k=1; while [ $k -le 12 ]; do
+			cd /workspace/c$k/$p; if [ -d c$((k+1)) ]; then mv c$((k+1)) /workspace/; fi
+			cd /; rm -rf /workspace/c$k; k=$((k+1))
+		done; ls -A /workspace`)
 	if err := sb.Suspend(ctx, ""); err != nil {
 		t.Fatalf("suspend after a checkpoint that cannot be stored: %v", err)
 	}

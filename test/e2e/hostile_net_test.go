@@ -217,7 +217,7 @@ func TestHostileErrorBodies(t *testing.T) {
 	// verify, a diff or a suspend, which store a pending checkpoint first.
 	t.Run("restore_failed", func(t *testing.T) {
 		d := second(t, "--pool", "0", "--layers", "dir")
-		sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Image: "busybox"})
+		sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
