@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strconv"
 	"sync"
 	"time"
 
@@ -39,21 +38,36 @@ import (
 // snapshot as a restore cache (pending ones always keep theirs).
 const keepSnapshots = 4
 
-// ingester stores snapshot checkpoints in the blob store, one at a time.
+// ingester stores snapshot checkpoints in the blob store. The stores of
+// one sandbox's checkpoints run one at a time, oldest first (each store
+// seeds the next one's capture cache); different sandboxes' stores do not
+// wait for each other, and a delete of a sandbox cancels its stores.
 type ingester struct {
-	// mu makes one store at a time (a background round or a caller that
-	// needs a sandbox's checkpoints stored now).
-	mu sync.Mutex
 	// kick wakes the background loop.
 	kick chan struct{}
-	// failed holds, by "<sandbox id>/<seq>", the error of a store that
-	// failed for a reason a retry will not change (a capture limit): the
-	// loop does not retry it until sbxd restarts. Guarded by mu.
-	failed map[string]error
+	// mu guards sandboxes and next.
+	mu sync.Mutex
+	// sandboxes holds, by sandbox id, the stores of that sandbox's
+	// checkpoints in progress or waiting (lockStores); an entry goes when
+	// its last user leaves.
+	sandboxes map[string]*sandboxStores
+	// next numbers the users of sandboxStores.cancels.
+	next int
+}
+
+// sandboxStores serialises the stores of one sandbox's checkpoints and
+// lets a delete of the sandbox cancel them.
+type sandboxStores struct {
+	// sem holds one token while a store (or a cache seed) of the sandbox
+	// runs.
+	sem chan struct{}
+	// cancels cancels, by user number, every call that holds or waits for
+	// sem; the entry goes when it is empty.
+	cancels map[int]context.CancelCauseFunc
 }
 
 func newIngester() *ingester {
-	return &ingester{kick: make(chan struct{}, 1), failed: map[string]error{}}
+	return &ingester{kick: make(chan struct{}, 1), sandboxes: map[string]*sandboxStores{}}
 }
 
 // kickIngest asks the background loop for a round.
@@ -73,10 +87,92 @@ func (e *Engine) ingestLoop() {
 			return
 		case <-e.ingest.kick:
 		}
-		if err := e.storePending(e.ctx, "", false); err != nil && e.ctx.Err() == nil {
+		if err := e.storeRound(e.ctx); err != nil && e.ctx.Err() == nil {
 			e.log.Error("store checkpoints in the blob store", "err", err)
 		}
 	}
+}
+
+// lockStores waits for the turn to store sandbox id's checkpoints (or to
+// seed its capture cache): one at a time per sandbox. It returns the
+// context to do it in, which a delete of the sandbox cancels (cause
+// errCaptureCancelled, see cancelStores), and the unlock. It fails with
+// ctx's cause when ctx ends, or a delete cancels it, while it waits.
+func (e *Engine) lockStores(ctx context.Context, id string) (context.Context, func(), error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	g := e.ingest
+	g.mu.Lock()
+	s := g.sandboxes[id]
+	if s == nil {
+		s = &sandboxStores{sem: make(chan struct{}, 1), cancels: map[int]context.CancelCauseFunc{}}
+		g.sandboxes[id] = s
+	}
+	n := g.next
+	g.next++
+	s.cancels[n] = cancel
+	g.mu.Unlock()
+	leave := func() {
+		g.mu.Lock()
+		delete(s.cancels, n)
+		if len(s.cancels) == 0 {
+			delete(g.sandboxes, id)
+		}
+		g.mu.Unlock()
+		cancel(nil)
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		e.log.Info("waiting for the store of the sandbox's checkpoint in progress", "sandbox", id)
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			leave()
+			return nil, nil, context.Cause(ctx)
+		}
+	}
+	return ctx, func() {
+		<-s.sem
+		leave()
+	}, nil
+}
+
+// cancelStores cancels the stores of sandbox id's checkpoints in progress
+// or waiting for their turn (cause errCaptureCancelled), for a delete of
+// the sandbox, and reports whether there was any.
+func (e *Engine) cancelStores(id string) bool {
+	g := e.ingest
+	if g == nil {
+		return false // an engine without stores (unit tests of the locks)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.sandboxes[id]
+	if s == nil {
+		return false
+	}
+	for _, cancel := range s.cancels {
+		cancel(errCaptureCancelled)
+	}
+	return len(s.cancels) > 0
+}
+
+// endStores, for a delete of sandbox id (which holds its lock), cancels
+// the stores of its checkpoints and waits, up to a minute, until none
+// runs: the delete then drops the snapshots they read. It returns the
+// function that lets later stores run (they find the records gone).
+func (e *Engine) endStores(id string) func() {
+	if e.cancelStores(id) {
+		e.log.Info("delete: cancelling the store of the sandbox's checkpoints", "sandbox", id)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	_, unlock, err := e.lockStores(ctx, id)
+	if err != nil {
+		e.log.Error("delete: a store of the sandbox's checkpoints did not end; deleting anyway", "sandbox", id, "err", err)
+		return func() {}
+	}
+	return unlock
 }
 
 // snapshotCheckpointLocked takes checkpoint v<next> of sb as a snapshot
@@ -120,15 +216,26 @@ func (e *Engine) snapshotCheckpointLocked(ctx context.Context, sb *store.Sandbox
 	return cp, nil
 }
 
-// storePending stores the checkpoints of sandbox id (every sandbox's when
-// id is "") that have a snapshot and no manifest yet, oldest first. With
-// all it retries those that failed before and returns the first error of
-// any; without, it skips them (the background loop). It returns early
-// when ctx ends.
-func (e *Engine) storePending(ctx context.Context, id string, all bool) error {
-	e.ingest.mu.Lock()
-	defer e.ingest.mu.Unlock()
-	cps, err := e.st.ListCheckpoints(ctx, id)
+// errSnapshotLost is the failure of a store whose snapshot is gone (a
+// power loss before the snapshot's btrfs transaction committed, or a drop
+// racing the store): the checkpoint can never be stored.
+var errSnapshotLost = errors.New("its snapshot is gone and it was never stored in the blob store")
+
+// cannotStore reports whether err, of storeCheckpoint, means the
+// checkpoint can never be stored (storeCheckpoint marked it damaged): a
+// capture limit passed, or the snapshot gone.
+func cannotStore(err error) bool {
+	return errors.Is(err, errdefs.ErrCaptureLimit) || errors.Is(err, errSnapshotLost)
+}
+
+// storeRound is one round of the background loop: it stores the pending
+// checkpoints of every sandbox (those not damaged), oldest first, each
+// under its sandbox's store lock and read again under it, then trims the
+// snapshots of the sandboxes it stored. It returns the first error of a
+// store that may work when retried (those that never can were recorded as
+// damage), or ctx's when it ends.
+func (e *Engine) storeRound(ctx context.Context) error {
+	cps, err := e.st.ListCheckpoints(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -137,27 +244,17 @@ func (e *Engine) storePending(ctx context.Context, id string, all bool) error {
 	// Listed by sandbox, newest first: backwards is oldest first.
 	for i := len(cps) - 1; i >= 0; i-- {
 		cp := cps[i]
-		if !cp.StoreTime.IsZero() {
+		if !cp.StoreTime.IsZero() || cp.Health == api.HealthDamaged {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		key := cp.SandboxID + "/" + strconv.Itoa(cp.Seq)
-		if _, ok := e.ingest.failed[key]; ok && !all {
-			continue
-		}
 		touched[cp.SandboxID] = true
-		if err := e.storeCheckpoint(ctx, cp); err != nil {
-			if errors.Is(err, errdefs.ErrCaptureLimit) {
-				e.ingest.failed[key] = err
-			}
-			if firstErr == nil {
-				firstErr = fmt.Errorf("checkpoint %s of %s: %w", CheckpointID(cp.Seq), cp.SandboxID, err)
-			}
-			continue
+		err := e.storeOne(ctx, cp.SandboxID, cp.Seq)
+		if err != nil && !cannotStore(err) && !errors.Is(err, errCaptureCancelled) && firstErr == nil {
+			firstErr = fmt.Errorf("checkpoint %s of %s: %w", CheckpointID(cp.Seq), cp.SandboxID, err)
 		}
-		delete(e.ingest.failed, key)
 	}
 	for sid := range touched {
 		e.trimSnapshots(ctx, sid, false)
@@ -165,10 +262,80 @@ func (e *Engine) storePending(ctx context.Context, id string, all bool) error {
 	return firstErr
 }
 
+// storeOne stores checkpoint seq of sandbox id under the sandbox's store
+// lock, if it still waits to be stored and is not damaged then.
+func (e *Engine) storeOne(ctx context.Context, id string, seq int) error {
+	ctx, unlock, err := e.lockStores(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cp, err := e.st.GetCheckpoint(ctx, id, seq)
+	if errors.Is(err, errdefs.ErrCheckpointNotFound) {
+		return nil // deleted with its sandbox meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	if !cp.StoreTime.IsZero() || cp.Health == api.HealthDamaged {
+		return nil
+	}
+	return e.storeCheckpoint(ctx, cp)
+}
+
+// storePending stores the pending checkpoints of sandbox id, oldest
+// first, before a suspend (which drops every snapshot). Checkpoints that
+// are damaged, or become so because they can never be stored (a capture
+// limit, a snapshot gone: cannotStore), are skipped: they are lost, and
+// listed as damaged. It returns the first other error (the checkpoint's
+// only copy would go with its snapshot), or ctx's cause when it ends.
+func (e *Engine) storePending(ctx context.Context, id string) error {
+	ctx, unlock, err := e.lockStores(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	err = e.storePendingLocked(ctx, id, -1)
+	e.trimSnapshots(ctx, id, false)
+	return err
+}
+
+// storePendingLocked stores the pending checkpoints of sandbox id older
+// than seq (all of them when seq < 0), oldest first, skipping damaged
+// ones, as storePending does; the caller holds id's store lock
+// (lockStores) and ctx is the lock's.
+func (e *Engine) storePendingLocked(ctx context.Context, id string, seq int) error {
+	cps, err := e.st.ListCheckpoints(ctx, id)
+	if err != nil {
+		return err
+	}
+	var firstErr error
+	for i := len(cps) - 1; i >= 0; i-- {
+		cp := cps[i]
+		if seq >= 0 && cp.Seq >= seq {
+			break
+		}
+		if !cp.StoreTime.IsZero() || cp.Health == api.HealthDamaged {
+			continue
+		}
+		if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
+			return err
+		}
+		if err := e.storeCheckpoint(ctx, cp); err != nil && !cannotStore(err) && firstErr == nil {
+			firstErr = fmt.Errorf("checkpoint %s: %w", CheckpointID(cp.Seq), err)
+		}
+	}
+	return firstErr
+}
+
 // storeCheckpoint stores checkpoint cp's snapshot in the blob store and
-// records its manifest. A checkpoint deleted meanwhile (its sandbox) is
-// not an error; a snapshot that is gone makes the checkpoint damaged. The
-// caller holds e.ingest.mu.
+// records its manifest. The caller holds the sandbox's store lock and ctx
+// is the lock's (a delete cancels it: the error is then
+// errCaptureCancelled's). A checkpoint deleted meanwhile (its sandbox) is
+// not an error. A checkpoint that can never be stored (cannotStore: a
+// capture limit, ErrCaptureLimit with a message naming the limit; its
+// snapshot gone, errSnapshotLost) is marked damaged, logged with the
+// reason, and the error returned.
 func (e *Engine) storeCheckpoint(ctx context.Context, cp *store.Checkpoint) error {
 	ctx, release := e.withLease(ctx)
 	defer release()
@@ -177,8 +344,11 @@ func (e *Engine) storeCheckpoint(ctx context.Context, cp *store.Checkpoint) erro
 	limit := e.captureMaxBytes(ctx, cp.SandboxID)
 	o := disk.StoreOptions{
 		Blobs: e.blobsFor(ctx), MaxBytes: limit,
-		Fault: func(_ context.Context, point string) {
-			if point == disk.StoreCaptured {
+		Fault: func(fctx context.Context, point string) {
+			switch point {
+			case disk.StoreCapturing:
+				e.faultCtx(fctx, "capture:"+cp.SandboxID)
+			case disk.StoreCaptured:
 				e.fault("ingest:captured")
 			}
 		},
@@ -192,15 +362,26 @@ func (e *Engine) storeCheckpoint(ctx context.Context, cp *store.Checkpoint) erro
 		// What it put goes now (a full blob store must not stay full):
 		// the lease is let go first, as nothing will record its blobs.
 		release()
-		e.freeFailedCapture(ctx)
-		if _, gerr := e.st.GetCheckpoint(ctx, cp.SandboxID, cp.Seq); errors.Is(gerr, errdefs.ErrCheckpointNotFound) {
+		bg := context.WithoutCancel(ctx)
+		e.freeFailedCapture(bg)
+		if _, gerr := e.st.GetCheckpoint(bg, cp.SandboxID, cp.Seq); errors.Is(gerr, errdefs.ErrCheckpointNotFound) {
 			return nil // deleted with its sandbox meanwhile
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			e.log.Error("a checkpoint waiting to be stored lost its snapshot: damaged", "sandbox", cp.SandboxID, "id", CheckpointID(cp.Seq))
-			_ = e.st.SetCheckpointHealth(ctx, cp.SandboxID, cp.Seq, api.HealthDamaged)
+			err = errSnapshotLost
+		} else {
+			err = e.captureErr(cctx, err, limit)
 		}
-		return e.captureErr(cctx, err, limit)
+		switch {
+		case errors.Is(err, errCaptureCancelled):
+			e.log.Info("checkpoint store cancelled: the sandbox is being deleted", "sandbox", cp.SandboxID, "id", CheckpointID(cp.Seq))
+		case cannotStore(err):
+			e.log.Error("checkpoint damaged: it can never be stored in the blob store", "sandbox", cp.SandboxID, "id", CheckpointID(cp.Seq), "reason", err)
+			if herr := e.st.SetCheckpointHealth(bg, cp.SandboxID, cp.Seq, api.HealthDamaged); herr != nil {
+				e.log.Error("mark a checkpoint damaged", "sandbox", cp.SandboxID, "id", CheckpointID(cp.Seq), "err", herr)
+			}
+		}
+		return err
 	}
 	files, size := s.Manifest.Stats()
 	rec := &store.Checkpoint{
@@ -280,21 +461,50 @@ func (e *Engine) dropSnapshots(id string) {
 	}
 }
 
-// storedCheckpoint returns checkpoint seq of sb with its manifest in the
-// blob store, storing it (and older pending ones) first if needed.
-// Errors: ErrCheckpointNotFound, those of the store.
+// storedCheckpoint returns checkpoint seq of sandbox sandboxID with its
+// manifest in the blob store, storing it (and older pending ones) first
+// if needed, under the sandbox's store lock. A damaged pending checkpoint
+// whose snapshot is still there is tried again (the error says why it
+// cannot be stored). Errors: ErrCheckpointNotFound; ErrCaptureLimit
+// naming the limit; ErrConflict when a delete of the sandbox cancelled the
+// store; ErrCheckpointFailed when the store failed otherwise or the
+// snapshot is gone.
 func (e *Engine) storedCheckpoint(ctx context.Context, sandboxID string, seq int) (*store.Checkpoint, error) {
 	cp, err := e.st.GetCheckpoint(ctx, sandboxID, seq)
 	if err != nil || !cp.StoreTime.IsZero() {
 		return cp, err
 	}
-	serr := e.storePending(ctx, sandboxID, true) // an older one's failure need not be this one's
+	id := CheckpointID(seq)
+	failed := func(err error) (*store.Checkpoint, error) {
+		switch {
+		case errors.Is(err, errdefs.ErrCaptureLimit):
+			return nil, errdefs.New(errdefs.ErrCaptureLimit, "checkpoint %s cannot be stored in the blob store (it is damaged and is lost when the sandbox is suspended or deleted): %v", id, err)
+		case errors.Is(err, errCaptureCancelled):
+			return nil, errdefs.Conflictf("the sandbox of checkpoint %s was deleted while the checkpoint was being stored", id)
+		case errors.Is(err, errSnapshotLost):
+			return nil, errdefs.WithDetail(fmt.Errorf("checkpoint %s: %w: %w", id, err, errdefs.ErrCheckpointFailed),
+				"checkpoint %s is damaged: %v", id, errSnapshotLost)
+		}
+		return nil, fmt.Errorf("checkpoint %s could not be stored in the blob store: %v: %w", id, err, errdefs.ErrCheckpointFailed)
+	}
+	lctx, unlock, err := e.lockStores(ctx, sandboxID)
+	if err != nil {
+		return failed(err)
+	}
+	defer unlock()
+	// Older ones first (each seeds the next one's capture cache); their
+	// failures need not be this one's.
+	_ = e.storePendingLocked(lctx, sandboxID, seq)
+	cp, err = e.st.GetCheckpoint(lctx, sandboxID, seq)
+	if err != nil || !cp.StoreTime.IsZero() {
+		return cp, err
+	}
+	if err := e.storeCheckpoint(lctx, cp); err != nil {
+		return failed(err)
+	}
 	cp, err = e.st.GetCheckpoint(ctx, sandboxID, seq)
 	if err == nil && cp.StoreTime.IsZero() {
-		if serr == nil {
-			serr = errors.New("not stored")
-		}
-		return nil, fmt.Errorf("checkpoint %s is not in the blob store: %w", CheckpointID(seq), serr)
+		return failed(errors.New("not stored")) // deleted and made again meanwhile
 	}
 	return cp, err
 }
@@ -374,9 +584,12 @@ func (e *Engine) seedCache(id string, cp *store.Checkpoint) {
 	e.bg.Add(1)
 	go func() {
 		defer e.bg.Done()
-		e.ingest.mu.Lock()
-		defer e.ingest.mu.Unlock()
-		m, err := disk.GetManifest(e.ctx, e.blobs, manifestRef(cp))
+		ctx, unlock, err := e.lockStores(e.ctx, id)
+		if err != nil {
+			return // a delete, or Close
+		}
+		defer unlock()
+		m, err := disk.GetManifest(ctx, e.blobs, manifestRef(cp))
 		if err == nil {
 			err = e.layers.SaveCacheOf(id, lineage, m)
 		}

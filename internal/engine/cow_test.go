@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -211,7 +212,7 @@ func TestFakeCowSnapshotsAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := f.e.storePending(ctx, sb.ID, true); err != nil {
+	if err := f.e.storePending(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := snapshotsOf(t, f, sb.ID); len(got) != keepSnapshots+1 || got[0] != 0 || got[1] != n-keepSnapshots+1 {
@@ -228,12 +229,14 @@ func TestFakeCowSnapshotsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.writeFile(t, "a", "/g", "new")
+	// The log is read from before the checkpoint: the background loop,
+	// kicked by it, may store it before storePending runs.
+	off := len(f.logs.String())
 	cp, err := f.e.Checkpoint(ctx, "a", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := len(f.logs.String())
-	if err := f.e.storePending(ctx, sb.ID, true); err != nil {
+	if err := f.e.storePending(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	logs := f.logs.String()[off:]
@@ -276,7 +279,7 @@ func TestFakeCowRecover(t *testing.T) {
 	if got := snapshotsOf(t, g, sb.ID); !slices.Equal(got, []int{0, 1}) {
 		t.Fatalf("snapshots after restart: %v, want [0 1] (v0 and the recorded one)", got)
 	}
-	if err := g.e.storePending(ctx, sb.ID, true); err != nil && !strings.Contains(err.Error(), "v2") {
+	if err := g.e.storePending(ctx, sb.ID); err != nil { // v2, damaged, is skipped
 		t.Fatal(err)
 	}
 	if c, err := g.e.GetCheckpoint(ctx, "a", "v1", true); err != nil || c.StoreTime.IsZero() || c.Health != api.HealthOK {
@@ -297,6 +300,117 @@ func TestFakeCowRecover(t *testing.T) {
 	}
 	if s := g.readFile(t, "a", "/f"); s != "one" {
 		t.Fatalf("f after restoring v1: %q", s)
+	}
+}
+
+// TestFakeCowUnstorableDoesNotBlockSuspend: a checkpoint that can never
+// be stored in the blob store (its data past the capture limit, or its
+// snapshot gone after a crash) is listed as damaged, a verify of it
+// answers capture_limit naming the limit, and it does not keep the
+// sandbox from being suspended (review finding 1: every suspend failed).
+func TestFakeCowUnstorableDoesNotBlockSuspend(t *testing.T) {
+	t.Parallel()
+	dir := newFakeDataDir(t)
+	f := startCowEngine(t, dir, Config{CaptureMaxBytes: 1 << 20})
+	ctx := context.Background()
+	sb := f.create(t, "a")
+	f.writeFile(t, "a", "/big", strings.Repeat("b", 2<<20))
+	cp, err := f.e.Checkpoint(ctx, "a", "", nil)
+	if err != nil {
+		t.Fatalf("checkpoint (a snapshot, taken whatever the size): %v", err)
+	}
+	f.waitLog(t, "checkpoint damaged: it can never be stored")
+	if c, err := f.e.GetCheckpoint(ctx, "a", CheckpointID(cp.Seq), false); err != nil || c.Health != api.HealthDamaged || !c.StoreTime.IsZero() {
+		t.Fatalf("checkpoint past the capture limit: %+v %v, want damaged and not stored", c, err)
+	}
+	_, err = f.e.GetCheckpoint(ctx, "a", CheckpointID(cp.Seq), true)
+	if !errors.Is(err, errdefs.ErrCaptureLimit) || !strings.Contains(err.Error(), strconv.Itoa(1<<20)) {
+		t.Fatalf("verify of it: %v, want capture_limit naming the limit", err)
+	}
+	// The guest removes what passed the limit: the live disk can be
+	// captured again, the checkpoint still cannot.
+	f.writeFile(t, "a", "/big", "small now")
+	// And a record whose snapshot is gone (a power loss before the
+	// snapshot's transaction committed).
+	f.e.Close()
+	if err := f.st.AddCheckpoint(ctx, &store.Checkpoint{SandboxID: sb.ID, Seq: cp.Seq + 1, Health: api.HealthOK, CreateTime: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	g := startCowEngine(t, dir, Config{CaptureMaxBytes: 1 << 20})
+	// The fake runtime has no memory snapshots: a suspend that got past
+	// the store of the pending checkpoints and the disk fails there.
+	if _, err := g.e.Suspend(ctx, "a", api.SuspendRequest{}, nil); err != nil && !strings.Contains(err.Error(), "checkpoint the memory") {
+		t.Fatalf("suspend with checkpoints that can never be stored: %v\nlog:\n%s", err, g.logs.String())
+	}
+	if err := g.e.storePending(ctx, sb.ID); err != nil {
+		t.Fatalf("store of the pending checkpoints (a suspend's first step): %v", err)
+	}
+	cps, err := g.e.ListCheckpoints(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cps {
+		if c.Seq > 0 && c.Health != api.HealthDamaged {
+			t.Errorf("%s after the suspend: %s, want damaged", CheckpointID(c.Seq), c.Health)
+		}
+	}
+}
+
+// TestFakeCowStoresPerSandbox: a store of one sandbox's checkpoint that
+// runs long (held at its fault point) keeps no other sandbox waiting: its
+// checkpoints are stored, verified and it suspends (review finding 2: one
+// lock for every store). A delete of the slow sandbox cancels its store
+// and answers; a verify waiting for that store learns of the delete
+// (conflict).
+func TestFakeCowStoresPerSandbox(t *testing.T) {
+	t.Parallel()
+	dir := newFakeDataDir(t)
+	f := startCowEngine(t, dir, Config{})
+	ctx := context.Background()
+	slow := f.create(t, "slow")
+	f.create(t, "other")
+	f.e.Close()
+	g := startCowEngine(t, dir, Config{Faults: map[string]time.Duration{"capture:" + slow.ID: time.Hour}})
+	g.writeFile(t, "slow", "/f", "slow")
+	g.writeFile(t, "other", "/f", "other")
+	scp, err := g.e.Checkpoint(ctx, "slow", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.waitLog(t, "fault point reached")
+	ocp, err := g.e.Checkpoint(ctx, "other", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := g.e.GetCheckpoint(ctx, "other", CheckpointID(ocp.Seq), true); err != nil || c.StoreTime.IsZero() || c.Health != api.HealthOK {
+		t.Fatalf("verify of another sandbox's checkpoint while a store runs long: %+v %v", c, err)
+	}
+	if _, err := g.e.Suspend(ctx, "other", api.SuspendRequest{}, nil); err != nil && !strings.Contains(err.Error(), "checkpoint the memory") {
+		t.Fatalf("suspend of another sandbox while a store runs long: %v", err) // the fake runtime fails at the memory
+	}
+	verified := make(chan error, 1)
+	go func() {
+		_, err := g.e.GetCheckpoint(ctx, "slow", CheckpointID(scp.Seq), true)
+		verified <- err
+	}()
+	// The verify waits for the store's turn (two users of slow's stores:
+	// the held store and the verify).
+	for waiting := 0; waiting < 2; {
+		g.e.ingest.mu.Lock()
+		if s := g.e.ingest.sandboxes[slow.ID]; s != nil {
+			waiting = len(s.cancels)
+		}
+		g.e.ingest.mu.Unlock()
+		goruntime.Gosched()
+	}
+	if err := g.e.Delete(ctx, "slow"); err != nil {
+		t.Fatalf("delete of the sandbox whose store runs long: %v", err)
+	}
+	if err := <-verified; !errdefs.IsConflict(err) {
+		t.Fatalf("verify waiting for the store of a deleted sandbox: %v, want conflict", err)
+	}
+	if !strings.Contains(g.logs.String(), "checkpoint store cancelled") {
+		t.Fatalf("the store of the deleted sandbox's checkpoint was not cancelled:\n%s", g.logs.String())
 	}
 }
 
@@ -347,5 +461,39 @@ func TestFakeCowRecoverRestore(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFakeCowPoolClaimV0: a sandbox claimed from the warm pool records v0
+// without a snapshot (the claim is the fast create path), and a restore
+// to v0 gives the fresh disk back from the blob store; a cold create
+// keeps v0's snapshot.
+func TestFakeCowPoolClaimV0(t *testing.T) {
+	t.Parallel()
+	f := startCowEngine(t, newFakeDataDir(t), Config{PoolSize: 1})
+	ctx := context.Background()
+	for deadline := time.Now().Add(hangDeadline); f.e.WarmSandboxes() < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled; log:\n%s", f.logs.String())
+		}
+	}
+	sb := f.create(t, "claimed")
+	if got := snapshotsOf(t, f, sb.ID); len(got) != 0 {
+		t.Fatalf("snapshots of a claimed sandbox: %v, want none", got)
+	}
+	f.writeFile(t, "claimed", "/f", "later")
+	if _, err := f.e.Restore(ctx, "claimed", "v0", nil); err != nil {
+		t.Fatalf("restore of v0 without its snapshot: %v", err)
+	}
+	if _, _, _, err := f.e.OpenFile(ctx, "claimed", "/f", 1<<20); err == nil {
+		t.Fatal("/f is still there after restoring v0")
+	}
+	// Another disk size is another shape: not from the pool.
+	cold, err := f.e.Create(ctx, CreateOptions{CreateSandboxRequest: api.CreateSandboxRequest{Name: "cold", DiskMB: 333}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snapshotsOf(t, f, cold.ID); !slices.Equal(got, []int{0}) {
+		t.Fatalf("snapshots of a cold-created sandbox: %v, want v0's", got)
 	}
 }

@@ -246,8 +246,9 @@ func (p *pool) take(ctx context.Context, sb *store.Sandbox, want *store.Sandbox)
 	if err := p.e.setHostname(ctx, sb, want.Name); err != nil {
 		return nil, err
 	}
-	// Nothing ran in a warm sandbox: its disk now is the fresh disk, v0.
-	if err := p.e.recordV0(ctx, sb); err != nil {
+	// Nothing ran in a warm sandbox: its disk now is the fresh disk, v0
+	// (no snapshot of it: this is the fast create path).
+	if err := p.e.recordV0(ctx, sb, false); err != nil {
 		return nil, err
 	}
 	claimed := *sb

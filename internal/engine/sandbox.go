@@ -183,7 +183,7 @@ func (e *Engine) createCold(ctx context.Context, sb *store.Sandbox) error {
 		return fail(err)
 	}
 	if !sb.Pooled {
-		if err := e.recordV0(ctx, sb); err != nil {
+		if err := e.recordV0(ctx, sb, true); err != nil {
 			return fail(err)
 		}
 	}
@@ -413,6 +413,11 @@ func (e *Engine) lockForDelete(ctx context.Context, id, name string, wait time.D
 		e.log.Info("delete: cancelling the capture in progress", "sandbox", name)
 		wait = max(wait, time.Minute)
 	}
+	if e.cancelStores(id) {
+		// A suspend waiting for (or running) the store of a checkpoint.
+		e.log.Info("delete: cancelling the store of the sandbox's checkpoints", "sandbox", name)
+		wait = max(wait, time.Minute)
+	}
 	if wait <= 0 {
 		return nil, err
 	}
@@ -442,7 +447,10 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 		return err
 	}
 	e.fault("delete:marked")
+	// The stores of its checkpoints end before their snapshots go.
+	letStores := e.endStores(sb.ID)
 	e.removeAll(ctx, sb.ID)
+	letStores()
 	if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
 		return err
 	}

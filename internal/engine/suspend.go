@@ -117,8 +117,9 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, r
 	ctx, release := e.withLease(ctx)
 	defer release()
 	// A suspended sandbox keeps nothing on this node: its checkpoints
-	// must be in the blob store first.
-	if err := e.storePending(ctx, sb.ID, true); err != nil {
+	// must be in the blob store first (those that never can be are
+	// damaged, and lost).
+	if err := e.storePending(ctx, sb.ID); err != nil {
 		return nil, failed(err)
 	}
 	id := newSnapshotID()

@@ -114,41 +114,29 @@ func TestHostileCaptureRace(t *testing.T) {
 }
 
 // TestHostileSparseCapture: a 1 TiB sparse file neither stalls sbxd nor
-// its checkpoint: while one sandbox's capture runs long, another's
-// checkpoint answers (with the blob collector waiting to run) and the
-// hostile sandbox can be deleted; a checkpoint of the sparse file answers
-// quickly, keeps its holes, and a restore gives it back sparse with its
-// size.
+// its checkpoint: while the store of one sandbox's checkpoint runs long,
+// another sandbox's checkpoint is stored and verified (with the blob
+// collector waiting to run) and the hostile sandbox can be deleted, which
+// cancels its store; a checkpoint of the sparse file is stored quickly,
+// keeps its holes, and a restore gives it back sparse with its size.
 func TestHostileSparseCapture(t *testing.T) {
 	ctx := ctxT(t)
 	const tib = int64(1) << 40
 	sparse := "truncate -s 1099511627776 /workspace/huge && printf middle | dd of=/workspace/huge bs=1 seek=549755813888 conv=notrunc 2>/dev/null"
 
-	// A capture that runs long (a fault point holds it on the new code;
-	// the old code reads 1 TiB of zeros).
+	// A store that runs long: a fault point holds it.
 	slow := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
 	mustSh(t, slow, sparse)
 	other := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
 	mustSh(t, other, "echo other > /workspace/f")
-	off := h.logSize()
 	h.restartWith(t, "SBX_FAULTS=capture:"+slow.ID+"=10m")
 	t.Cleanup(func() { h.restartWith(t) })
-	slowDone := make(chan error, 1)
-	go func() {
-		c, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		_, err := slow.Checkpoint(c, "slow")
-		slowDone <- err
-	}()
-	// The capture is under way: held at the fault point (the new code), or
-	// reading zeros (the old code, which has no such point).
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if b, _ := os.ReadFile(h.logPath); int64(len(b)) > off && strings.Contains(string(b[off:]), "fault point reached") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	off := h.logSize()
+	scp, err := slow.Checkpoint(ctx, "slow")
+	if err != nil {
+		t.Fatalf("checkpoint of the slow sandbox: %v", err)
 	}
+	h.waitLog(t, off, "fault point reached", 90*time.Second)
 	// A delete kicks the blob collector, which used to wait for the slow
 	// capture and block every capture behind it.
 	gc := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
@@ -157,24 +145,34 @@ func TestHostileSparseCapture(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	octx, ocancel := context.WithTimeout(ctx, 90*time.Second)
-	_, err := other.Checkpoint(octx, "while another captures")
-	ocancel()
-	if err != nil {
-		t.Fatalf("another sandbox's checkpoint while a capture runs long: %v", err)
+	ocp, err := other.Checkpoint(octx, "while another captures")
+	if err == nil {
+		ocp, err = other.GetCheckpoint(octx, ocp.ID, true) // stored first
 	}
+	ocancel()
+	if err != nil || ocp.StoreTime == nil || ocp.Health != api.HealthOK {
+		t.Fatalf("another sandbox's checkpoint, stored and verified while a store runs long: %+v %v", ocp, err)
+	}
+	off = h.logSize()
+	slowDone := make(chan error, 1)
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		_, err := slow.GetCheckpoint(c, scp.ID, true)
+		slowDone <- err
+	}()
+	h.waitLog(t, off, "waiting for the store of the sandbox's checkpoint in progress", 90*time.Second)
 	dctx, dcancel := context.WithTimeout(ctx, 90*time.Second)
 	err = slow.Delete(dctx)
 	dcancel()
 	if err != nil {
-		t.Fatalf("delete of the sandbox whose capture runs long: %v", err)
+		t.Fatalf("delete of the sandbox whose store runs long: %v", err)
 	}
 	select {
 	case err := <-slowDone:
-		if err == nil {
-			t.Fatal("the cancelled checkpoint succeeded")
-		}
+		wantCode(t, err, api.CodeConflict) // its sandbox was deleted during the store
 	case <-time.After(90 * time.Second):
-		t.Fatal("the cancelled checkpoint did not answer")
+		t.Fatal("the verify waiting for the cancelled store did not answer")
 	}
 	h.restartWith(t)
 
@@ -183,9 +181,12 @@ func TestHostileSparseCapture(t *testing.T) {
 	mustSh(t, sb, sparse)
 	cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
 	cp, err := sb.Checkpoint(cctx, "sparse")
+	if err == nil {
+		cp, err = sb.GetCheckpoint(cctx, cp.ID, true) // stored in the blob store first
+	}
 	ccancel()
 	if err != nil {
-		t.Fatalf("checkpoint of a 1 TiB sparse file: %v", err)
+		t.Fatalf("checkpoint of a 1 TiB sparse file, stored and verified: %v", err)
 	}
 	if cp.SizeBytes < tib {
 		t.Fatalf("checkpoint size %d, want the file's 1 TiB counted", cp.SizeBytes)

@@ -92,38 +92,51 @@ func TestHostileHostname(t *testing.T) {
 	check(renamed)
 }
 
-// TestHostileDeleteDuringCheckpoint: a delete cancels a checkpoint in
-// progress; the checkpoint's caller learns that the sandbox was deleted
-// (409 conflict), not that the checkpoint failed.
+// TestHostileDeleteDuringCheckpoint: a checkpoint answers at once (a
+// snapshot) and is stored in the background; a delete cancels that store
+// and answers promptly, and a caller waiting for the store (a verify)
+// learns that the sandbox was deleted (409 conflict), not that the
+// checkpoint failed.
 func TestHostileDeleteDuringCheckpoint(t *testing.T) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
-	off := h.logSize()
-	// The capture of sb waits at its fault point until it is cancelled.
+	// The store of sb's checkpoints waits at its fault point until it is
+	// cancelled.
 	h.restartWith(t, "SBX_FAULTS=capture:"+sb.ID+"=10m")
 	t.Cleanup(func() { h.restartWith(t) })
+	off := h.logSize()
+	cp, err := sb.Checkpoint(ctx, "cancelled")
+	if err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	if cp.StoreTime != nil {
+		t.Fatalf("checkpoint stored at once (%v): the store's fault point did not hold it", cp.StoreTime)
+	}
+	h.waitLog(t, off, "fault point reached", 90*time.Second)
+	off = h.logSize()
 	done := make(chan error, 1)
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		_, err := sb.Checkpoint(c, "cancelled")
+		_, err := sb.GetCheckpoint(c, cp.ID, true)
 		done <- err
 	}()
-	h.waitLog(t, off, "fault point reached", 90*time.Second)
+	h.waitLog(t, off, "waiting for the store of the sandbox's checkpoint in progress", 90*time.Second)
 	dctx, dcancel := context.WithTimeout(ctx, 90*time.Second)
 	defer dcancel()
 	if err := sb.Delete(dctx); err != nil {
-		t.Fatalf("delete during the checkpoint: %v", err)
+		t.Fatalf("delete during the store of a checkpoint: %v", err)
 	}
 	select {
 	case err := <-done:
 		ae := wantCode(t, err, api.CodeConflict)
-		if want := "sandbox " + sb.Name + " was deleted while the checkpoint ran"; !strings.Contains(ae.Message, want) {
+		if want := "was deleted while the checkpoint was being stored"; !strings.Contains(ae.Message, want) {
 			t.Fatalf("message %q, want it to say %q", ae.Message, want)
 		}
 	case <-time.After(90 * time.Second):
-		t.Fatal("the cancelled checkpoint did not answer within 90 s")
+		t.Fatal("the verify waiting for the cancelled store did not answer within 90 s")
 	}
+	h.waitLog(t, off, "checkpoint store cancelled: the sandbox is being deleted", 10*time.Second)
 }
 
 // TestHostileAgentSocketGone: root in a sandbox puts a dead socket (one
@@ -155,8 +168,12 @@ func TestHostileAgentSocketGone(t *testing.T) {
 }
 
 // TestHostileTooDeepTree: a tree nested deeper than a capture walks (8192
-// directories) makes a checkpoint and a diff of the live disk answer
-// 507 capture_limit naming the limit, not checkpoint_failed or a 500.
+// directories) makes a diff of the live disk answer 507 capture_limit
+// naming the limit, not checkpoint_failed or a 500. A checkpoint of it is
+// taken (a snapshot) but can never be stored in the blob store: it is
+// listed as damaged, a verify answers capture_limit naming the limit and
+// the path, and once the guest removed the tree the sandbox still
+// suspends (the checkpoint is lost, not every suspend).
 func TestHostileTooDeepTree(t *testing.T) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
@@ -174,17 +191,41 @@ func TestHostileTooDeepTree(t *testing.T) {
 	if out := mustSh(t, sb, "ls /workspace"); strings.TrimSpace(out) != "c1" {
 		t.Fatalf("/workspace lists %q, want only c1", out)
 	}
-	_, err := sb.Checkpoint(ctx, "too deep")
-	noHostPath(t, "checkpoint of a too deep tree", err)
+	cp, err := sb.Checkpoint(ctx, "too deep")
+	if err != nil {
+		t.Fatalf("checkpoint (a snapshot) of a too deep tree: %v", err)
+	}
+	_, err = sb.GetCheckpoint(ctx, cp.ID, true)
+	noHostPath(t, "verify of a checkpoint of a too deep tree", err)
 	ae := wantCode(t, err, api.CodeCaptureLimit)
 	if !strings.Contains(ae.Message, "8192") || !strings.Contains(ae.Message, "/workspace/c1/dd") {
-		t.Fatalf("checkpoint: message %q does not name the limit and the path", ae.Message)
+		t.Fatalf("verify: message %q does not name the limit and the path", ae.Message)
+	}
+	if got, err := sb.GetCheckpoint(ctx, cp.ID, false); err != nil || got.Health != api.HealthDamaged || got.StoreTime != nil {
+		t.Fatalf("the checkpoint that cannot be stored: %+v %v, want damaged, not stored", got, err)
 	}
 	_, err = sb.Diff(ctx, "", "live")
 	noHostPath(t, "diff of a too deep tree", err)
 	ae = wantCode(t, err, api.CodeCaptureLimit)
 	if !strings.Contains(ae.Message, "8192") {
 		t.Fatalf("diff: message %q does not name the limit", ae.Message)
+	}
+	// The guest removes the tree: the sandbox suspends and resumes, the
+	// checkpoint stays listed as damaged.
+	// (rm -rf would pass PATH_MAX: the chains are taken apart as built.)
+	mustSh(t, sb, `set -e; p=; i=0; while [ $i -lt 700 ]; do p=${p}dd/; i=$((i+1)); done
+		k=1; while [ $k -le 12 ]; do
+			cd /workspace/c$k/$p; if [ -d c$((k+1)) ]; then mv c$((k+1)) /workspace/; fi
+			cd /; rm -rf /workspace/c$k; k=$((k+1))
+		done; ls -A /workspace`)
+	if err := sb.Suspend(ctx, ""); err != nil {
+		t.Fatalf("suspend after a checkpoint that cannot be stored: %v", err)
+	}
+	if err := sb.Resume(ctx); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if got, err := sb.GetCheckpoint(ctx, cp.ID, true); err != nil || got.Health != api.HealthDamaged {
+		t.Fatalf("the lost checkpoint after the suspend: %+v %v, want damaged", got, err)
 	}
 	// The sandbox itself goes on.
 	if out := mustSh(t, sb, "echo alive"); strings.TrimSpace(out) != "alive" {

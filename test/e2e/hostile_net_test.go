@@ -211,32 +211,59 @@ func TestHostileErrorBodies(t *testing.T) {
 			t.Errorf("sbxd's log has nothing under %s", ae.RequestID)
 		}
 	}
+	// On btrfs layers a checkpoint is a snapshot, stored in the background,
+	// and a restore swaps the snapshot in: the blob store is read (and
+	// written) synchronously on plain-directory layers, and on btrfs by a
+	// verify, a diff or a suspend, which store a pending checkpoint first.
 	t.Run("restore_failed", func(t *testing.T) {
-		sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+		d := second(t, "--pool", "0", "--layers", "dir")
+		sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		mustSh(t, sb, "head -c 3000000 /dev/urandom > /workspace/data")
 		cp, err := sb.Checkpoint(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if removeNewestBlobs(t, filepath.Join(h.dataDir, "blobs"), 3) == 0 {
+		if removeNewestBlobs(t, filepath.Join(d.dataDir, "blobs"), 3) == 0 {
 			t.Fatal("no blob to remove")
 		}
 		mustSh(t, sb, "echo changed > /workspace/data")
-		check(t, sb.Restore(ctx, cp.ID, nil), api.CodeRestoreFailed, h, h.dataDir, "/blobs/")
+		check(t, sb.Restore(ctx, cp.ID, nil), api.CodeRestoreFailed, d, d.dataDir, "/blobs/")
 	})
-	t.Run("checkpoint_failed", func(t *testing.T) {
+	full := func(t *testing.T) string {
 		tiny := t.TempDir()
 		if err := syscall.Mount("tmpfs", tiny, "tmpfs", 0, "size=8m"); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { syscall.Unmount(tiny, syscall.MNT_DETACH) })
-		d := second(t, "--pool", "0", "--blob-store", tiny)
+		return tiny
+	}
+	t.Run("checkpoint_failed", func(t *testing.T) {
+		tiny := full(t)
+		d := second(t, "--pool", "0", "--layers", "dir", "--blob-store", tiny)
 		sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustSh(t, sb, "head -c 20000000 /dev/urandom > /workspace/big")
 		_, err = sb.Checkpoint(ctx, "too big")
+		check(t, err, api.CodeCheckpointFailed, d, d.dataDir, tiny)
+	})
+	t.Run("checkpoint_failed_store", func(t *testing.T) {
+		tiny := full(t)
+		d := second(t, "--pool", "0", "--blob-store", tiny)
+		sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustSh(t, sb, "head -c 20000000 /dev/urandom > /workspace/big")
+		cp, err := sb.Checkpoint(ctx, "too big")
+		if err != nil {
+			t.Fatalf("checkpoint (a snapshot): %v", err)
+		}
+		_, err = sb.GetCheckpoint(ctx, cp.ID, true)
 		check(t, err, api.CodeCheckpointFailed, d, d.dataDir, tiny)
 	})
 }
