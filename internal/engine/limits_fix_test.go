@@ -348,3 +348,41 @@ func limitsBenchEngine(b *testing.B) *Engine {
 	}
 	return e
 }
+
+// TestSpendReadOncePerWrite: limit checks (one per exec or create of a
+// limited key) read today's usage from the store once per usage write,
+// and a check after a write sees the usage it recorded.
+func TestSpendReadOncePerWrite(t *testing.T) {
+	start := time.Now().UTC().Truncate(24 * time.Hour).Add(time.Hour)
+	env := newMeterEnv(t, filepath.Join(t.TempDir(), "sbx.db"), start)
+	cs := &countingStore{Store: env.st}
+	env.e.st = cs
+	ctx := context.Background()
+	if err := env.st.CreateSandbox(ctx, &store.Sandbox{ID: "sbx_a", Name: "a", State: api.StateRunning, Image: "default",
+		CPUs: 1, MemoryMB: 1024, Owner: "key_a"}); err != nil {
+		t.Fatal(err)
+	}
+	env.rt.set("sbx_a", 0)
+	env.m.started(ctx, "sbx_a")
+	for range 5 {
+		if _, err := env.e.recordedSpend(ctx, env.clock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := cs.reads(); n != 1 {
+		t.Fatalf("5 checks with no usage written between them read the store %d times, want 1", n)
+	}
+	env.clock = start.Add(time.Minute)
+	env.rt.set("sbx_a", time.Minute)
+	env.sample(t)
+	spent, err := env.e.recordedSpend(ctx, env.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := cs.reads(); n != 2 {
+		t.Fatalf("a check after a usage write read the store %d times in all, want 2", n)
+	}
+	if want := (60*0.025 + 60*0.0075) / 3600; !near(spent["key_a"], want) {
+		t.Fatalf("spend after the write: $%v, want $%v (a stale total)", spent["key_a"], want)
+	}
+}
