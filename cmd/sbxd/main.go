@@ -3,6 +3,12 @@
 //
 //	sbxd [--config FILE] [--data-dir DIR] [--socket PATH] [--listen ADDR] [--preview-domain DOMAIN]
 //	     [--layers auto|btrfs|dir] [--default-disk-mb N] [--max-upload-mb N] [--max-sandboxes N] [--max-snapshots N]
+//	sbxd bench-secrets [N]
+//
+// bench-secrets times N (default 200) HTTPS requests of each kind that
+// `sbx bench secrets` prints (network.MeasureSecretProxy: the egress
+// proxy's TLS termination and re-origination, in this process, on
+// loopback) and writes them to stdout as JSON; it starts no daemon.
 //
 // API keys for --listen come from $SBX_API_KEYS (comma-separated) or
 // "api_keys" in the config file; --api-key works too, but a key on the
@@ -11,6 +17,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -21,9 +28,35 @@ import (
 	"time"
 
 	"github.com/sbxhq/sbx/internal/daemon"
+	"github.com/sbxhq/sbx/internal/network"
 )
 
+// benchSecrets is `sbxd bench-secrets [N]` (see the package doc).
+func benchSecrets(args []string) {
+	n := 200
+	if len(args) > 0 {
+		v, err := strconv.Atoi(args[0])
+		if err != nil || v < 1 {
+			fatal(fmt.Errorf("bench-secrets: N must be a whole number ≥ 1, got %q", args[0]))
+		}
+		n = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	t, err := network.MeasureSecretProxy(ctx, n)
+	if err != nil {
+		fatal(fmt.Errorf("bench-secrets: %w", err))
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(t); err != nil {
+		fatal(err)
+	}
+}
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "bench-secrets" {
+		benchSecrets(os.Args[2:])
+		return
+	}
 	cfg := daemon.Defaults()
 	fs := flag.NewFlagSet("sbxd", flag.ExitOnError)
 	configFile := fs.String("config", "", "JSON config file (keys as in daemon.Config)")

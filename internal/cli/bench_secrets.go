@@ -1,24 +1,37 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/sbxhq/sbx/internal/network"
 )
+
+// secretProxyTimes is what `sbxd bench-secrets N` prints (its
+// network.SecretProxyTimes): round trips in ms.
+type secretProxyTimes struct {
+	DirectNewConn   []float64 `json:"direct_new_conn_ms"`
+	ProxyNewConn    []float64 `json:"proxy_new_conn_ms"`
+	DirectKeepAlive []float64 `json:"direct_keep_alive_ms"`
+	ProxyKeepAlive  []float64 `json:"proxy_keep_alive_ms"`
+}
 
 func (a *app) benchSecretsCmd() *cobra.Command {
 	var n int
+	var sbxd string
 	cmd := &cobra.Command{
 		Use:   "secrets",
 		Short: "Measure the latency the secrets proxy adds and print a table",
 		Long: "Time an HTTPS GET carrying a secret's placeholder through sbxd's egress proxy (TLS\n" +
 			"terminated with a sandbox CA, the value put in, TLS re-originated to the host) against\n" +
 			"the same GET sent straight to the host, on new and on kept-alive connections. It runs\n" +
-			"the proxy in this process, with a TLS host on 127.0.0.1 and CAs made for the measure:\n" +
-			"it needs no sbxd and sends nothing off the machine. The sandbox's network namespace and\n" +
+			"sbxd's proxy code (sbxd bench-secrets N, a process of its own, no daemon), with a TLS host\n" +
+			"on 127.0.0.1 and CAs made for the measure: it needs no running sbxd and sends nothing off\n" +
+			"the machine. The sandbox's network namespace and\n" +
 			"the firewall's redirect are not in the measure (go test ./internal/network -bench\n" +
 			"ProxySecret is the same measure as a Go benchmark). Target (issue 14): ≤ 2 ms added, p50.",
 		Args: cobra.NoArgs,
@@ -29,9 +42,19 @@ func (a *app) benchSecretsCmd() *cobra.Command {
 			if n < 1 {
 				return fmt.Errorf("--n must be at least 1")
 			}
-			t, err := network.MeasureSecretProxy(cmd.Context(), n)
+			bin, err := findSbxd(sbxd)
 			if err != nil {
-				return err
+				return fmt.Errorf("sbxd binary: %w (give --sbxd)", err)
+			}
+			var stdout, errb bytes.Buffer
+			run := exec.CommandContext(cmd.Context(), bin, "bench-secrets", strconv.Itoa(n))
+			run.Stdout, run.Stderr = &stdout, &errb
+			if err := run.Run(); err != nil {
+				return fmt.Errorf("%s bench-secrets: %w: %s", bin, err, strings.TrimSpace(errb.String()))
+			}
+			var t secretProxyTimes
+			if err := json.Unmarshal(stdout.Bytes(), &t); err != nil {
+				return fmt.Errorf("%s bench-secrets answered %q: %w", bin, stdout.String(), err)
 			}
 			added := func(metric string, proxy, direct []float64) benchRow {
 				p, d := msRow("", proxy, ""), msRow("", direct, "")
@@ -57,6 +80,7 @@ func (a *app) benchSecretsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&n, "n", 200, "requests of each kind")
+	cmd.Flags().StringVar(&sbxd, "sbxd", "", "sbxd binary that runs the measure (default: next to sbx, else PATH)")
 	a.addOutput(cmd)
 	return cmd
 }

@@ -24,9 +24,12 @@ import (
 // through the egress proxy, which terminates the client's TLS with a
 // sandbox CA, puts the value in and re-originates TLS to the host. New
 // connections pay both handshakes; keep-alive ones reuse the connection.
+// The JSON form is what `sbxd bench-secrets` prints for `sbx bench secrets`.
 type SecretProxyTimes struct {
-	DirectNewConn, ProxyNewConn     []float64
-	DirectKeepAlive, ProxyKeepAlive []float64
+	DirectNewConn   []float64 `json:"direct_new_conn_ms"`
+	ProxyNewConn    []float64 `json:"proxy_new_conn_ms"`
+	DirectKeepAlive []float64 `json:"direct_keep_alive_ms"`
+	ProxyKeepAlive  []float64 `json:"proxy_keep_alive_ms"`
 }
 
 // MeasureSecretProxy times n requests of each kind of SecretProxyTimes

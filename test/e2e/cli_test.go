@@ -257,3 +257,37 @@ func TestCLISnapshotsAndForks(t *testing.T) {
 		t.Fatalf("fork --count 99: %d %s", code, errs)
 	}
 }
+
+// TestBenchSecretsCLI: `sbx bench secrets` runs the proxy measure in the
+// sbxd binary beside it (sbxd bench-secrets) and prints its six rows, the
+// two "added" ones with issue 14's target.
+func TestBenchSecretsCLI(t *testing.T) {
+	out, errs, code := sbxCLI(t, "", "bench", "secrets", "--n", "3", "-o", "json")
+	var rows []struct {
+		Metric string  `json:"metric"`
+		N      int     `json:"n"`
+		P50    float64 `json:"p50"`
+		Target string  `json:"target"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
+		t.Fatalf("sbx bench secrets: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6: %+v", len(rows), rows)
+	}
+	targets := 0
+	for _, r := range rows {
+		if r.N != 3 {
+			t.Errorf("%s: n %d, want 3", r.Metric, r.N)
+		}
+		if strings.HasPrefix(r.Metric, "GET") && r.P50 <= 0 {
+			t.Errorf("%s: p50 %v ms", r.Metric, r.P50)
+		}
+		if r.Target != "" {
+			targets++
+		}
+	}
+	if targets != 2 {
+		t.Errorf("%d rows with a target, want 2 (the added latencies)", targets)
+	}
+}
