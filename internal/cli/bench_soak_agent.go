@@ -116,6 +116,11 @@ type soakAgent struct {
 	boxes   []*soakBox
 	snaps   []*soakSnap
 	pending *soakSnap // a snapshot a kill cut short
+	// stepEpoch is the kill count when the current step entered the
+	// gate: a check at the end of a step (checkLive) that meets a dead
+	// sbxd was cut by a kill if the count moved since, even when the kill
+	// came between the step's operation and the check.
+	stepEpoch int64
 }
 
 func newSoakAgent(s *soak, n int, seed uint64) *soakAgent {
@@ -132,6 +137,7 @@ func (a *soakAgent) loop(ctx context.Context) {
 		if !a.s.gate.enter() {
 			return
 		}
+		a.stepEpoch = a.s.epoch.Load()
 		a.step(ctx)
 		a.s.gate.leave()
 	}
@@ -387,10 +393,9 @@ func (a *soakAgent) read(ctx context.Context, b *soakBox) {
 func (a *soakAgent) checkLive(ctx context.Context, b *soakBox, after string) {
 	rctx, cancel := context.WithTimeout(ctx, a.s.o.deadline)
 	defer cancel()
-	ep := a.s.epoch.Load()
 	seen, err := a.readMarkers(rctx, b)
 	if err != nil {
-		if a.s.epoch.Load() == ep && ctx.Err() == nil {
+		if a.s.epoch.Load() == a.stepEpoch && ctx.Err() == nil {
 			a.s.violation("sandbox %s: reading its files %s: %v", b.name, after, err)
 		}
 		b.pending = "exec"
