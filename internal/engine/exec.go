@@ -42,6 +42,13 @@ type Process struct {
 	cancel context.CancelFunc
 	epoch  int    // the sandbox's capture epoch when attached
 	done   func() // ends the activity it counts as (idle timeout)
+	// tty is set for a process on a terminal; stdin is what is typed on
+	// it (re-attached after a snapshot) and release ends the claim of its
+	// one attachment (claimTerminal).
+	tty      bool
+	stdin    io.Reader
+	release  func()
+	restores int // the sandbox's restore count when attached
 	// Sandbox is the sandbox it runs in.
 	Sandbox *store.Sandbox
 }
@@ -140,6 +147,7 @@ func (e *Engine) SignalProcess(ctx context.Context, idOrName string, pid, sig in
 func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 	defer p.cancel()
 	defer p.done()
+	defer p.releaseTerminal()
 	start := time.Now()
 	for {
 		ex, err := p.p.Wait(stdout, stderr)
@@ -155,7 +163,14 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 		// process goes on; attach again where the output stopped.
 		if p.e.waitQuiesce(p.actx, p.Sandbox.ID, p.epoch) {
 			p.epoch = p.e.quiesceEpoch(p.Sandbox.ID)
-			np, aerr := p.e.agentFor(p.Sandbox).Attach(p.actx, p.p.PID, p.p.Offset)
+			var np *agent.Process
+			var aerr error
+			if p.tty {
+				// The terminal's input goes on through the new connection.
+				np, aerr = p.e.agentFor(p.Sandbox).AttachTerminal(p.actx, p.p.PID, p.p.Offset, nil, p.stdin)
+			} else {
+				np, aerr = p.e.agentFor(p.Sandbox).Attach(p.actx, p.p.PID, p.p.Offset)
+			}
 			if aerr == nil {
 				p.p = np
 				continue
@@ -164,6 +179,9 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 		}
 		if serr := p.suspended(); serr != nil {
 			return nil, serr
+		}
+		if rerr := p.restored(); rerr != nil {
+			return nil, rerr
 		}
 		return nil, p.e.sandboxErr(p.ctx, p.Sandbox, err)
 	}
@@ -192,11 +210,19 @@ func (p *Process) Resize(rows, cols uint16) error {
 	return p.p.Resize(rows, cols)
 }
 
-// Close abandons the process; it is killed if it still runs.
+// Close abandons the process; it is killed if it still runs (unless it is
+// a kept terminal, or was attached: then it is only detached).
 func (p *Process) Close() {
 	p.p.Close()
 	p.cancel()
 	p.done()
+	p.releaseTerminal()
+}
+
+func (p *Process) releaseTerminal() {
+	if p.release != nil {
+		p.release()
+	}
 }
 
 // Exec starts req.Cmd in sandbox idOrName, booting it if it is stopped.
@@ -234,6 +260,9 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	}
 	if err := validateEnv("env", req.Env); err != nil {
 		return nil, err
+	}
+	if req.Keep && req.TTY == nil {
+		return nil, errdefs.Invalid("keep", "only a terminal is kept when its client goes (GET .../exec?tty=1&keep=1); a detached process is started with detach")
 	}
 	if t := req.TTY; t != nil {
 		if t.Rows == 0 || t.Cols == 0 || t.Rows > 1000 || t.Cols > 1000 {
@@ -288,9 +317,10 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 		actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	}
 	epoch := e.quiesceEpoch(sb.ID)
+	restores := e.restoreCount(sb.ID)
 	areq := &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout, Detach: req.Detach}
 	if req.TTY != nil {
-		areq.TTY, areq.Size = true, &agent.Winsize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+		areq.TTY, areq.Size, areq.Keep = true, &agent.Winsize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}, req.Keep
 	}
 	p, err := e.agentFor(sb).Start(actx, areq, stdin)
 	if err != nil {
@@ -304,7 +334,14 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 		// run is not (keep_alive_while_running counts running processes).
 		done()
 	}
-	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: done}, nil
+	proc := &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: done, restores: restores}
+	if req.TTY != nil {
+		// A new pid: the claim is its first. (A pid left claimed by a
+		// sandbox that rebooted is taken over.)
+		proc.tty, proc.stdin = true, stdin
+		proc.release = e.forceClaimTerminal(sb.ID, p.PID)
+	}
+	return proc, nil
 }
 
 // execEnv is the environment of a process: the image's, then defaults
