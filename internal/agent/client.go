@@ -482,6 +482,16 @@ func (p *Process) Resize(rows, cols uint16) error {
 	return writeFrameNoDeadline(p.o, FrameResize, b)
 }
 
+// Input types b on the terminal of a process started or attached with
+// TTY (FrameStdin); an error means the connection is gone and b was not
+// sent whole.
+func (p *Process) Input(b []byte) error {
+	if p.o == nil {
+		return errors.New("input: the process is not attached")
+	}
+	return writeFrameNoDeadline(p.o, FrameStdin, b)
+}
+
 // Close abandons the process: the agent kills its process group if it
 // still runs (not for an attach, which only detaches).
 func (p *Process) Close() {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -42,19 +43,21 @@ type Process struct {
 	cancel context.CancelFunc
 	epoch  int    // the sandbox's capture epoch when attached
 	done   func() // ends the activity it counts as (idle timeout)
-	// tty is set for a process on a terminal; stdin is what is typed on
-	// it (re-attached after a snapshot) and release ends the claim of its
-	// one attachment (claimTerminal).
+	// tty is set for a process on a terminal (typeInput types on it) and
+	// release ends the claim of its one attachment (claimTerminal).
 	tty      bool
-	stdin    io.Reader
 	release  func()
 	restores int // the sandbox's restore count when attached
+	// mu guards p (replaced when Wait attaches again after a snapshot)
+	// and swapped, closed and renewed at each such replacement.
+	mu      sync.Mutex
+	swapped chan struct{}
 	// Sandbox is the sandbox it runs in.
 	Sandbox *store.Sandbox
 }
 
 // PID is the process id inside the sandbox.
-func (p *Process) PID() int { return p.p.PID }
+func (p *Process) PID() int { cur, _ := p.current(); return cur.PID }
 
 // ListProcesses lists the processes started by exec in a sandbox (running
 // ones and the latest finished), by pid.
@@ -115,7 +118,7 @@ func (e *Engine) AttachProcess(ctx context.Context, idOrName string, pid int, of
 		}
 		return nil, e.sandboxErr(ctx, sb, err)
 	}
-	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID)}, nil
+	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID), swapped: make(chan struct{})}, nil
 }
 
 // SignalProcess sends a signal (1-64) to the process group of a running
@@ -166,13 +169,18 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 			var np *agent.Process
 			var aerr error
 			if p.tty {
-				// The terminal's input goes on through the new connection.
-				np, aerr = p.e.agentFor(p.Sandbox).AttachTerminal(p.actx, p.p.PID, p.p.Offset, nil, p.stdin)
+				// The terminal's input goes on through the new connection
+				// (typeInput waits for it).
+				np, aerr = p.e.agentFor(p.Sandbox).AttachTerminal(p.actx, p.p.PID, p.p.Offset, nil, nil)
 			} else {
 				np, aerr = p.e.agentFor(p.Sandbox).Attach(p.actx, p.p.PID, p.p.Offset)
 			}
 			if aerr == nil {
+				p.mu.Lock()
 				p.p = np
+				close(p.swapped)
+				p.swapped = make(chan struct{})
+				p.mu.Unlock()
 				continue
 			}
 			err = aerr
@@ -207,13 +215,48 @@ func (p *Process) Resize(rows, cols uint16) error {
 	if rows == 0 || cols == 0 || rows > 1000 || cols > 1000 {
 		return errdefs.Invalid("size", "%dx%d: rows and cols are 1..1000", rows, cols)
 	}
-	return p.p.Resize(rows, cols)
+	cur, _ := p.current()
+	return cur.Resize(rows, cols)
+}
+
+// current is the agent connection of the process now, and a channel
+// closed when Wait replaces it.
+func (p *Process) current() (*agent.Process, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.p, p.swapped
+}
+
+// typeInput types what stdin yields on the terminal, through whichever
+// connection Wait holds: a chunk that a snapshot's cut of the connection
+// refused is typed again on the next one, so nothing typed is lost or
+// doubled. It ends with stdin or the process.
+func (p *Process) typeInput(stdin io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := stdin.Read(buf)
+		for n > 0 {
+			cur, swapped := p.current()
+			if cur.Input(buf[:n]) == nil {
+				break
+			}
+			select {
+			case <-swapped:
+			case <-p.actx.Done():
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // Close abandons the process; it is killed if it still runs (unless it is
 // a kept terminal, or was attached: then it is only detached).
 func (p *Process) Close() {
-	p.p.Close()
+	cur, _ := p.current()
+	cur.Close()
 	p.cancel()
 	p.done()
 	p.releaseTerminal()
@@ -322,7 +365,11 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	if req.TTY != nil {
 		areq.TTY, areq.Size, areq.Keep = true, &agent.Winsize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}, req.Keep
 	}
-	p, err := e.agentFor(sb).Start(actx, areq, stdin)
+	agentStdin := stdin
+	if req.TTY != nil {
+		agentStdin = nil // typed by typeInput, which outlives a snapshot's cut
+	}
+	p, err := e.agentFor(sb).Start(actx, areq, agentStdin)
 	if err != nil {
 		cancel()
 		return nil, e.sandboxErr(ctx, sb, errAgent(err, "cmd"))
@@ -334,12 +381,15 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 		// run is not (keep_alive_while_running counts running processes).
 		done()
 	}
-	proc := &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: done, restores: restores}
+	proc := &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: done, restores: restores, swapped: make(chan struct{})}
 	if req.TTY != nil {
 		// A new pid: the claim is its first. (A pid left claimed by a
 		// sandbox that rebooted is taken over.)
-		proc.tty, proc.stdin = true, stdin
+		proc.tty = true
 		proc.release = e.forceClaimTerminal(sb.ID, p.PID)
+		if stdin != nil {
+			go proc.typeInput(stdin)
+		}
 	}
 	return proc, nil
 }

@@ -71,7 +71,7 @@ func (e *Engine) AttachTerminal(ctx context.Context, idOrName string, pid int, s
 	if size != nil {
 		asize = &agent.Winsize{Rows: size.Rows, Cols: size.Cols}
 	}
-	p, err := cl.AttachTerminal(actx, pid, offset, asize, stdin)
+	p, err := cl.AttachTerminal(actx, pid, offset, asize, nil)
 	if err != nil {
 		cancel()
 		release()
@@ -86,8 +86,12 @@ func (e *Engine) AttachTerminal(ctx context.Context, idOrName string, pid int, s
 		}
 		return nil, e.sandboxErr(ctx, sb, err)
 	}
-	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID),
-		tty: true, stdin: stdin, release: release, restores: restores}, nil
+	proc := &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID),
+		tty: true, release: release, restores: restores, swapped: make(chan struct{})}
+	if stdin != nil {
+		go proc.typeInput(stdin)
+	}
+	return proc, nil
 }
 
 // claimTerminal records a client attached to the terminal of process pid
