@@ -14,6 +14,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import unittest
 from typing import List, Optional
 
@@ -171,10 +172,10 @@ class Terminals(Base):
         p.resize(40, 120)
         p.write("stty size\r")
         screen_until(p, s1, b"40 120")
-        p.write("sleep 100; echo not-interrupted\r")
+        # Ctrl-C (typed) interrupts the foreground job, not the shell.
+        p.write("sleep 100 && echo not-interrupted; echo after-$((1+1))\r")
         screen_until(p, s1, b"sleep 100")
-        p.signal(2)
-        p.write("echo after-$((1+1))\r")
+        p.write(b"\x03")
         screen_until(p, s1, b"after-2")
         self.assertNotIn(b"not-interrupted\r\n", b"".join(s1))
         with self.assertRaises(sbx.Conflict):
@@ -186,7 +187,6 @@ class Terminals(Base):
                 a = sb.attach_pty(p.pid, rows=33, cols=101)
                 break
             except sbx.Conflict:  # the first client's claim ends as sbxd sees it go
-                import time
                 time.sleep(0.1)
         self.assertIsNotNone(a)
         s2: List[bytes] = []
@@ -198,6 +198,10 @@ class Terminals(Base):
         plain = sb.start(["sleep", "60"])
         with self.assertRaises(sbx.InvalidArgument):
             sb.attach_pty(plain)
+        # A signal goes to the command's process group: its exit says so.
+        sl = sb.pty(["sleep", "100"])
+        sl.signal(15)
+        self.assertEqual(sl.wait(), 143)
 
 
 class Checkpoints(Base):

@@ -148,10 +148,10 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     await p.resize(40, 120);
     await p.write('stty size\r');
     await screenUntil(p, s1, '40 120');
-    await p.write('sleep 100; echo not-interrupted\r');
-    await new Promise((r) => setTimeout(r, 500));
-    await p.signal(2);
-    await p.write('echo after-$((1+1))\r');
+    // Ctrl-C (typed) interrupts the foreground job, not the shell.
+    await p.write('sleep 100 && echo not-interrupted; echo after-$((1+1))\r');
+    await screenUntil(p, s1, 'sleep 100');
+    await p.write('\x03');
     await screenUntil(p, s1, 'after-2');
     assert.ok(!s1.text.includes('not-interrupted\r\n'), s1.text);
     await assert.rejects(sb.attachPty(p.pid), ConflictError);
@@ -174,6 +174,10 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     assert.equal(await a.wait(), 7);
     const plain = await sb.start(['sleep', '60']);
     await assert.rejects(sb.attachPty(plain), InvalidArgumentError);
+    // A signal goes to the command's process group: its exit says so.
+    const sl = await sb.pty({ cmd: ['sleep', '100'] });
+    await sl.signal(15);
+    assert.equal(await sl.wait(), 143);
   });
 
   test('checkpoint and restore', T, async () => {
