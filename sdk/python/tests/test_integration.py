@@ -173,9 +173,11 @@ class Terminals(Base):
         p.write("stty size\r")
         screen_until(p, s1, b"40 120")
         # Ctrl-C (typed) interrupts the foreground job, not the shell.
-        p.write("sleep 100 && echo not-interrupted; echo after-$((1+1))\r")
-        screen_until(p, s1, b"sleep 100")
+        # (The child prints once it runs in the foreground group.)
+        p.write("sh -c 'echo rdy-$((2+3)); exec sleep 100' && echo not-interrupted\r")
+        screen_until(p, s1, b"rdy-5")
         p.write(b"\x03")
+        p.write("echo after-$((1+1))\r")
         screen_until(p, s1, b"after-2")
         self.assertNotIn(b"not-interrupted\r\n", b"".join(s1))
         with self.assertRaises(sbx.Conflict):

@@ -149,9 +149,11 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     await p.write('stty size\r');
     await screenUntil(p, s1, '40 120');
     // Ctrl-C (typed) interrupts the foreground job, not the shell.
-    await p.write('sleep 100 && echo not-interrupted; echo after-$((1+1))\r');
-    await screenUntil(p, s1, 'sleep 100');
+    // (The child prints once it runs in the foreground group.)
+    await p.write("sh -c 'echo rdy-$((2+3)); exec sleep 100' && echo not-interrupted\r");
+    await screenUntil(p, s1, 'rdy-5');
     await p.write('\x03');
+    await p.write('echo after-$((1+1))\r');
     await screenUntil(p, s1, 'after-2');
     assert.ok(!s1.text.includes('not-interrupted\r\n'), s1.text);
     await assert.rejects(sb.attachPty(p.pid), ConflictError);
