@@ -99,7 +99,7 @@ func TestTerminalKeepAttach(t *testing.T) {
 	cpy := res.Copies[0]
 	t.Cleanup(func() { _ = cpy.Delete(context.Background()) })
 	typeOn(a, "echo src-$((4*4))\r")
-	m = scr2.waitFor(t, m, "src-16", 30*time.Second)
+	scr2.waitFor(t, m, "src-16", 30*time.Second)
 	inCopy, err := cpy.AttachTerminal(ctx, pid, client.AttachOptions{Rows: 24, Cols: 80})
 	if err != nil {
 		t.Fatalf("attach in the copy to %d: %v", pid, err)
