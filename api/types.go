@@ -362,6 +362,10 @@ type ExecRequest struct {
 	// terminal route (GET .../exec?tty=1, a WebSocket), where input is
 	// typed and the output is one stream.
 	TTY *Winsize `json:"tty,omitempty"`
+	// Keep keeps a terminal's command running when its client goes: it
+	// is attached again by pid (GET .../processes/{pid}/tty). Only on the
+	// terminal route (its query's keep=1), never in a JSON body.
+	Keep bool `json:"-"`
 }
 
 // TTYMessage is a text message of the terminal WebSocket (GET

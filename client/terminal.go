@@ -29,12 +29,22 @@ type TerminalOptions struct {
 	Rows, Cols uint16
 	// TimeoutMS ends the command after this many ms (default: 24 h).
 	TimeoutMS int64
+	// Keep keeps the command running when the terminal is closed (Close
+	// only detaches): attach again with AttachTerminal and its PID.
+	Keep bool
+}
+
+// AttachOptions configures AttachTerminal. All fields are optional.
+type AttachOptions struct {
+	// Rows and Cols resize the terminal on attach (cells, 1..1000; both
+	// or neither: 0 leaves the size as it is).
+	Rows, Cols uint16
 }
 
 // Terminal is a command running on a pseudo-terminal in a sandbox, as
 // with docker exec -it: Write types on it, Read reads what it shows (one
 // stream: stdout and stderr together, with the terminal's echo). Close
-// ends it (the command is killed).
+// ends it (the command is killed, unless kept: then it only detaches).
 type Terminal struct {
 	// PID is the command's process id in the sandbox.
 	PID int
@@ -73,8 +83,33 @@ func (sb *Sandbox) Terminal(ctx context.Context, opts TerminalOptions) (*Termina
 	if opts.TimeoutMS > 0 {
 		q.Set("timeout_ms", strconv.FormatInt(opts.TimeoutMS, 10))
 	}
+	if opts.Keep {
+		q.Set("keep", "1")
+	}
+	return sb.dialTerminal(ctx, "/v1/sandboxes/"+url.PathEscape(sb.Name)+"/exec", q)
+}
+
+// AttachTerminal attaches again to the terminal of process pid: one
+// started with TerminalOptions.Keep whose client went, or one in a copy
+// made by a snapshot or fork (same pid), over GET
+// .../processes/{pid}/tty. Its latest output (64 KiB) is read first. A
+// suspended sandbox is resumed. Close only detaches. Errors:
+// ErrInvalidArgument (the process is not a terminal), ErrProcessNotFound,
+// ErrSandboxNotFound, ErrConflict (another client is attached: one at a
+// time).
+func (sb *Sandbox) AttachTerminal(ctx context.Context, pid int, opts AttachOptions) (*Terminal, error) {
+	q := url.Values{}
+	if opts.Rows > 0 || opts.Cols > 0 {
+		q.Set("rows", strconv.Itoa(int(opts.Rows)))
+		q.Set("cols", strconv.Itoa(int(opts.Cols)))
+	}
+	return sb.dialTerminal(ctx, "/v1/sandboxes/"+url.PathEscape(sb.Name)+"/processes/"+strconv.Itoa(pid)+"/tty", q)
+}
+
+// dialTerminal opens a terminal WebSocket at path and reads its start.
+func (sb *Sandbox) dialTerminal(ctx context.Context, path string, q url.Values) (*Terminal, error) {
 	u := *sb.c.base
-	u.Path = "/v1/sandboxes/" + url.PathEscape(sb.Name) + "/exec"
+	u.Path = path
 	u.RawQuery = q.Encode()
 	h := http.Header{}
 	if sb.c.apiKey != "" {
@@ -195,7 +230,9 @@ func (t *Terminal) Wait() (int, error) {
 	return *t.exit.ExitCode, nil
 }
 
-// Close ends the terminal; a command still running is killed.
+// Close ends the terminal; a command still running is killed, unless it
+// was kept (TerminalOptions.Keep) or attached (AttachTerminal): then it
+// is only detached.
 func (t *Terminal) Close() error {
 	t.out.Close()
 	return t.c.Close(websocket.StatusNormalClosure, "")

@@ -412,21 +412,27 @@ func (cl *Client) Start(ctx context.Context, req *Request, stdin io.Reader) (*Pr
 		return &Process{PID: st.PID, ctx: ctx}, nil
 	}
 	if stdin != nil {
-		go func() {
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := stdin.Read(buf)
-				if n > 0 && writeFrameNoDeadline(o, FrameStdin, buf[:n]) != nil {
-					return
-				}
-				if err != nil {
-					_ = writeFrameNoDeadline(o, FrameStdin, nil)
-					return
-				}
-			}
-		}()
+		go copyStdin(o, stdin, true)
 	}
 	return &Process{o: o, ctx: ctx, PID: st.PID}, nil
+}
+
+// copyStdin sends what stdin yields as FrameStdin frames on o until stdin
+// ends (then an empty frame, when eof) or o fails.
+func copyStdin(o *op, stdin io.Reader, eof bool) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := stdin.Read(buf)
+		if n > 0 && writeFrameNoDeadline(o, FrameStdin, buf[:n]) != nil {
+			return
+		}
+		if err != nil {
+			if eof {
+				_ = writeFrameNoDeadline(o, FrameStdin, nil)
+			}
+			return
+		}
+	}
 }
 
 // Wait copies the process's output to stdout and stderr until it exits and
@@ -476,6 +482,16 @@ func (p *Process) Resize(rows, cols uint16) error {
 	return writeFrameNoDeadline(p.o, FrameResize, b)
 }
 
+// Input types b on the terminal of a process started or attached with
+// TTY (FrameStdin); an error means the connection is gone and b was not
+// sent whole.
+func (p *Process) Input(b []byte) error {
+	if p.o == nil {
+		return errors.New("input: the process is not attached")
+	}
+	return writeFrameNoDeadline(p.o, FrameStdin, b)
+}
+
 // Close abandons the process: the agent kills its process group if it
 // still runs (not for an attach, which only detaches).
 func (p *Process) Close() {
@@ -489,7 +505,22 @@ func (p *Process) Close() {
 // exit. Closing it only detaches. A process the agent does not know is
 // *Error of kind not_found.
 func (cl *Client) Attach(ctx context.Context, pid int, offset int64) (*Process, error) {
-	o, err := cl.start(ctx, &Request{Op: OpAttach, PID: pid, Offset: offset}, cl.stall())
+	return cl.attach(ctx, &Request{Op: OpAttach, PID: pid, Offset: offset}, nil)
+}
+
+// AttachTerminal attaches to the terminal of a process started by exec
+// with TTY, from output offset (bytes): as Attach, and besides what is
+// read from stdin (when not nil) is typed on the terminal, Resize resizes
+// it, and size (when not nil) is set first. Closing it only detaches. A
+// process without a terminal is *Error of kind invalid (field pid); one
+// the agent does not know, of kind not_found.
+func (cl *Client) AttachTerminal(ctx context.Context, pid int, offset int64, size *Winsize, stdin io.Reader) (*Process, error) {
+	return cl.attach(ctx, &Request{Op: OpAttach, PID: pid, Offset: offset, TTY: true, Size: size}, stdin)
+}
+
+func (cl *Client) attach(ctx context.Context, req *Request, stdin io.Reader) (*Process, error) {
+	pid, offset := req.PID, req.Offset
+	o, err := cl.start(ctx, req, cl.stall())
 	if err != nil {
 		return nil, err
 	}
@@ -505,6 +536,9 @@ func (cl *Client) Attach(ctx context.Context, pid int, offset int64) (*Process, 
 	}
 	o.wait = 0
 	_ = o.c.SetReadDeadline(time.Time{})
+	if stdin != nil {
+		go copyStdin(o, stdin, false)
+	}
 	return &Process{o: o, ctx: ctx, PID: pid, Offset: offset}, nil
 }
 

@@ -192,6 +192,8 @@ type ProcInfo struct {
 	StartTime time.Time `json:"start_time"`
 	Running   bool      `json:"running"`
 	Exit      *Exit     `json:"exit,omitempty"`
+	// TTY is true for a process on a pseudo-terminal (an exec with TTY).
+	TTY bool `json:"tty,omitempty"`
 	// OutputBytes is how many bytes of output it has produced.
 	OutputBytes int64 `json:"output_bytes"`
 }
@@ -201,6 +203,10 @@ type proc struct {
 	pid   int
 	cmd   []string
 	start time.Time
+	// tty is the terminal's master side for a process on a pseudo-terminal
+	// (nil otherwise): what an attach with TTY types on and resizes. It
+	// stays open while the process runs.
+	tty *os.File
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -224,7 +230,7 @@ func (p *proc) behind() int64 {
 func (p *proc) info() ProcInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return ProcInfo{PID: p.pid, Cmd: p.cmd, StartTime: p.start, Running: p.exit == nil, Exit: p.exit, OutputBytes: p.total}
+	return ProcInfo{PID: p.pid, Cmd: p.cmd, StartTime: p.start, Running: p.exit == nil, Exit: p.exit, TTY: p.tty != nil, OutputBytes: p.total}
 }
 
 // write appends output, waiting while an attached reader is MaxBacklog
@@ -383,6 +389,9 @@ func (s *Server) exec(c *conn, req *Request) error {
 		return c.fail(err)
 	}
 	p := &proc{pid: pid, cmd: req.Cmd, start: start.UTC(), readers: map[int]int64{}}
+	if req.TTY {
+		p.tty = stdinW
+	}
 	p.cond = sync.NewCond(&p.mu)
 	s.procs.add(p)
 	killGroup := func(sig syscall.Signal) { _ = syscall.Kill(-pid, sig) }
@@ -517,8 +526,9 @@ func (s *Server) exec(c *conn, req *Request) error {
 		}
 	}()
 	err = s.stream(c, p, 0, closed)
-	if err != nil && !s.isQuiescing() && p.info().Running {
-		// The caller went away: the process goes with it.
+	if err != nil && !s.isQuiescing() && !(req.TTY && req.Keep) && p.info().Running {
+		// The caller went away: the process goes with it (a kept
+		// terminal's only detaches).
 		killGroup(syscall.SIGKILL)
 	}
 	return err
@@ -611,11 +621,18 @@ func (s *Server) stream(c *conn, p *proc, offset int64, closed <-chan struct{}) 
 var errHungUp = errors.New("the host hung up")
 
 // attach streams an exec'd process's output from req.Offset, then its
-// exit. Closing the connection only detaches.
+// exit. Closing the connection only detaches. With req.TTY it also carries
+// the terminal's input and resizes (the process must have one).
 func (s *Server) attach(c *conn, req *Request) error {
 	p := s.procs.get(req.PID)
 	if p == nil {
 		return c.fail(&Error{Failure{Kind: FailNotFound, Message: fmt.Sprintf("no process %d started by exec (finished ones are kept: the latest %d)", req.PID, keepFinished), Field: "pid"}})
+	}
+	if req.TTY && p.tty == nil {
+		return c.fail(&Error{Failure{Kind: FailInvalid, Message: fmt.Sprintf("process %d is not a terminal: attach to its output instead", req.PID), Field: "pid"}})
+	}
+	if req.TTY && req.Size != nil && req.Size.Rows > 0 && req.Size.Cols > 0 && p.info().Running {
+		_ = pty.Setsize(p.tty, &pty.Winsize{Rows: req.Size.Rows, Cols: req.Size.Cols})
 	}
 	if err := c.sendJSON(FrameStarted, Started{PID: p.pid}); err != nil {
 		return err
@@ -630,12 +647,24 @@ func (s *Server) attach(c *conn, req *Request) error {
 				return
 			}
 			buf = b[:0]
-			if typ == FrameSignal {
+			switch typ {
+			case FrameSignal:
 				var sig struct {
 					Signal int `json:"signal"`
 				}
 				if json.Unmarshal(b, &sig) == nil && sig.Signal > 0 {
 					_ = syscall.Kill(-p.pid, syscall.Signal(sig.Signal))
+				}
+			case FrameStdin:
+				// Typed on the terminal; an empty frame (EOF) types nothing:
+				// the end of input on a terminal is Ctrl-D.
+				if req.TTY && len(b) > 0 && p.info().Running {
+					_, _ = p.tty.Write(b)
+				}
+			case FrameResize:
+				var ws Winsize
+				if req.TTY && json.Unmarshal(b, &ws) == nil && ws.Rows > 0 && ws.Cols > 0 && p.info().Running {
+					_ = pty.Setsize(p.tty, &pty.Winsize{Rows: ws.Rows, Cols: ws.Cols})
 				}
 			}
 		}

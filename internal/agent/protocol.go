@@ -92,8 +92,16 @@ type Request struct {
 	// TTY runs the process on a new pseudo-terminal of Size (its session
 	// leader, the terminal its controlling one): stdin frames are typed
 	// on it, its output comes as FrameStdout only, FrameResize resizes it.
+	//
+	// On an attach, TTY asks for the terminal: stdin frames are typed on
+	// it and FrameResize resizes it (to Size first, when given); a process
+	// that has no terminal is refused (kind invalid, field pid).
 	TTY  bool     `json:"tty,omitempty"`
 	Size *Winsize `json:"size,omitempty"`
+	// Keep (exec with TTY only) keeps the process when the host hangs up:
+	// the hang-up only detaches, and the terminal is attached again with
+	// an attach with TTY.
+	Keep bool `json:"keep,omitempty"`
 	// File fields.
 	Path      string `json:"path,omitempty"`
 	Mode      uint32 `json:"mode,omitempty"`

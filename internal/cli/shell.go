@@ -16,8 +16,10 @@ import (
 
 func (a *app) shellCmd() *cobra.Command {
 	var (
-		cwd string
-		env []string
+		cwd    string
+		env    []string
+		keep   bool
+		attach int
 	)
 	cmd := &cobra.Command{
 		Use:   "shell NAME [-- CMD [ARG...]]",
@@ -25,42 +27,71 @@ func (a *app) shellCmd() *cobra.Command {
 		Long: "Open a terminal in a sandbox, as docker exec -it does: a login shell (bash where the image\n" +
 			"has it, else sh), or CMD. Your terminal is put in raw mode; its size follows yours; Ctrl-C and\n" +
 			"Ctrl-D go to the program. sbx exits with its exit code. A stopped sandbox is booted first, a\n" +
-			"suspended one resumed.",
-		Example: "  sbx shell dev\n  sbx shell dev -- python3",
+			"suspended one resumed.\n\n" +
+			"With --keep the program goes on when sbx exits (its window closed, SIGTERM): attach to it\n" +
+			"again with --attach PID (the pid is printed at the start), from this sandbox or from a copy\n" +
+			"made by a snapshot or fork. The latest 64 KiB of its output are shown first. One client at a\n" +
+			"time: while another is attached, --attach fails (conflict). An attached terminal is only\n" +
+			"detached when sbx exits.",
+		Example: "  sbx shell dev\n  sbx shell dev -- python3\n  sbx shell --keep dev\n  sbx shell dev --attach 42",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := parseKV("env", env)
 			if err != nil {
 				return err
 			}
-			return a.terminal(cmd.Context(), args[0], client.TerminalOptions{Cmd: args[1:], Cwd: cwd, Env: e})
+			if attach != 0 {
+				if len(args) > 1 || cwd != "" || len(env) > 0 || keep {
+					return fmt.Errorf("--attach takes the sandbox only: the program, --cwd, --env and --keep were given when it started")
+				}
+				if attach < 0 {
+					return fmt.Errorf("--attach %d: not a process id", attach)
+				}
+				return a.terminal(cmd.Context(), args[0], func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error) {
+					return sb.AttachTerminal(ctx, attach, client.AttachOptions{Rows: rows, Cols: cols})
+				})
+			}
+			return a.terminal(cmd.Context(), args[0], func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error) {
+				t, err := sb.Terminal(ctx, client.TerminalOptions{Cmd: args[1:], Cwd: cwd, Env: e, Keep: keep, Rows: rows, Cols: cols})
+				if err == nil && keep {
+					fmt.Fprintf(a.stderr, "sbx: terminal process %d is kept when sbx exits: sbx shell %s --attach %d\n", t.PID, sb.Name, t.PID)
+				}
+				return t, err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "environment KEY=VALUE (repeatable)")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the program running when sbx exits (attach again with --attach PID)")
+	cmd.Flags().IntVar(&attach, "attach", 0, "attach again to the terminal of process PID (kept, or copied by a snapshot or fork)")
 	return cmd
 }
 
-// terminal runs opts on a terminal in sandbox name, joined to this
+// openTerminal starts or attaches a terminal in sb, of rows x cols
+// cells (0 x 0: the default, or the size it has).
+type openTerminal func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error)
+
+// terminal runs the terminal open makes in sandbox name, joined to this
 // process's standard input and output, and returns its exit code as an
 // exitError (125 for sbx's own failures).
-func (a *app) terminal(ctx context.Context, name string, opts client.TerminalOptions) error {
+func (a *app) terminal(ctx context.Context, name string, open openTerminal) error {
 	sb, err := a.c.Sandboxes.Get(ctx, name)
 	if err != nil {
 		return &exitError{code: 125, err: err}
 	}
 	in, _ := a.stdin.(*os.File)
 	out, _ := a.stdout.(*os.File)
+	var rows, cols uint16
 	if out != nil && term.IsTerminal(int(out.Fd())) {
 		if w, h, err := term.GetSize(int(out.Fd())); err == nil && w > 0 && h > 0 {
-			opts.Rows, opts.Cols = uint16(h), uint16(w)
+			rows, cols = uint16(h), uint16(w)
 		}
 	}
 	// The terminal lives until the program exits, not until Ctrl-C: in raw
 	// mode Ctrl-C is a byte for the program.
 	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	t, err := sb.Terminal(tctx, opts)
+	t, err := open(tctx, sb, rows, cols)
 	if err != nil {
 		return &exitError{code: execErrorCode(err), err: err}
 	}

@@ -418,6 +418,9 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 		}
 	}
 	if sb.State == api.StateRunning {
+		// Its processes end with the stop: those still attached (a
+		// terminal) are told why.
+		e.noteRestore(sb.ID, "checkpoint "+id)
 		progress("stopping the sandbox")
 		if err := e.stopLocked(ctx, sb, ""); err != nil {
 			return failed(err)

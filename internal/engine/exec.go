@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -42,12 +43,21 @@ type Process struct {
 	cancel context.CancelFunc
 	epoch  int    // the sandbox's capture epoch when attached
 	done   func() // ends the activity it counts as (idle timeout)
+	// tty is set for a process on a terminal (typeInput types on it) and
+	// release ends the claim of its one attachment (claimTerminal).
+	tty      bool
+	release  func()
+	restores int // the sandbox's restore count when attached
+	// mu guards p (replaced when Wait attaches again after a snapshot)
+	// and swapped, closed and renewed at each such replacement.
+	mu      sync.Mutex
+	swapped chan struct{}
 	// Sandbox is the sandbox it runs in.
 	Sandbox *store.Sandbox
 }
 
 // PID is the process id inside the sandbox.
-func (p *Process) PID() int { return p.p.PID }
+func (p *Process) PID() int { cur, _ := p.current(); return cur.PID }
 
 // ListProcesses lists the processes started by exec in a sandbox (running
 // ones and the latest finished), by pid.
@@ -108,7 +118,7 @@ func (e *Engine) AttachProcess(ctx context.Context, idOrName string, pid int, of
 		}
 		return nil, e.sandboxErr(ctx, sb, err)
 	}
-	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID)}, nil
+	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: e.busy(sb.ID), swapped: make(chan struct{})}, nil
 }
 
 // SignalProcess sends a signal (1-64) to the process group of a running
@@ -140,6 +150,7 @@ func (e *Engine) SignalProcess(ctx context.Context, idOrName string, pid, sig in
 func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 	defer p.cancel()
 	defer p.done()
+	defer p.releaseTerminal()
 	start := time.Now()
 	for {
 		ex, err := p.p.Wait(stdout, stderr)
@@ -155,15 +166,30 @@ func (p *Process) Wait(stdout, stderr io.Writer) (*agent.Exit, error) {
 		// process goes on; attach again where the output stopped.
 		if p.e.waitQuiesce(p.actx, p.Sandbox.ID, p.epoch) {
 			p.epoch = p.e.quiesceEpoch(p.Sandbox.ID)
-			np, aerr := p.e.agentFor(p.Sandbox).Attach(p.actx, p.p.PID, p.p.Offset)
+			var np *agent.Process
+			var aerr error
+			if p.tty {
+				// The terminal's input goes on through the new connection
+				// (typeInput waits for it).
+				np, aerr = p.e.agentFor(p.Sandbox).AttachTerminal(p.actx, p.p.PID, p.p.Offset, nil, nil)
+			} else {
+				np, aerr = p.e.agentFor(p.Sandbox).Attach(p.actx, p.p.PID, p.p.Offset)
+			}
 			if aerr == nil {
+				p.mu.Lock()
 				p.p = np
+				close(p.swapped)
+				p.swapped = make(chan struct{})
+				p.mu.Unlock()
 				continue
 			}
 			err = aerr
 		}
 		if serr := p.suspended(); serr != nil {
 			return nil, serr
+		}
+		if rerr := p.restored(); rerr != nil {
+			return nil, rerr
 		}
 		return nil, p.e.sandboxErr(p.ctx, p.Sandbox, err)
 	}
@@ -189,14 +215,57 @@ func (p *Process) Resize(rows, cols uint16) error {
 	if rows == 0 || cols == 0 || rows > 1000 || cols > 1000 {
 		return errdefs.Invalid("size", "%dx%d: rows and cols are 1..1000", rows, cols)
 	}
-	return p.p.Resize(rows, cols)
+	cur, _ := p.current()
+	return cur.Resize(rows, cols)
 }
 
-// Close abandons the process; it is killed if it still runs.
+// current is the agent connection of the process now, and a channel
+// closed when Wait replaces it.
+func (p *Process) current() (*agent.Process, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.p, p.swapped
+}
+
+// typeInput types what stdin yields on the terminal, through whichever
+// connection Wait holds: a chunk that a snapshot's cut of the connection
+// refused is typed again on the next one, so nothing typed is lost or
+// doubled. It ends with stdin or the process.
+func (p *Process) typeInput(stdin io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := stdin.Read(buf)
+		for n > 0 {
+			cur, swapped := p.current()
+			if cur.Input(buf[:n]) == nil {
+				break
+			}
+			select {
+			case <-swapped:
+			case <-p.actx.Done():
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Close abandons the process; it is killed if it still runs (unless it is
+// a kept terminal, or was attached: then it is only detached).
 func (p *Process) Close() {
-	p.p.Close()
+	cur, _ := p.current()
+	cur.Close()
 	p.cancel()
 	p.done()
+	p.releaseTerminal()
+}
+
+func (p *Process) releaseTerminal() {
+	if p.release != nil {
+		p.release()
+	}
 }
 
 // Exec starts req.Cmd in sandbox idOrName, booting it if it is stopped.
@@ -234,6 +303,9 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 	}
 	if err := validateEnv("env", req.Env); err != nil {
 		return nil, err
+	}
+	if req.Keep && req.TTY == nil {
+		return nil, errdefs.Invalid("keep", "only a terminal is kept when its client goes (GET .../exec?tty=1&keep=1); a detached process is started with detach")
 	}
 	if t := req.TTY; t != nil {
 		if t.Rows == 0 || t.Cols == 0 || t.Rows > 1000 || t.Cols > 1000 {
@@ -288,11 +360,16 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 		actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	}
 	epoch := e.quiesceEpoch(sb.ID)
+	restores := e.restoreCount(sb.ID)
 	areq := &agent.Request{Cmd: req.Cmd, Cwd: cwd, Env: env, TimeoutMS: timeout, Detach: req.Detach}
 	if req.TTY != nil {
-		areq.TTY, areq.Size = true, &agent.Winsize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+		areq.TTY, areq.Size, areq.Keep = true, &agent.Winsize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}, req.Keep
 	}
-	p, err := e.agentFor(sb).Start(actx, areq, stdin)
+	agentStdin := stdin
+	if req.TTY != nil {
+		agentStdin = nil // typed by typeInput, which outlives a snapshot's cut
+	}
+	p, err := e.agentFor(sb).Start(actx, areq, agentStdin)
 	if err != nil {
 		cancel()
 		return nil, e.sandboxErr(ctx, sb, errAgent(err, "cmd"))
@@ -304,7 +381,17 @@ func (e *Engine) Exec(ctx context.Context, idOrName string, req api.ExecRequest,
 		// run is not (keep_alive_while_running counts running processes).
 		done()
 	}
-	return &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: done}, nil
+	proc := &Process{p: p, e: e, ctx: ctx, actx: actx, cancel: cancel, epoch: epoch, Sandbox: sb, done: done, restores: restores, swapped: make(chan struct{})}
+	if req.TTY != nil {
+		// A new pid: the claim is its first. (A pid left claimed by a
+		// sandbox that rebooted is taken over.)
+		proc.tty = true
+		proc.release = e.forceClaimTerminal(sb.ID, p.PID)
+		if stdin != nil {
+			go proc.typeInput(stdin)
+		}
+	}
+	return proc, nil
 }
 
 // execEnv is the environment of a process: the image's, then defaults

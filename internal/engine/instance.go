@@ -44,6 +44,13 @@ type instance struct {
 	// ports are the open connections of DialPort, closed when it stops
 	// (trackPortConn, closePortConns).
 	ports map[*portConn]bool
+	// terminals are the pids whose terminal has a client attached (one
+	// at a time: claimTerminal), each with the claim that holds it.
+	terminals map[int]*struct{}
+	// restores counts its disk restores and restoredTo names the latest
+	// ("checkpoint v3"): a terminal cut by one says so (noteRestore).
+	restores   int
+	restoredTo string
 }
 
 // opLock serialises lifecycle operations on one sandbox and names the one

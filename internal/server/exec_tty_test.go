@@ -49,3 +49,43 @@ func TestExecPOSTRefusesTTY(t *testing.T) {
 		}
 	}
 }
+
+// TestAttachTTYRefusesBeforeEngine: the terminal attach route answers a
+// bad pid, a bad size, a missing upgrade and a cross-origin request
+// before anything is attached (the server here has no engine: reaching it
+// would panic); so does the terminal route for a bad keep.
+func TestAttachTTYRefusesBeforeEngine(t *testing.T) {
+	s := New(nil, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	upgrade := map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	for _, tc := range []struct {
+		path    string
+		headers map[string]string
+		code    int
+		want    string
+	}{
+		{"/v1/sandboxes/x/processes/abc/tty", upgrade, 400, "pid: "},
+		{"/v1/sandboxes/x/processes/0/tty", upgrade, 400, "pid: "},
+		{"/v1/sandboxes/x/processes/5/tty?rows=x", upgrade, 400, "rows: "},
+		{"/v1/sandboxes/x/processes/5/tty", nil, 400, "tty: "},
+		{"/v1/sandboxes/x/processes/5/tty", map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "http://evil.example"}, 403, "cross-origin"},
+		{"/v1/sandboxes/x/exec?tty=1&keep=yes", upgrade, 400, "keep: "},
+	} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", tc.path, nil)
+		for k, v := range tc.headers {
+			r.Header.Set(k, v)
+		}
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("GET %s went on to the engine (panic: %v)", tc.path, p)
+				}
+			}()
+			s.Handler(false).ServeHTTP(rec, r)
+		}()
+		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("GET %s %v: %d %s, want %d with %q", tc.path, tc.headers, rec.Code, rec.Body, tc.code, tc.want)
+		}
+	}
+}

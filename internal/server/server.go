@@ -172,6 +172,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/sandboxes/{name}/processes", s.listProcesses)
 	m.HandleFunc("GET /v1/sandboxes/{name}/processes/{pid}/output", s.processOutput)
 	m.HandleFunc("POST /v1/sandboxes/{name}/processes/{pid}/signal", s.signalProcess)
+	m.HandleFunc("GET /v1/sandboxes/{name}/processes/{pid}/tty", s.attachTTY)
 	m.HandleFunc("GET /v1/sandboxes/{name}/network", s.getNetwork)
 	m.HandleFunc("PUT /v1/sandboxes/{name}/network", s.putNetwork)
 	m.HandleFunc("GET /v1/sandboxes/{name}/network/log", s.networkLog)

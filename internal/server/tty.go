@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,8 +42,10 @@ const TerminalWriteTimeout = 30 * time.Second
 // execTTY serves GET /v1/sandboxes/{name}/exec?tty=1: a command on a
 // pseudo-terminal, over a WebSocket (api.TTYMessage; docs/api.md). Binary
 // messages carry the terminal's bytes both ways; text messages carry
-// JSON control messages. Closing the WebSocket kills the command. A
-// cross-origin request is refused (403) before anything runs.
+// JSON control messages. Closing the WebSocket kills the command, unless
+// ?keep=1 kept it: then it only detaches, and the terminal is attached
+// again by pid (attachTTY). A cross-origin request is refused (403)
+// before anything runs.
 func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Get("tty") != "1" && q.Get("tty") != "true" {
@@ -63,18 +67,17 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 		}
 		req.Env[k] = v
 	}
-	for _, f := range []struct {
-		name string
-		dst  *uint16
-	}{{"rows", &req.TTY.Rows}, {"cols", &req.TTY.Cols}} {
-		if v := q.Get(f.name); v != "" {
-			n, err := strconv.ParseUint(v, 10, 16)
-			if err != nil {
-				s.writeError(w, r, errdefs.Invalid(f.name, "%q is not a number of cells", v))
-				return
-			}
-			*f.dst = uint16(n)
-		}
+	if err := parseSize(q, req.TTY); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	switch q.Get("keep") {
+	case "", "0", "false":
+	case "1", "true":
+		req.Keep = true
+	default:
+		s.writeError(w, r, errdefs.Invalid("keep", "%q: want 1 (keep the command when the client goes) or 0", q.Get("keep")))
+		return
 	}
 	if v := q.Get("timeout_ms"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -124,6 +127,113 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer proc.Close()
+	s.ttySession(ctx, cancel, c, out, proc, r.PathValue("name"), inW)
+}
+
+// attachTTY serves GET /v1/sandboxes/{name}/processes/{pid}/tty: the
+// terminal of a process started by GET .../exec?tty=1 (kept with keep=1,
+// or in a copy made by a snapshot or fork), over a WebSocket with the
+// terminal route's messages. Its latest output
+// (engine.TerminalReplayBytes) is replayed first; ?rows=&cols= resize it
+// on attach. One client at a time: while one is attached (the one that
+// started it too) another gets 409 conflict. A process without a terminal
+// is 400 naming the pid; an unknown one 404 process_not_found. These
+// answer before the upgrade, as does a cross-origin request (403).
+// Closing the WebSocket only detaches.
+func (s *Server) attachTTY(w http.ResponseWriter, r *http.Request) {
+	pid, err := pidOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	var size *api.Winsize
+	if q.Get("rows") != "" || q.Get("cols") != "" {
+		size = &api.Winsize{Rows: 24, Cols: 80}
+		if err := parseSize(q, size); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.writeError(w, r, errdefs.Invalid("tty", "a terminal needs a WebSocket: send Upgrade: websocket"))
+		return
+	}
+	if err := sameOrigin(r); err != nil {
+		s.log.Info("terminal refused", "sandbox", r.PathValue("name"), "err", err)
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	stop := context.AfterFunc(r.Context(), func() {
+		if errors.Is(context.Cause(r.Context()), errRevoked) {
+			cancel()
+		}
+	})
+	defer stop()
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	proc, err := s.eng.AttachTerminal(ctx, r.PathValue("name"), pid, size, inR)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer proc.Close()
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ttyProtocol}})
+	if err != nil {
+		s.log.Info("terminal refused", "sandbox", r.PathValue("name"), "err", err)
+		return
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	out := &wsWriter{ctx: ctx, c: c, cancel: cancel, timeout: TerminalWriteTimeout}
+	s.ttySession(ctx, cancel, c, out, proc, r.PathValue("name"), inW)
+}
+
+// sameOrigin refuses a request whose Origin, when it has one, is not its
+// Host (as websocket.Accept does), for a check before anything runs.
+func sameOrigin(r *http.Request) error {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil {
+		return fmt.Errorf("bad Origin %q: %v", o, err)
+	}
+	if !strings.EqualFold(u.Host, r.Host) {
+		return fmt.Errorf("request Origin %q is not the Host %q: cross-origin terminals are refused", o, r.Host)
+	}
+	return nil
+}
+
+// parseSize reads ?rows= and ?cols= (cells) over the defaults in size.
+func parseSize(q url.Values, size *api.Winsize) error {
+	for _, f := range []struct {
+		name string
+		dst  *uint16
+	}{{"rows", &size.Rows}, {"cols", &size.Cols}} {
+		if v := q.Get(f.name); v != "" {
+			n, err := strconv.ParseUint(v, 10, 16)
+			if err != nil {
+				return errdefs.Invalid(f.name, "%q is not a number of cells", v)
+			}
+			*f.dst = uint16(n)
+		}
+	}
+	return nil
+}
+
+// ttySession runs a terminal's WebSocket once its process is started or
+// attached: "start", the bytes both ways, resizes and signals, then
+// "exit" or "error" and a normal close. The client's going away cancels
+// ctx (the process is killed unless it is kept or attached).
+func (s *Server) ttySession(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, out *wsWriter, proc *engine.Process, name string, inW *io.PipeWriter) {
+	send := func(m api.TTYMessage) error {
+		b, _ := json.Marshal(m)
+		return out.write(websocket.MessageText, b)
+	}
 	if err := send(api.TTYMessage{Type: api.ExecStart, PID: proc.PID()}); err != nil {
 		return
 	}
@@ -149,14 +259,14 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 			case api.TTYResize:
 				_ = proc.Resize(m.Rows, m.Cols)
 			case api.TTYSignal:
-				_ = s.eng.SignalProcess(ctx, r.PathValue("name"), proc.PID(), m.Signal)
+				_ = s.eng.SignalProcess(ctx, name, proc.PID(), m.Signal)
 			}
 		}
 	}()
 	ex, err := proc.Wait(out, out)
 	if out.stalled.Load() {
 		s.log.Warn("terminal cut: its client read nothing for the write timeout",
-			"sandbox", r.PathValue("name"), "pid", proc.PID(), "timeout", TerminalWriteTimeout)
+			"sandbox", name, "pid", proc.PID(), "timeout", TerminalWriteTimeout)
 		return
 	}
 	if err != nil {

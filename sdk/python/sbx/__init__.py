@@ -15,6 +15,7 @@ are a convenience, not a security boundary: the sandbox is the boundary.
 
 from .classify import CHECKPOINT, FORK, GIT, KINDS, NONE, checkpoint_for
 from .client import DEFAULT_SOCKET, Client, ExecStream, ForkResult, Sandbox
+from .pty import Pty
 from .errors import (Capacity, CaptureLimit, CheckpointFailed, CheckpointNotFound, Conflict, ConnectionFailed, FileNotFound,
                      EventNotFound, Forbidden, ForkFailed, KeyNotFound, ImageNotFound, Internal, InvalidArgument, MethodNotAllowed, NameTaken,
                      NotFound, PortTimeout, PortUnreachable, ProcessNotFound, ProtocolError, QuotaExceeded,
@@ -30,6 +31,7 @@ from .undo import GuardResult, TryResult, chain, go_back_to, guarded, remember, 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Pty",
     "Client", "Sandbox", "ExecStream", "ForkResult", "DEFAULT_SOCKET",
     "checkpoint_for", "NONE", "GIT", "CHECKPOINT", "FORK", "KINDS",
     "try_in_copy", "guarded", "remember", "go_back_to", "chain", "TryResult", "GuardResult",

@@ -8,6 +8,7 @@ import socket
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
+from ._websocket import WebSocket, connect_socket, handshake
 from .errors import ConnectionFailed, ProtocolError, SbxError, error_for
 
 NDJSON = "application/x-ndjson"
@@ -120,6 +121,20 @@ class Transport:
                 resp.close()
             raise decode_error(resp.status, payload)
         return resp
+
+    def websocket(self, path: str, query: Query = None) -> "WebSocket":
+        """Open a WebSocket at ``path`` (sbxd's terminal routes); a refusal raises its typed error."""
+        target = self._prefix + path
+        if query:
+            target += "?" + urlencode(list(query))
+        headers: Dict[str, str] = {}
+        if self.api_key:
+            headers["Authorization"] = "Bearer " + self.api_key
+        sock = connect_socket(None if self.url else self.socket_path, self._scheme, self._host, self._port, self.timeout)
+        host = "sbxd" if not self.url else (self._host if self._port is None else f"{self._host}:{self._port}")
+        ws = handshake(sock, host, target, headers, decode_error)
+        sock.settimeout(None)  # a terminal may be silent for as long as it likes
+        return ws
 
     def json(self, method: str, path: str, query: Query = None, body: Any = None) -> Any:
         """Send ``body`` as JSON; return the decoded JSON answer (``None`` for an empty one)."""

@@ -13,6 +13,7 @@ from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Mapping,
 
 from ._transport import NDJSON, Progress, Transport, iter_lines, labels_query, seg
 from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, error_for
+from .pty import Pty
 from .types import (Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
                     Health, Image, Key, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Secret, SecretInfo,
                     SecretRule, Snapshot, Usage, Volume, rules_to_dict, secret_to_dict)
@@ -693,6 +694,45 @@ class Sandbox:
         body["detach"] = True
         out = self.client.transport.json("POST", self._p("exec"), body=body) or {}
         return int(out.get("pid") or 0)
+
+    def pty(self, cmd: Optional[Sequence[str]] = None, *, cwd: Optional[str] = None,
+            env: Optional[Mapping[str, str]] = None, rows: int = 0, cols: int = 0,
+            timeout_ms: Optional[int] = None, keep: bool = False) -> Pty:
+        """Start ``cmd`` (default a login shell) on a pseudo-terminal, as ``docker exec -it``.
+
+        ``rows`` x ``cols`` cells (default 24 x 80). With ``keep`` the command
+        outlives :meth:`Pty.close`: attach again with :meth:`attach_pty` and
+        its pid. Raises :class:`InvalidArgument` (bad size), :class:`SandboxNotFound`.
+        """
+        q: List[Tuple[str, str]] = [("tty", "1")]
+        q += [("cmd", a) for a in cmd or []]
+        if cwd:
+            q.append(("cwd", cwd))
+        q += [("env", f"{k}={v}") for k, v in (env or {}).items()]
+        if rows:
+            q.append(("rows", str(rows)))
+        if cols:
+            q.append(("cols", str(cols)))
+        if timeout_ms:
+            q.append(("timeout_ms", str(timeout_ms)))
+        if keep:
+            q.append(("keep", "1"))
+        return Pty(self.client.transport.websocket(self._p("exec"), q))
+
+    def attach_pty(self, pid: int, *, rows: int = 0, cols: int = 0) -> Pty:
+        """Attach again to the terminal of process ``pid``.
+
+        One started with ``keep`` whose client went, or one in a copy made
+        by a snapshot or fork (same pid). Its latest 64 KiB of output are
+        read first; ``rows`` and ``cols`` resize it. Closing it only
+        detaches. Raises :class:`Conflict` while another client is attached
+        (one at a time), :class:`InvalidArgument` for a process that is not
+        a terminal, :class:`ProcessNotFound`.
+        """
+        q: List[Tuple[str, str]] = []
+        if rows or cols:
+            q += [("rows", str(rows)), ("cols", str(cols))]
+        return Pty(self.client.transport.websocket(self._p("processes", str(pid), "tty"), q))
 
     def processes(self) -> List[Process]:
         """The processes started by exec in the sandbox."""

@@ -14,6 +14,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import unittest
 from typing import List, Optional
 
@@ -149,6 +150,60 @@ class Sandboxes(Base):
         self.sb.set_network(sbx.NetworkRules(internet=False))
         with self.assertRaises(sbx.InvalidArgument):
             self.sb.set_network({"internet": True, "alow": []})
+
+
+def screen_until(p: "sbx.Pty", seen: List[bytes], want: bytes) -> None:
+    """Read the terminal until its output (from the start) contains want."""
+    while want not in b"".join(seen):
+        b = p.read()
+        if not b:
+            raise AssertionError(f"the terminal ended without showing {want!r}: {b''.join(seen)!r}")
+        seen.append(b)
+
+
+class Terminals(Base):
+    def test_pty_keep_attach(self) -> None:
+        sb = self.new_sandbox("pty")
+        p = sb.pty(["sh"], rows=30, cols=100, keep=True, env={"PS1": "$ "})
+        self.assertGreater(p.pid, 0)
+        s1: List[bytes] = []
+        p.write("X=alive-$((40+2)); stty size\r")
+        screen_until(p, s1, b"30 100")
+        p.resize(40, 120)
+        p.write("stty size\r")
+        screen_until(p, s1, b"40 120")
+        # Ctrl-C (typed) interrupts the foreground job, not the shell.
+        # (The child prints once it runs in the foreground group.)
+        p.write("sh -c 'echo rdy-$((2+3)); exec sleep 100' && echo not-interrupted\r")
+        screen_until(p, s1, b"rdy-5")
+        p.write(b"\x03")
+        p.write("echo after-$((1+1))\r")
+        screen_until(p, s1, b"after-2")
+        self.assertNotIn(b"not-interrupted", b"".join(s1).split(b"rdy-5", 1)[1])  # (the typed line echoes it before)
+        with self.assertRaises(sbx.Conflict):
+            sb.attach_pty(p.pid)
+        p.close()
+        a = None
+        for _ in range(100):
+            try:
+                a = sb.attach_pty(p.pid, rows=33, cols=101)
+                break
+            except sbx.Conflict:  # the first client's claim ends as sbxd sees it go
+                time.sleep(0.1)
+        self.assertIsNotNone(a)
+        s2: List[bytes] = []
+        screen_until(a, s2, b"after-2")  # replayed
+        a.write("echo $X; stty size; exit 7\r")
+        screen_until(a, s2, b"alive-42")
+        screen_until(a, s2, b"33 101")
+        self.assertEqual(a.wait(), 7)
+        plain = sb.start(["sleep", "60"])
+        with self.assertRaises(sbx.InvalidArgument):
+            sb.attach_pty(plain)
+        # A signal goes to the command's process group: its exit says so.
+        sl = sb.pty(["sleep", "100"])
+        sl.signal(15)
+        self.assertEqual(sl.wait(), 143)
 
 
 class Checkpoints(Base):

@@ -7,6 +7,7 @@
 import { SandboxNotFoundError, SbxProtocolError, errorFromCode } from './errors.js';
 import type { IncomingMessage } from 'node:http';
 import { NDJSON, Transport, ndjsonLines, readAll, seg, type Query } from './http.js';
+import { openPty, type AttachPtyOptions, type Pty, type PtyOptions } from './pty.js';
 import type {
   Checkpoint, CreateKeyRequest, CreatedKey, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
   FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo, Secret, SecretInfo, SecretRule,
@@ -429,6 +430,42 @@ export class Sandbox {
   async start(cmd: Command, o: ExecOptions = {}): Promise<number> {
     const out = await this.t.json<{ pid: number }>({ method: 'POST', path: this.p('exec'), json: { ...execRequest(cmd, o), detach: true }, signal: o.signal });
     return out.pid;
+  }
+
+  /**
+   * Starts a command on a pseudo-terminal (default a login shell), as
+   * `docker exec -it`, over the terminal WebSocket; resolves once it runs.
+   * With `keep` it outlives {@link Pty.close}: attach again with
+   * {@link attachPty}. Throws {@link InvalidArgumentError} (bad size or
+   * query), {@link SandboxNotFoundError}.
+   */
+  pty(o: PtyOptions = {}): Promise<Pty> {
+    const q = new URLSearchParams({ tty: '1' });
+    for (const a of o.cmd ?? []) q.append('cmd', a);
+    if (o.cwd) q.set('cwd', o.cwd);
+    for (const [k, v] of Object.entries(o.env ?? {})) q.append('env', `${k}=${v}`);
+    if (o.rows) q.set('rows', String(o.rows));
+    if (o.cols) q.set('cols', String(o.cols));
+    if (o.timeoutMs) q.set('timeout_ms', String(o.timeoutMs));
+    if (o.keep) q.set('keep', '1');
+    return openPty(this.t, this.p('exec'), q);
+  }
+
+  /**
+   * Attaches again to the terminal of process `pid`: one started with
+   * `keep` whose client went, or one in a copy made by a snapshot or fork
+   * (same pid). Its latest 64 KiB of output are read first. Closing it only
+   * detaches. Throws {@link ConflictError} while another client is
+   * attached (one at a time), {@link InvalidArgumentError} for a process
+   * that is not a terminal, {@link ProcessNotFoundError}.
+   */
+  attachPty(pid: number, o: AttachPtyOptions = {}): Promise<Pty> {
+    const q = new URLSearchParams();
+    if (o.rows || o.cols) {
+      q.set('rows', String(o.rows ?? 0));
+      q.set('cols', String(o.cols ?? 0));
+    }
+    return openPty(this.t, this.p('processes', String(pid), 'tty'), q);
   }
 
   /** Processes started by exec. */

@@ -14,6 +14,8 @@ export * from './errors.js';
 export * from './types.js';
 export { Client, Sandbox, DEFAULT_SOCKET, execRequest } from './client.js';
 export type { ClientOptions, CallOptions, LongOptions, ExecOptions, ForkResult, Command } from './client.js';
+export { Pty } from './pty.js';
+export type { PtyOptions, AttachPtyOptions } from './pty.js';
 export { checkpointFor } from './classify.js';
 export {
   tryInCopy, guarded, remember, goBackTo, chain, randomSuffix, GIT_SNAPSHOT_SCRIPT, GIT_ROLLBACK_SCRIPT,

@@ -6,9 +6,18 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
-  Client, FileNotFoundError, InvalidArgumentError, NotFoundError, SandboxNotFoundError, SnapshotNotFoundError, UnauthorizedError,
-  chain, goBackTo, guarded, randomSuffix, remember, tryInCopy, type Sandbox,
+  Client, ConflictError, FileNotFoundError, InvalidArgumentError, NotFoundError, SandboxNotFoundError, SnapshotNotFoundError, UnauthorizedError,
+  chain, goBackTo, guarded, randomSuffix, remember, tryInCopy, type Pty, type Sandbox,
 } from '../src/index.js';
+
+/** Reads the terminal until its output (from the start) contains want. */
+async function screenUntil(p: Pty, seen: { text: string }, want: string): Promise<void> {
+  while (!seen.text.includes(want)) {
+    const b = await p.read();
+    if (b === null) assert.fail(`the terminal ended without showing ${JSON.stringify(want)}: ${JSON.stringify(seen.text)}`);
+    seen.text += b.toString('utf8');
+  }
+}
 
 const env = process.env;
 const ci = env.CI === 'true';
@@ -128,6 +137,49 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     const exit = events[events.length - 1];
     assert.equal(exit.type, 'exit');
     assert.equal((exit as { exit_code: number }).exit_code, 3);
+  });
+
+  test('pty: type, resize, signal, exit; keep, attach again by pid, one client at a time', T, async () => {
+    const p = await sb.pty({ cmd: ['sh'], rows: 30, cols: 100, keep: true, env: { PS1: '$ ' } });
+    assert.ok(p.pid > 0);
+    const s1 = { text: '' };
+    await p.write('X=alive-$((40+2)); stty size\r');
+    await screenUntil(p, s1, '30 100');
+    await p.resize(40, 120);
+    await p.write('stty size\r');
+    await screenUntil(p, s1, '40 120');
+    // Ctrl-C (typed) interrupts the foreground job, not the shell.
+    // (The child prints once it runs in the foreground group.)
+    await p.write("sh -c 'echo rdy-$((2+3)); exec sleep 100' && echo not-interrupted\r");
+    await screenUntil(p, s1, 'rdy-5');
+    await p.write('\x03');
+    await p.write('echo after-$((1+1))\r');
+    await screenUntil(p, s1, 'after-2');
+    assert.ok(!s1.text.split('rdy-5')[1].includes('not-interrupted'), s1.text); // (the typed line echoes it before)
+    await assert.rejects(sb.attachPty(p.pid), ConflictError);
+    p.close();
+    await assert.rejects(p.wait());
+    let a: Pty | undefined;
+    for (let i = 0; i < 100 && !a; i++) {
+      // The first client's claim ends as sbxd sees it go.
+      a = await sb.attachPty(p.pid, { rows: 33, cols: 101 }).catch((e) => {
+        if (e instanceof ConflictError) return new Promise<undefined>((r) => setTimeout(() => r(undefined), 100));
+        throw e;
+      });
+    }
+    assert.ok(a, 'never attached again');
+    const s2 = { text: '' };
+    await screenUntil(a, s2, 'after-2'); // replayed
+    await a.write('echo $X; stty size; exit 7\r');
+    await screenUntil(a, s2, 'alive-42');
+    await screenUntil(a, s2, '33 101');
+    assert.equal(await a.wait(), 7);
+    const plain = await sb.start(['sleep', '60']);
+    await assert.rejects(sb.attachPty(plain), InvalidArgumentError);
+    // A signal goes to the command's process group: its exit says so.
+    const sl = await sb.pty({ cmd: ['sleep', '100'] });
+    await sl.signal(15);
+    assert.equal(await sl.wait(), 143);
   });
 
   test('checkpoint and restore', T, async () => {
