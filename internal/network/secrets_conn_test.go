@@ -131,15 +131,18 @@ func (r *secretRig) upgrade(t *testing.T, path string) (*tls.Conn, *bufio.Reader
 // either direction, well past the idle bound; once nothing moves for the
 // idle bound the proxy closes both sides.
 func TestSecretsProxyUpgrade(t *testing.T) {
-	const idle = 300 * time.Millisecond
+	// The bound is long next to the gaps between bytes (idle/5, idle/3),
+	// so a busy machine's scheduling delays do not pass it (300 ms with
+	// 150 ms gaps failed under a load of 16 on 2 cores).
+	const idle = time.Second
 	u := &upgrader{tick: idle / 3, ticks: 12}
 	r := newSecretRigWith(t, api.NetworkRules{Internet: true}, u.serve)
 	r.p.idle = idle
 
 	t.Run("echo past the idle bound", func(t *testing.T) {
 		c, br := r.upgrade(t, "/items/echo")
-		for i := range 10 { // 10 × idle/2: 5 idle bounds
-			time.Sleep(idle / 2)
+		for i := range 15 { // 15 × idle/5: 3 idle bounds
+			time.Sleep(idle / 5)
 			msg := fmt.Sprintf("frame %d\n", i)
 			if _, err := io.WriteString(c, msg); err != nil {
 				t.Fatalf("frame %d: %v", i, err)
