@@ -498,6 +498,11 @@ func (e *Engine) ensureRunning(ctx context.Context, idOrName string) (*store.San
 	defer unlock()
 	switch sb.State {
 	case api.StateRunning:
+		// It was paused (a capture) or booting when asked: its minute is
+		// in the key's spend, as above.
+		if err := e.checkSpend(ctx, sb.Owner, 0, 0); err != nil {
+			return nil, err
+		}
 		return sb, nil
 	case api.StateStopped:
 		// Every boot obeys the limit, as every resume does (resumeLocked).
