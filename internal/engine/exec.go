@@ -93,19 +93,9 @@ func (e *Engine) AttachProcess(ctx context.Context, idOrName string, pid int, of
 	if offset < 0 {
 		return nil, errdefs.Invalid("offset", "%d is negative", offset)
 	}
-	sb, err := e.Get(ctx, idOrName)
+	sb, err := e.attachable(ctx, idOrName, "attach to a process")
 	if err != nil {
 		return nil, err
-	}
-	if sb.State == api.StateSuspended {
-		// Its processes are kept with it: attaching wakes it, as an exec
-		// does. (A stopped sandbox has no processes left to attach to.)
-		if sb, err = e.ensureRunning(ctx, sb.ID); err != nil {
-			return nil, err
-		}
-	}
-	if sb.State != api.StateRunning {
-		return nil, stateForbids(sb, "attach to a process")
 	}
 	actx, cancel := context.WithCancel(ctx)
 	epoch := e.quiesceEpoch(sb.ID)
@@ -655,4 +645,25 @@ func (e *Engine) TarIn(ctx context.Context, idOrName, p string, r io.Reader) (fi
 		return 0, 0, e.sandboxErr(ctx, sb, errAgent(err, "path"))
 	}
 	return res.Files, res.Bytes, nil
+}
+
+// attachable is the sandbox idOrName for an attach to one of its
+// processes (what names the attach, for the error): a suspended one is
+// woken first, as an exec does, since its processes are kept with it; any
+// other state but running answers stateForbids (a stopped sandbox has no
+// processes left to attach to).
+func (e *Engine) attachable(ctx context.Context, idOrName, what string) (*store.Sandbox, error) {
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == api.StateSuspended {
+		if sb, err = e.ensureRunning(ctx, sb.ID); err != nil {
+			return nil, err
+		}
+	}
+	if sb.State != api.StateRunning {
+		return nil, stateForbids(sb, what)
+	}
+	return sb, nil
 }

@@ -29,18 +29,9 @@ func (e *Engine) AttachTerminal(ctx context.Context, idOrName string, pid int, s
 	if size != nil && (size.Rows == 0 || size.Cols == 0 || size.Rows > 1000 || size.Cols > 1000) {
 		return nil, errdefs.Invalid("size", "%dx%d: rows and cols are 1..1000", size.Rows, size.Cols)
 	}
-	sb, err := e.Get(ctx, idOrName)
+	sb, err := e.attachable(ctx, idOrName, "attach to a terminal")
 	if err != nil {
 		return nil, err
-	}
-	if sb.State == api.StateSuspended {
-		// Its processes are kept with it: attaching wakes it.
-		if sb, err = e.ensureRunning(ctx, sb.ID); err != nil {
-			return nil, err
-		}
-	}
-	if sb.State != api.StateRunning {
-		return nil, stateForbids(sb, "attach to a terminal")
 	}
 	release, err := e.claimTerminal(sb.ID, sb.Name, pid)
 	if err != nil {

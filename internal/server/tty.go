@@ -95,15 +95,8 @@ func (s *Server) execTTY(w http.ResponseWriter, r *http.Request) {
 	}
 	// The upgrade is checked (origin) before the command starts, so that
 	// a refused request runs nothing.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	ctx, cancel := terminalContext(r)
 	defer cancel()
-	// A revocation of the key ends the terminal and its command.
-	stop := context.AfterFunc(r.Context(), func() {
-		if errors.Is(context.Cause(r.Context()), errRevoked) {
-			cancel()
-		}
-	})
-	defer stop()
 	inR, inW := io.Pipe()
 	defer inW.Close()
 	// Accept checks that the Origin, when there is one, is the Host.
@@ -164,14 +157,8 @@ func (s *Server) attachTTY(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	ctx, cancel := terminalContext(r)
 	defer cancel()
-	stop := context.AfterFunc(r.Context(), func() {
-		if errors.Is(context.Cause(r.Context()), errRevoked) {
-			cancel()
-		}
-	})
-	defer stop()
 	inR, inW := io.Pipe()
 	defer inW.Close()
 	proc, err := s.eng.AttachTerminal(ctx, r.PathValue("name"), pid, size, inR)
@@ -311,4 +298,18 @@ func (w *wsWriter) write(typ websocket.MessageType, b []byte) error {
 		w.cancel()
 	}
 	return err
+}
+
+// terminalContext is the context of a terminal's command: it outlives the
+// request's own context (the WebSocket's end is handled by the session),
+// but a revocation of the request's key ends it. cancel also releases the
+// watch of the request's context.
+func terminalContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	stop := context.AfterFunc(r.Context(), func() {
+		if errors.Is(context.Cause(r.Context()), errRevoked) {
+			cancel()
+		}
+	})
+	return ctx, func() { stop(); cancel() }
 }
