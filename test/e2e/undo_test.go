@@ -256,6 +256,9 @@ func TestGitUndo(t *testing.T) {
 	if err != nil || cl.Undo != "git" || !strings.Contains(cl.Reason, "`git checkout`") {
 		t.Fatalf("classify: %+v, %v", cl, err)
 	}
+	if out, errOut, code := sbxCLI(t, "", "classify", "npm", "install", "&&", "rm", "-rf", "dist"); code != 0 || !strings.HasPrefix(out, "checkpoint: `npm install`") {
+		t.Fatalf("sbx classify: %d %q %q", code, out, errOut)
+	}
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "default"})
 	mustSh(t, sb, `mkdir -p /workspace/repo && cd /workspace/repo && git init -q -b main && echo one > a && echo keep > b &&
 		git add -A && git -c user.name=a -c user.email=a@b commit -qm init && echo staged > s && git add s && echo draft > notes`)
