@@ -31,7 +31,8 @@ import (
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
-// Version is reported by GET /v1/health.
+// Version is reported by GET /v1/health: the repository's VERSION file when
+// built by scripts/install.sh or make build (-ldflags -X), else "dev".
 var Version = "dev"
 
 // MaxJSONBody is the largest JSON request body, in bytes; an exec's body
