@@ -53,3 +53,17 @@ func (n *Network) Log(ctx context.Context) (*api.NetworkLog, error) {
 	}
 	return &out, nil
 }
+
+// Off cuts all of the sandbox's egress: it replaces the rules with
+// {"internet": false} (no allow, deny or connect entries) and returns them
+// as stored. Errors: those of Set.
+func (n *Network) Off(ctx context.Context) (api.NetworkRules, error) {
+	return n.Set(ctx, api.NetworkRules{Internet: false})
+}
+
+// On opens the sandbox's egress to the internet: it replaces the rules
+// with {"internet": true} (no allow, deny or connect entries) and returns
+// them as stored. Errors: those of Set.
+func (n *Network) On(ctx context.Context) (api.NetworkRules, error) {
+	return n.Set(ctx, api.NetworkRules{Internet: true})
+}

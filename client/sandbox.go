@@ -358,3 +358,24 @@ func (sb *Sandbox) Upload(ctx context.Context, path string, r io.Reader) error {
 	resp.Body.Close()
 	return nil
 }
+
+// Create makes a sandbox through a client from the environment (New: $SBX_URL
+// with $SBX_API_KEY, else the socket): the shape of the TypeScript and
+// Python SDKs' Sandbox.create. Errors: those of New and Sandboxes.Create.
+func Create(ctx context.Context, req api.CreateSandboxRequest) (*Sandbox, error) {
+	c, err := New()
+	if err != nil {
+		return nil, err
+	}
+	return c.Sandboxes.Create(ctx, req)
+}
+
+// Connect finds an existing sandbox by name or id through a client from
+// the environment (as Create). Errors: those of New, ErrSandboxNotFound.
+func Connect(ctx context.Context, nameOrID string) (*Sandbox, error) {
+	c, err := New()
+	if err != nil {
+		return nil, err
+	}
+	return c.Sandboxes.Get(ctx, nameOrID)
+}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -75,6 +76,26 @@ type ForkResult struct {
 // ErrForkFailed.
 func (sb *Sandbox) Fork(ctx context.Context, req api.ForkRequest) (*ForkResult, error) {
 	return sb.ForkStream(ctx, req, nil)
+}
+
+// ForkOne makes one live copy of the running sandbox (req.Count must be 0
+// or 1) and returns it: the shape of the TypeScript and Python SDKs'
+// fork(). Errors: those of Fork, and the copy's own error.
+func (sb *Sandbox) ForkOne(ctx context.Context, req api.ForkRequest) (*Sandbox, error) {
+	if req.Count > 1 {
+		return nil, &Error{Code: api.CodeInvalidArgument, Message: "count: ForkOne makes one copy; use Fork for more"}
+	}
+	res, err := sb.Fork(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Copies) != 1 {
+		return nil, fmt.Errorf("fork: %d copies in the answer, want 1", len(res.Copies))
+	}
+	if res.Errors[0] != nil {
+		return nil, res.Errors[0]
+	}
+	return res.Copies[0], nil
 }
 
 // ForkStream is Fork with progress lines.
