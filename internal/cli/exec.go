@@ -49,7 +49,7 @@ func (a *app) execCmd() *cobra.Command {
 				if detach || undoKind != "" || interactive {
 					return fmt.Errorf("-t runs the command on a terminal: leave out -d, -i and --undo")
 				}
-				return a.terminal(cmd.Context(), args[0], func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error) {
+				return a.terminal(cmd.Context(), args[0], false, func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error) {
 					return sb.Terminal(ctx, client.TerminalOptions{Cmd: args[1:], Cwd: cwd, Env: e, TimeoutMS: timeout.Milliseconds(), Rows: rows, Cols: cols})
 				})
 			}

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -31,8 +33,9 @@ func (a *app) shellCmd() *cobra.Command {
 			"With --keep the program goes on when sbx exits (its window closed, SIGTERM): attach to it\n" +
 			"again with --attach PID (the pid is printed at the start), from this sandbox or from a copy\n" +
 			"made by a snapshot or fork. The latest 64 KiB of its output are shown first. One client at a\n" +
-			"time: while another is attached, --attach fails (conflict). An attached terminal is only\n" +
-			"detached when sbx exits.",
+			"time: while another is attached, --attach fails (conflict). Ctrl-P Ctrl-Q detaches from a\n" +
+			"kept or attached terminal (as docker's default detach keys) and leaves the program running;\n" +
+			"without --keep or --attach these keys go to the program.",
 		Example: "  sbx shell dev\n  sbx shell dev -- python3\n  sbx shell --keep dev\n  sbx shell dev --attach 42",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -47,11 +50,11 @@ func (a *app) shellCmd() *cobra.Command {
 				if attach < 0 {
 					return fmt.Errorf("--attach %d: not a process id", attach)
 				}
-				return a.terminal(cmd.Context(), args[0], func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error) {
+				return a.terminal(cmd.Context(), args[0], true, func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error) {
 					return sb.AttachTerminal(ctx, attach, client.AttachOptions{Rows: rows, Cols: cols})
 				})
 			}
-			return a.terminal(cmd.Context(), args[0], func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error) {
+			return a.terminal(cmd.Context(), args[0], keep, func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error) {
 				t, err := sb.Terminal(ctx, client.TerminalOptions{Cmd: args[1:], Cwd: cwd, Env: e, Keep: keep, Rows: rows, Cols: cols})
 				if err == nil && keep {
 					fmt.Fprintf(a.stderr, "sbx: terminal process %d is kept when sbx exits: sbx shell %s --attach %d\n", t.PID, sb.Name, t.PID)
@@ -71,10 +74,67 @@ func (a *app) shellCmd() *cobra.Command {
 // cells (0 x 0: the default, or the size it has).
 type openTerminal func(ctx context.Context, sb *client.Sandbox, rows, cols uint16) (*client.Terminal, error)
 
+// Ctrl-P then Ctrl-Q typed on a detachable terminal detach sbx from it
+// (docker's default detach keys).
+const (
+	detachKey1 = 0x10
+	detachKey2 = 0x11
+)
+
+// errDetached ends a terminal's input when the detach keys were typed.
+var errDetached = errors.New("detach keys typed")
+
+// detachReader passes r's bytes on until Ctrl-P Ctrl-Q, then answers
+// errDetached (what follows the keys is dropped). A Ctrl-P is held back
+// until the next byte shows it is not the start of the keys; at the end
+// of r a held Ctrl-P is passed on.
+type detachReader struct {
+	r    io.Reader
+	tmp  [32 << 10]byte
+	out  []byte
+	held bool
+	err  error
+}
+
+func (d *detachReader) Read(p []byte) (int, error) {
+	for len(d.out) == 0 {
+		if d.err != nil {
+			return 0, d.err
+		}
+		n, err := d.r.Read(d.tmp[:])
+		for _, c := range d.tmp[:n] {
+			if d.held {
+				d.held = false
+				if c == detachKey2 {
+					d.err = errDetached
+					break
+				}
+				d.out = append(d.out, detachKey1)
+			}
+			if c == detachKey1 {
+				d.held = true
+				continue
+			}
+			d.out = append(d.out, c)
+		}
+		if err != nil && d.err == nil {
+			if d.held {
+				d.out, d.held = append(d.out, detachKey1), false
+			}
+			d.err = err
+		}
+	}
+	n := copy(p, d.out)
+	d.out = d.out[n:]
+	return n, nil
+}
+
 // terminal runs the terminal open makes in sandbox name, joined to this
 // process's standard input and output, and returns its exit code as an
-// exitError (125 for sbx's own failures).
-func (a *app) terminal(ctx context.Context, name string, open openTerminal) error {
+// exitError (125 for sbx's own failures). A detachable terminal (kept, or
+// attached again) is left running when Ctrl-P Ctrl-Q are typed; sbx then
+// exits 0.
+func (a *app) terminal(ctx context.Context, name string, detachable bool, open openTerminal) error {
 	sb, err := a.c.Sandboxes.Get(ctx, name)
 	if err != nil {
 		return &exitError{code: 125, err: err}
@@ -114,10 +174,19 @@ func (a *app) terminal(ctx context.Context, name string, open openTerminal) erro
 			}
 		}()
 	}
+	input := a.stdin
+	if detachable {
+		input = &detachReader{r: a.stdin}
+	}
+	var detached atomic.Bool
 	go func() {
 		// The end of piped input is typed as Ctrl-D, as a terminal would:
 		// a shell at its prompt exits, cat ends.
-		if _, err := io.Copy(t, a.stdin); err == nil {
+		switch _, err := io.Copy(t, input); {
+		case errors.Is(err, errDetached):
+			detached.Store(true)
+			_ = t.Close() // a kept terminal's program runs on
+		case err == nil:
 			_, _ = t.Write([]byte{4})
 		}
 	}()
@@ -134,6 +203,10 @@ func (a *app) terminal(ctx context.Context, name string, open openTerminal) erro
 	_, _ = io.Copy(a.stdout, t)
 	code, err := t.Wait()
 	close(stopped)
+	if detached.Load() {
+		fmt.Fprintf(a.stderr, "\r\nsbx: detached; process %d runs on: sbx shell %s --attach %d\r\n", t.PID, name, t.PID)
+		return nil
+	}
 	if ctx.Err() != nil {
 		return &exitError{code: 130}
 	}

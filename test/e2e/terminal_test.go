@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -336,4 +337,28 @@ func TestTerminalStalledClient(t *testing.T) {
 	if out := mustSh(t, sb, "echo still-$((20+1))"); !strings.Contains(out, "still-21") {
 		t.Fatalf("exec after the cut terminal: %q", out)
 	}
+}
+
+// TestCLIShellDetach: Ctrl-P Ctrl-Q typed on a kept terminal detach sbx
+// shell (exit 0, the pid named) and leave the program running; attached
+// again, the keys detach again, and the program still runs.
+func TestCLIShellDetach(t *testing.T) {
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
+	_, errOut, code := sbxCLI(t, "\x10\x11", "shell", "--keep", sb.Name, "--", "sh", "-c", "echo started; sleep 300")
+	m := regexp.MustCompile(`detached; process (\d+) runs on: sbx shell \S+ --attach (\d+)`).FindStringSubmatch(errOut)
+	if code != 0 || m == nil || m[1] != m[2] {
+		t.Fatalf("sbx shell --keep with the detach keys: exit %d\n%s", code, errOut)
+	}
+	running := func(when string) {
+		t.Helper()
+		if !strings.Contains(mustSh(t, sb, "ps"), "sleep 300") {
+			t.Fatalf("%s: the kept program is gone", when)
+		}
+	}
+	running("after the detach")
+	_, errOut, code = sbxCLI(t, "\x10\x11", "shell", sb.Name, "--attach", m[1])
+	if code != 0 || !strings.Contains(errOut, "detached; process "+m[1]) {
+		t.Fatalf("sbx shell --attach with the detach keys: exit %d\n%s", code, errOut)
+	}
+	running("after the second detach")
 }
