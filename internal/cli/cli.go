@@ -413,7 +413,7 @@ func (a *app) stopCmd() *cobra.Command {
 }
 
 func (a *app) classifyCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "classify COMMAND...",
 		Short: "Show the undo a guarded exec (--undo auto) would take for a shell command, and why",
 		Long: `Asks sbxd (POST /v1/classify) which undo covers a shell command line:
@@ -437,6 +437,9 @@ spaces into one line, as sh -c runs it. Nothing runs.`,
 			return nil
 		},
 	}
+	// The command's own options (rm -rf) are words of the command.
+	c.Flags().SetInterspersed(false)
+	return c
 }
 
 func (a *app) versionCmd() *cobra.Command {
