@@ -212,6 +212,22 @@ class NetworkRules(_Model):
         return {"internet": self.internet, "allow": list(self.allow), "deny": list(self.deny),
                 "connect": list(self.connect)}
 
+    _KEYS = ("internet", "allow", "deny", "connect")
+
+    def keys(self) -> Tuple[str, ...]:
+        """The four field names, so that ``dict(rules)`` and ``rules["allow"]`` work as on a dict."""
+        return self._KEYS
+
+    def __getitem__(self, key: str) -> Any:
+        """``rules["allow"]``: a field by its name. Raises KeyError for any other key."""
+        if key not in self._KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field by its name, or ``default`` for any other key."""
+        return getattr(self, key) if key in self._KEYS else default
+
 
 def rules_to_dict(rules: Any) -> Dict[str, Any]:
     """Accept a :class:`NetworkRules` or a plain dict and return the dict to send."""
