@@ -21,7 +21,7 @@ from .types import (Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, 
 if TYPE_CHECKING:  # pragma: no cover
     from .undo import GuardResult, TryResult
 
-__all__ = ["Runtime", "Client", "Sandbox", "Sandboxes", "Snapshots", "Network", "Classification", "ExecStream",
+__all__ = ["Runtime", "Client", "Sandbox", "Sandboxes", "Snapshots", "Network", "Classification", "ExecStream", "ExecFold",
            "ForkResult", "DEFAULT_SOCKET", "Command", "Rules", "RuntimeOps", "SandboxOps", "resolve_endpoint"]
 
 #: Where sbxd listens when neither ``socket`` nor ``$SBX_SOCKET`` is given.
@@ -646,7 +646,50 @@ class ForkResult:
         return f"ForkResult(snapshot={self.snapshot!r}, sandboxes={self.sandboxes!r}, errors={self.errors!r})"
 
 
-class ExecStream:
+class ExecFold:
+    """What the lines of a streamed exec add up to (shared by the sync and async streams)."""
+
+    def __init__(self, b64: bool) -> None:
+        self._b64 = b64
+        self._out: List[str] = []
+        self._err: List[str] = []
+        #: The process id inside the sandbox, once the start line came.
+        self.pid = 0
+        #: The final ``exit`` event, once it came.
+        self.exit: Optional[ExecEvent] = None
+
+    def take(self, obj: Dict[str, Any]) -> ExecEvent:
+        """Fold one line in and return its event. An ``error`` line raises its typed error;
+        bad base64 (with ``encoding="base64"``) raises ProtocolError."""
+        ev = ExecEvent.from_dict(obj)
+        if ev.type in ("stdout", "stderr"):
+            if self._b64:
+                try:
+                    ev.data_bytes = base64.b64decode(ev.data)
+                except ValueError as e:
+                    raise ProtocolError("protocol", 0, f"bad base64 in exec stream: {e}") from e
+                ev.data = ev.data_bytes.decode("utf-8", "replace")
+            (self._out if ev.type == "stdout" else self._err).append(ev.data)
+        elif ev.type == "start":
+            self.pid = ev.pid
+        elif ev.type == "error":
+            raise error_for(ev.code, 0, ev.error)
+        elif ev.type == "exit":
+            self.exit = ev
+        return ev
+
+    def result(self) -> ExecResult:
+        """The :class:`ExecResult` of the output folded in and the exit line."""
+        ev = self.exit
+        if ev is None:
+            raise ProtocolError("protocol", 0, "exec stream ended without an exit line")
+        return ExecResult(stdout="".join(self._out), stderr="".join(self._err),
+                          exit_code=ev.exit_code if ev.exit_code is not None else -1,
+                          duration_ms=ev.duration_ms, pid=self.pid or ev.pid, timed_out=ev.timed_out,
+                          undo=ev.undo, raw=ev.raw)
+
+
+class ExecStream(ExecFold):
     """A running command whose output streams as it comes.
 
     Iterate it for :class:`ExecEvent` values (``start``, ``stdout``,
@@ -656,16 +699,10 @@ class ExecStream:
     """
 
     def __init__(self, resp: "http.client.HTTPResponse", b64: bool) -> None:
+        super().__init__(b64)
         self._resp = resp
         self._lines = iter_lines(resp)
-        self._b64 = b64
         self._done = False
-        self._out: List[str] = []
-        self._err: List[str] = []
-        #: The process id inside the sandbox, once the start line came.
-        self.pid = 0
-        #: The final ``exit`` event, once it came.
-        self.exit: Optional[ExecEvent] = None
 
     def __iter__(self) -> Iterator[ExecEvent]:
         return self
@@ -674,30 +711,14 @@ class ExecStream:
         if self._done:
             raise StopIteration
         try:
-            obj = next(self._lines)
+            ev = self.take(next(self._lines))
         except StopIteration:
             self._finish()
             raise ProtocolError("protocol", 0, "exec stream ended without an exit line") from None
         except BaseException:
             self._finish()
             raise
-        ev = ExecEvent.from_dict(obj)
-        if ev.type in ("stdout", "stderr"):
-            if self._b64:
-                try:
-                    ev.data_bytes = base64.b64decode(ev.data)
-                except ValueError as e:
-                    self._finish()
-                    raise ProtocolError("protocol", 0, f"bad base64 in exec stream: {e}") from e
-                ev.data = ev.data_bytes.decode("utf-8", "replace")
-            (self._out if ev.type == "stdout" else self._err).append(ev.data)
-        elif ev.type == "start":
-            self.pid = ev.pid
-        elif ev.type == "error":
-            self._finish()
-            raise error_for(ev.code, 0, ev.error)
-        elif ev.type == "exit":
-            self.exit = ev
+        if ev.type == "exit":
             self._finish()
         return ev
 
@@ -709,13 +730,7 @@ class ExecStream:
         """Read to the end; return the output gathered (of what was not yet iterated too) and the exit."""
         for _ in self:
             pass
-        ev = self.exit
-        if ev is None:  # pragma: no cover - __next__ raises first
-            raise ProtocolError("protocol", 0, "exec stream ended without an exit line")
-        return ExecResult(stdout="".join(self._out), stderr="".join(self._err),
-                          exit_code=ev.exit_code if ev.exit_code is not None else -1,
-                          duration_ms=ev.duration_ms, pid=self.pid or ev.pid, timed_out=ev.timed_out,
-                          undo=ev.undo, raw=ev.raw)
+        return self.result()
 
     def close(self) -> None:
         """End the stream (kills the process if it still runs)."""
