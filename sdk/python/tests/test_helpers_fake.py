@@ -77,6 +77,8 @@ class FakeSbxd:
                    "labels": body.get("labels") or {}, "network": body.get("network") or {"internet": True}}
             self.boxes[box["id"]] = box
             return js(201, box)
+        if req.method == "GET" and req.path == "/v1/sandboxes":
+            return js(200, list(self.boxes.values()))
         if req.method == "GET" and req.path == "/v1/snapshots":
             return js(200, list(reversed(self.snapshots)))
         if not m:
@@ -104,7 +106,8 @@ class FakeSbxd:
         if rest == "/fork":
             body = req.json()
             self.n += 1
-            copy = {"id": "sbx_%016x" % self.n, "name": body["name"], "state": "running",
+            copy = {"id": "sbx_%016x" % self.n, "name": body.get("name") or "%s-%d" % (box["name"], self.n),
+                    "state": "running",
                     "labels": body.get("labels") or {}, "network": body.get("network") or box["network"]}
             self.boxes[copy["id"]] = copy
             return nd({"type": "info", "data": "forking"},
