@@ -28,7 +28,7 @@ def main() -> int:
         repo = "/workspace/app"
 
         # The edit breaks the check that follows it: exit 1, rolled back.
-        bad = ("git checkout -q -b wip && sed -i 's/limit = 1/limit = oops/' config.txt && "
+        bad = ("sed -i 's/limit = 1/limit = oops/' config.txt && "
                "echo scratch > notes.txt && grep -q 'limit = [0-9]' config.txt")
         kind = checkpoint_for(bad)
         print(f"classified as: {kind} ({kind.reason})")

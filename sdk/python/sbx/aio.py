@@ -319,6 +319,9 @@ class AsyncRuntime(RuntimeOps):
     def _drive(self, gen: Any) -> Any:
         return drive_async(self._t, gen)
 
+    def _creating(self, made: Any) -> "_Creating":
+        return _Creating(made)
+
     async def aclose(self) -> None:
         """Mark the client closed (it keeps no connection open between requests)."""
         self.closed = True

@@ -104,6 +104,10 @@ class RuntimeOps:
     def _wrap(self, obj: Any) -> Any:
         return self.sandbox_class(self, SandboxInfo.from_dict(obj))
 
+    def _creating(self, made: Any) -> Any:
+        """What ``sandboxes.create`` answers: the sandbox (sync); the async client wraps the coroutine."""
+        return made
+
     # --- classification (docs/undo.md) ---------------------------------
 
     @op
@@ -531,8 +535,11 @@ class Sandboxes:
         self._rt = runtime
 
     def create(self, name: Optional[str] = None, **opts: Any) -> Any:
-        """:meth:`Runtime.create`: a new sandbox, running; ``snapshot=`` starts it from a memory snapshot."""
-        return self._rt.create(name, **opts)
+        """:meth:`Runtime.create`: a new sandbox, running; ``snapshot=`` starts it from a memory snapshot.
+
+        On an ``AsyncRuntime`` the answer is awaited, or entered with
+        ``async with`` (the sandbox is deleted at the end)."""
+        return self._rt._creating(self._rt.create(name, **opts))
 
     def get(self, name_or_id: str) -> Any:
         """:meth:`Runtime.get`: the sandbox of that name or id. Raises SandboxNotFound."""

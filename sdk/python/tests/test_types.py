@@ -152,9 +152,20 @@ CASES: Dict[str, Any] = {
          "create_time": "2026-11-29T10:00:00Z", "env": ["PATH=/usr/bin", "LANG=C.UTF-8"]},
         T.Image(name="default", digest="sha256:abc", source="build:bookworm", size_bytes=123456,
                 create_time=t(2026, 11, 29, 10, 0, 0), env=["PATH=/usr/bin", "LANG=C.UTF-8"])),
-    "Health": ({"status": "ok", "version": "0.9.1", "runtime": "runsc/systrap", "warm_sandboxes": 2,
-                "pid": 4242},
-               T.Health(status="ok", version="0.9.1", runtime="runsc/systrap", warm_sandboxes=2, pid=4242)),
+    "Health": ({"status": "ok", "version": "0.9.1", "runtime": "runsc/systrap", "platform": "systrap",
+                "platform_reason": "no /dev/kvm", "warm_sandboxes": 2, "pid": 4242, "layers": "btrfs",
+                "disk_quota": True, "default_disk_mb": 10240, "layers_note": "n", "checkpoints": "btrfs-snapshot",
+                "capacity": {"host_cpus": 2, "host_memory_mb": 8192, "max_sandbox_cpus": 2.0,
+                             "max_sandbox_memory_mb": 4096, "cpu_overcommit": 4.0, "memory_overcommit": 1.5,
+                             "max_sandboxes": 64, "max_snapshots": 256}},
+               T.Health(status="ok", version="0.9.1", runtime="runsc/systrap", platform="systrap",
+                        platform_reason="no /dev/kvm", warm_sandboxes=2, pid=4242, layers="btrfs", disk_quota=True,
+                        default_disk_mb=10240, layers_note="n", checkpoints="btrfs-snapshot",
+                        capacity=T.HostCapacity(2, 8192, 2.0, 4096, 4.0, 1.5, 64, 256))),
+    "HostCapacity": ({"host_cpus": 2, "host_memory_mb": 8192, "max_sandbox_cpus": 0.5,
+                      "max_sandbox_memory_mb": 4096, "cpu_overcommit": 4.0, "memory_overcommit": 1.5,
+                      "max_sandboxes": 64, "max_snapshots": 256},
+                     T.HostCapacity(2, 8192, 0.5, 4096, 4.0, 1.5, 64, 256)),
     "Teardown": (
         {"deleted": True, "error": "left: layer", "layer_bytes": 4096, "checkpoints": 2,
          "checkpoint_bytes": 8192, "processes": 1, "removed": ["container", "network"], "left": ["layer"]},
@@ -186,7 +197,7 @@ AS_IS = {("Snapshot", "metadata"), ("Event", "data"), ("Delivery", "metadata")}
 
 def defaults(cls: Any) -> Any:
     """What a garbage input gives."""
-    if cls in (T.Source, T.UndoInfo, T.Teardown):
+    if cls in (T.Source, T.UndoInfo, T.Teardown, T.HostCapacity):
         return None
     if cls is T.Volume:
         return T.Volume("", "")
@@ -197,7 +208,7 @@ def defaults(cls: Any) -> Any:
 
 class TypesTest(unittest.TestCase):
     def test_every_type_is_covered(self) -> None:
-        self.assertEqual(set(CASES), set(T.__all__) - {"parse_time"})
+        self.assertEqual(set(CASES), set(T.__all__) - {"parse_time", "wire_schema"})
 
     def test_full_objects(self) -> None:
         for name, (obj, want) in CASES.items():
