@@ -185,6 +185,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/deliveries/key", s.deliveryKey)
 	m.HandleFunc("GET /v1/deliveries/{id}", s.getDelivery)
 	m.HandleFunc("GET /v1/deliveries/{id}/archive", s.deliveryArchive)
+	m.HandleFunc("POST /v1/classify", s.classify)
 	m.HandleFunc("GET /v1/usage", s.usage)
 	m.HandleFunc("GET /v1/snapshots", s.listSnapshots)
 	m.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
