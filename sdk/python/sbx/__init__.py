@@ -29,7 +29,7 @@ from .errors import (Capacity, CaptureLimit, CheckpointFailed, CheckpointNotFoun
                      SnapshotFailed, SnapshotNotFound, SuspendFailed, TooLarge, Unauthorized,
                      Unavailable, error_for)
 from .types import (Change, Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
-                    Health, Image, Key, NetworkCounts, NetworkLog, NetworkRefusal, NetworkRules, Port,
+                    GitUndo, Health, HostCapacity, Image, Key, NetworkCounts, NetworkLog, NetworkRefusal, NetworkRules, Port,
                     Process, SandboxInfo, Secret, SecretInfo, SecretRule, SecretUse, Snapshot, Source, Teardown,
                     UndoInfo, Usage, UsageEntry, UsagePrices, Volume)
 from .undo import (CHECKPOINT, FORK, GIT, KINDS, NONE, GuardResult, TryResult, chain, checkpoint_for, go_back_to,
@@ -41,7 +41,7 @@ __all__ = [
     "ExecStream", "ForkResult", "DEFAULT_SOCKET",
     "checkpoint_for", "NONE", "GIT", "CHECKPOINT", "FORK", "KINDS",
     "try_in_copy", "guarded", "remember", "go_back_to", "chain", "TryResult", "GuardResult",
-    "SandboxInfo", "NetworkRules", "Volume", "Source", "ExecResult", "ExecEvent", "UndoInfo",
+    "SandboxInfo", "NetworkRules", "Volume", "Source", "ExecResult", "ExecEvent", "UndoInfo", "GitUndo", "HostCapacity",
     "FileInfo", "Checkpoint", "Change", "Diff", "Snapshot", "Process", "Port", "NetworkLog",
     "NetworkCounts", "NetworkRefusal", "Event", "EventResult", "Image", "Health",
     "Delivery", "Teardown", "Key", "CreatedKey", "Usage", "UsageEntry", "UsagePrices",

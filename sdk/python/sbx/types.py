@@ -22,6 +22,7 @@ __all__ = [
     "Source",
     "SandboxInfo",
     "UndoInfo",
+    "GitUndo",
     "ExecResult",
     "ExecEvent",
     "FileInfo",
@@ -314,21 +315,48 @@ class SandboxInfo(_Model):
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+@_wire("GitUndo", ("repo", "head", "ref", "index_tree", "work_tree"))
+@dataclass
+class GitUndo(_Model):
+    """The repository snapshot of undo ``git`` (docs/undo.md), what its rollback puts back.
+
+    ``repo`` is the work tree's top directory inside the sandbox; ``head``
+    HEAD's commit (``none`` in a repository without commits); ``ref`` the
+    branch HEAD was on (``refs/heads/main``) or ``detached``;
+    ``index_tree`` the tree of the index, ``work_tree`` the tree of the
+    working tree with its untracked files.
+    """
+
+    repo: str = ""
+    head: str = ""
+    ref: str = ""
+    index_tree: str = ""
+    work_tree: str = ""
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Optional["GitUndo"]:  # type: ignore[override]
+        """Build from a JSON object; ``None`` when absent."""
+        return _build(cls, obj) if isinstance(obj, dict) else None
+
+
 @_wire("UndoResult", ("kind", "rolled_back"))
 @dataclass
 class UndoInfo(_Model):
     """The ``undo`` object of a guarded exec's answer (docs/undo.md).
 
-    ``kind`` is what was taken (``none``, ``checkpoint``, ``snapshot``),
-    ``undo_class`` the classification of ``undo: auto`` (JSON ``class``),
-    ``checkpoint``/``snapshot`` the ids taken, ``rolled_back`` whether it
-    was put back, ``rollback_error`` why a rollback failed.
+    ``kind`` is what was taken (``none``, ``git``, ``checkpoint``,
+    ``snapshot``), ``undo_class`` the classification of ``undo: auto``
+    (JSON ``class``: ``none``, ``git``, ``checkpoint``, ``fork``),
+    ``checkpoint``/``snapshot`` the ids taken, ``git`` the repository
+    snapshot, ``rolled_back`` whether it was put back, ``rollback_error``
+    why a rollback failed.
     """
 
     kind: str = ""
     undo_class: str = field(default="", metadata=_json("class"))
     checkpoint: str = ""
     snapshot: str = ""
+    git: Optional[GitUndo] = None
     rolled_back: bool = False
     rollback_error: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -16,9 +16,13 @@ def t(*a: int, us: int = 0, tz: Any = UTC) -> datetime:
     return datetime(*a, us, tzinfo=tz)  # type: ignore[misc]
 
 
-UNDO = {"kind": "checkpoint", "class": "checkpoint", "checkpoint": "v4", "snapshot": "snap_1",
+GIT = {"repo": "/workspace/r", "head": "a" * 40, "ref": "refs/heads/main", "index_tree": "b" * 40,
+       "work_tree": "c" * 40}
+GIT_OBJ = T.GitUndo(repo="/workspace/r", head="a" * 40, ref="refs/heads/main", index_tree="b" * 40,
+                    work_tree="c" * 40)
+UNDO = {"kind": "checkpoint", "class": "checkpoint", "checkpoint": "v4", "snapshot": "snap_1", "git": GIT,
         "rolled_back": True, "rollback_error": "disk busy", "extra": 1}
-UNDO_OBJ = T.UndoInfo(kind="checkpoint", undo_class="checkpoint", checkpoint="v4", snapshot="snap_1",
+UNDO_OBJ = T.UndoInfo(kind="checkpoint", undo_class="checkpoint", checkpoint="v4", snapshot="snap_1", git=GIT_OBJ,
                       rolled_back=True, rollback_error="disk busy")
 CHANGE = {"path": "/workspace/a", "type": "file", "old_type": "symlink", "link_target": "b",
           "size": 12, "old_size": 3}
@@ -52,6 +56,7 @@ CASES: Dict[str, Any] = {
                       create_time=t(2026, 11, 29, 10, 0, 0),
                       source=T.Source(sandbox="base", snapshot="snap_1"))),
     "UndoInfo": (UNDO, UNDO_OBJ),
+    "GitUndo": (GIT, GIT_OBJ),
     "ExecResult": (
         {"pid": 42, "stdout": "ok\n", "stderr": "warn\n", "exit_code": 124, "duration_ms": 600001,
          "timed_out": True, "truncated": True, "undo": UNDO},
@@ -197,7 +202,7 @@ AS_IS = {("Snapshot", "metadata"), ("Event", "data"), ("Delivery", "metadata")}
 
 def defaults(cls: Any) -> Any:
     """What a garbage input gives."""
-    if cls in (T.Source, T.UndoInfo, T.Teardown, T.HostCapacity):
+    if cls in (T.Source, T.UndoInfo, T.Teardown, T.HostCapacity, T.GitUndo):
         return None
     if cls is T.Volume:
         return T.Volume("", "")
