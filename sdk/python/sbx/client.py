@@ -5,13 +5,12 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import http.client
-import io
 import json
 import os
 from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
-from ._transport import NDJSON, J, L, R, Call, Progress, Reply, Sleep, Transport, iter_lines, labels_query, op, seg
+from ._transport import NDJSON, J, L, R, Progress, Reply, Transport, iter_lines, labels_query, op, seg
 from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, SbxError, error_for
 from .pty import Pty
 from .types import (Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,

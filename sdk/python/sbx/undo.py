@@ -18,10 +18,10 @@ import string
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .client import Classification, Command, RuntimeOps, SandboxOps
+from .client import Command, RuntimeOps, SandboxOps
 from .errors import InvalidArgument, SandboxNotFound, SbxError, SnapshotNotFound
 from ._transport import Sleep
-from .types import ExecResult, NetworkRules, Snapshot
+from .types import ExecResult, NetworkRules
 
 __all__ = ["TryResult", "GuardResult", "try_in_copy", "checkpoint_for", "guarded", "remember", "go_back_to",
            "chain", "NONE", "GIT", "CHECKPOINT", "FORK", "KINDS"]

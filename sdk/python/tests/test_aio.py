@@ -68,7 +68,10 @@ class RawServer:
                 while len(body) < n:
                     body += self.request.recv(65536)
                 outer.requests.append(head + b"\r\n\r\n" + body)
-                self.request.sendall(answer(head + b"\r\n\r\n" + body))
+                try:
+                    self.request.sendall(answer(head + b"\r\n\r\n" + body))
+                except OSError:
+                    pass   # the client went first (the timeout case)
 
         self.srv = socketserver.ThreadingUnixStreamServer(self.path, Handler)
         self.srv.daemon_threads = True
