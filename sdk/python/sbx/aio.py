@@ -64,7 +64,7 @@ class AsyncResponse:
         cl = headers.get("content-length")
         self._left: Optional[int] = int(cl) if cl is not None and cl.isdigit() and not self._chunked else None
         self._chunk_left = 0
-        self._eof = False
+        self._eof = status in (204, 304)   # no body, whatever the headers say (RFC 9112 6.3)
         self._buf = b""
 
     async def _io(self, aw: Awaitable[Any]) -> Any:

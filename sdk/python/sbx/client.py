@@ -1,4 +1,8 @@
-"""The sbx client: :class:`Client` and the :class:`Sandbox` handle."""
+"""The sbx client: :class:`Runtime` (alias ``Client``) and the :class:`Sandbox` handle.
+
+The operations live in :class:`RuntimeOps` and :class:`SandboxOps`, written once as generators of
+requests (``@op``); ``sbx.aio`` drives the same ones with asyncio.
+"""
 
 from __future__ import annotations
 

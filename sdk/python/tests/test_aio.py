@@ -228,6 +228,24 @@ class BothTransports(unittest.TestCase):
         with self.assertRaises(sbx.ConnectionFailed):
             asyncio.run(AsyncRuntime(socket=srv.path, timeout=0.3).health())
 
+    def test_no_content_ends_without_close(self) -> None:
+        # A 204 has no body: the client must not wait for the connection to close.
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+
+        def answer(req: bytes) -> bytes:
+            return head("204 No Content", {})
+        srv = RawServer(answer)
+        self.addCleanup(srv.close)
+        orig = srv.srv.RequestHandlerClass.handle
+
+        def handle_and_hold(h: Any) -> None:
+            orig(h)
+            gate.wait(30)               # keep the connection open after the answer
+        srv.srv.RequestHandlerClass.handle = handle_and_hold  # type: ignore[method-assign]
+        asyncio.run(AsyncRuntime(socket=srv.path, timeout=5).delete("x"))
+        sbx.Runtime(socket=srv.path, timeout=5).delete("x")
+
     def test_no_sbxd(self) -> None:
         with self.assertRaises(sbx.ConnectionFailed):
             asyncio.run(AsyncRuntime(socket="/nonexistent/sbx.sock").health())
