@@ -132,12 +132,17 @@ class AsyncResponse:
 
     async def readline(self) -> bytes:
         """The next line of the body with its ``\\n`` (the last may lack it); ``b""`` at the end."""
-        while b"\n" not in self._buf:
-            b = await self._chunk()
-            if not b:
-                line, self._buf = self._buf, b""
-                return line
-            self._buf += b
+        if b"\n" not in self._buf:
+            parts = [self._buf]        # joined once: a long line costs its length, not its square
+            while True:
+                b = await self._chunk()
+                if not b:
+                    self._buf = b""
+                    return b"".join(parts)
+                parts.append(b)
+                if b"\n" in b:
+                    break
+            self._buf = b"".join(parts)
         i = self._buf.index(b"\n") + 1
         line, self._buf = self._buf[:i], self._buf[i:]
         return line
