@@ -214,6 +214,9 @@ class AsyncTransport:
             head.append(f"{k}: {v}")
         if data is not None or call.method in ("POST", "PUT", "PATCH"):
             head.append(f"Content-Length: {len(data or b'')}")
+        for line in head:
+            if "\r" in line or "\n" in line:   # as http.client: no header smuggled in a value
+                raise ValueError(f"{what}: CR or LF in request line or header {line.split(':', 1)[0]!r}")
         try:
             reader, writer = await self._connect()
         except asyncio.TimeoutError as e:

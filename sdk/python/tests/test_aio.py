@@ -246,6 +246,15 @@ class BothTransports(unittest.TestCase):
         asyncio.run(AsyncRuntime(socket=srv.path, timeout=5).delete("x"))
         sbx.Runtime(socket=srv.path, timeout=5).delete("x")
 
+    def test_crlf_in_a_header_is_refused_before_sending(self) -> None:
+        srv = self.serve(lambda req: head("200 OK", {"Content-Length": "2"}) + b"{}")
+        for c in (sbx.Runtime(socket=srv.path), AsyncRuntime(socket=srv.path)):
+            with self.assertRaises(ValueError):
+                r = c.post_event("k", b"x", content_type="text/plain\r\nX-Evil: 1")
+                if not isinstance(r, sbx.EventResult):
+                    asyncio.run(r)
+        self.assertEqual(srv.requests, [])
+
     def test_no_sbxd(self) -> None:
         with self.assertRaises(sbx.ConnectionFailed):
             asyncio.run(AsyncRuntime(socket="/nonexistent/sbx.sock").health())
