@@ -70,6 +70,8 @@ if [ "${1:-}" = "--test-deps" ]; then
   if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
   fi
+  # PyYAML for the Python SDK's schema-drift test; setuptools, wheel and pip to build its wheel offline.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-yaml python3-setuptools python3-wheel python3-pip >/dev/null
   step "Chromium (headless) for the web console's browser test"
   if ! command -v chromium >/dev/null; then
     apt-get update -qq

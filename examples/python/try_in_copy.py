@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Install-then-verify in a copy: try_in_copy keeps a change only if a check passes.
+"""Install-then-verify in a copy: keep a change only if a check passes.
 
-Runs against a local sbxd: $SBX_URL (+ $SBX_API_KEY) or $SBX_SOCKET.
-The copy runs offline ({"internet": false}); here the "install" is a
-small tool written into /usr/local/bin, so nothing leaves the machine.
+First by hand (fork, run, check, keep or drop the copy), then with the
+helper try_in_copy, which does the same and puts a kept copy in the
+original's place under its name. Runs against a local sbxd: $SBX_URL
+(+ $SBX_API_KEY) or $SBX_SOCKET. Everything runs offline; the "install"
+is a small tool written into /usr/local/bin.
 
     PYTHONPATH=sdk/python python3 examples/python/try_in_copy.py
 """
 
-import secrets
 import sys
 
-import sbx
+from sbx import Sandbox, try_in_copy
 
 INSTALL_BROKEN = "printf '#!/bin/sh\\necho helo\\n' > /usr/local/bin/greet && chmod +x /usr/local/bin/greet"
 INSTALL_GOOD = "printf '#!/bin/sh\\necho hello\\n' > /usr/local/bin/greet && chmod +x /usr/local/bin/greet"
@@ -19,27 +20,29 @@ VERIFY = "greet | grep -qx hello"
 
 
 def main() -> int:
-    client = sbx.Client()
-    name = "ex-try-" + secrets.token_hex(3)
-    sb = client.create(name, cpus=1, memory_mb=512, network={"internet": False},
-                       labels={"example": "try_in_copy"})
-    try:
-        # 1. A broken install: verify fails, the copy is thrown away.
-        res = sbx.try_in_copy(sb, INSTALL_BROKEN, VERIFY)
-        print(f"broken install: kept={res.kept} verify exit={res.verify.exit_code if res.verify else None}")
-        assert not res.kept and res.sandbox.id == sb.id
+    with Sandbox.create(cpus=1, memory_mb=512, labels={"example": "try_in_copy"}) as sb:
+        sb.network.off()
+
+        # By hand: a live copy of the sandbox, offline, tries the broken install.
+        with sb.fork(network={"internet": False}) as copy:
+            ran = copy.exec(f"{INSTALL_BROKEN} && {VERIFY}")
+            print(f"in a copy: exit_code={ran.exit_code}")
+            assert ran.exit_code != 0                 # failed: the copy goes at the end of the block
         assert sb.exec("command -v greet").exit_code != 0, "the original must be untouched"
 
-        # 2. A good install: verify passes, the copy takes the original's place.
-        old_id = sb.id
-        res = sbx.try_in_copy(sb, INSTALL_GOOD, VERIFY)
-        print(f"good install: kept={res.kept} sandbox={res.sandbox.name} ({res.sandbox.id}, was {old_id})")
-        assert res.kept and res.sandbox.name == name and res.sandbox is sb and sb.id != old_id
-        sb = res.sandbox      # the same handle, now on the promoted copy
+        # With the helper: a broken install is thrown away ...
+        res = try_in_copy(sb, INSTALL_BROKEN, verify=VERIFY)
+        print(f"broken install: kept={res.kept} verify exit={res.verify.exit_code if res.verify else None}")
+        assert not res.kept and res.sandbox is sb
+
+        # ... a good one takes the original's place, under its name.
+        name, old_id = sb.name, sb.id
+        res = try_in_copy(sb, INSTALL_GOOD, verify=VERIFY)
+        print(f"good install: kept={res.kept} sandbox={sb.name} ({sb.id}, was {old_id})")
+        assert res.kept and sb.name == name and sb.id != old_id
         print("greet says:", sb.exec("greet").stdout.strip())
-        return 0
-    finally:
-        sb.delete()
+        print("try-in-copy: OK")
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import socket
+import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -17,6 +19,159 @@ JSON = "application/json"
 Query = Optional[Sequence[Tuple[str, str]]]
 #: A progress callback of a long operation: gets each ``info`` line's text.
 Progress = Callable[[str], None]
+
+
+# --- operations as data ---------------------------------------------------
+#
+# Every method of the SDK that talks to sbxd is written once, as a
+# generator that yields the requests it needs (a :class:`Call`, or a
+# :class:`Sleep` between retries) and gets their answers back: the sync
+# client (:class:`Transport`) and the async one (``sbx.aio``) each drive
+# the same generator with their own I/O. A failed request is thrown into
+# the generator as its typed error.
+
+
+class Call:
+    """One request an operation needs.
+
+    ``kind`` says what the operation wants back: ``"json"`` the decoded JSON
+    answer (``None`` for an empty body), ``"long"`` the ``data`` of the
+    ``complete`` line of an NDJSON stream (``info`` lines go to
+    ``progress``; an ``error`` line raises its typed error), ``"raw"`` a
+    :class:`Reply` with the status, headers and whole body. ``body`` (not
+    ``None``) is sent as JSON, else ``raw_body`` with ``content_type``.
+    """
+
+    __slots__ = ("kind", "method", "path", "query", "body", "raw_body", "content_type", "accept", "progress")
+
+    def __init__(self, kind: str, method: str, path: str, query: "Query" = None, body: Any = None,
+                 raw_body: Optional[bytes] = None, content_type: str = "", accept: str = "",
+                 progress: "Optional[Progress]" = None) -> None:
+        self.kind = kind
+        self.method = method
+        self.path = path
+        self.query = query
+        self.body = body
+        self.raw_body = raw_body
+        self.content_type = content_type
+        self.accept = accept or (NDJSON if kind == "long" else JSON if kind == "json" else "")
+        self.progress = progress
+
+    def __repr__(self) -> str:
+        return f"Call({self.kind} {self.method} {self.path})"
+
+
+class Sleep:
+    """A pause of ``seconds`` an operation asks for (between retries of a delete)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+class Reply:
+    """A whole answer of a ``"raw"`` :class:`Call`: ``status``, ``headers`` (lower-case names), ``body`` bytes."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: Dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self, what: str) -> Any:
+        """The body decoded as JSON (``None`` when empty); ProtocolError names ``what`` when it is not JSON."""
+        if not self.body.strip():
+            return None
+        try:
+            return json.loads(self.body)
+        except ValueError as e:
+            raise ProtocolError("protocol", self.status, f"{what}: bad JSON answer: {e}") from e
+
+
+def J(method: str, path: str, query: "Query" = None, body: Any = None) -> Call:
+    """A JSON call: ``body`` (not ``None``) sent as JSON; the answer decoded."""
+    return Call("json", method, path, query, body)
+
+
+def L(method: str, path: str, query: "Query" = None, body: Any = None, progress: "Optional[Progress]" = None,
+      raw_body: Optional[bytes] = None, content_type: str = "") -> Call:
+    """A long operation (NDJSON): the ``complete`` line's data is the answer."""
+    return Call("long", method, path, query, body, raw_body, content_type, progress=progress)
+
+
+def R(method: str, path: str, query: "Query" = None, raw_body: Optional[bytes] = None, content_type: str = "",
+      accept: str = "") -> Call:
+    """A raw call: the answer is a :class:`Reply` (the whole body read)."""
+    return Call("raw", method, path, query, None, raw_body, content_type, accept)
+
+
+class LongReader:
+    """Folds the lines of a long operation's NDJSON stream into its answer (sync and async alike)."""
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self.done = False
+        self.value: Any = None
+
+    def feed(self, line: Dict[str, Any]) -> bool:
+        """Take one line; True once the ``complete`` line came. An ``error`` line raises its typed error."""
+        t = line.get("type")
+        if t == "info":
+            if self.call.progress is not None:
+                d = line.get("data")
+                self.call.progress(d if isinstance(d, str) else json.dumps(d))
+        elif t == "complete":
+            self.done, self.value = True, line.get("data")
+        elif t == "error":
+            raise error_for(line.get("code"), 0, str(line.get("error") or ""))
+        return self.done
+
+    def end(self) -> Any:
+        """The answer at the end of the stream; ProtocolError when no ``complete`` line came."""
+        if not self.done:
+            raise ProtocolError("protocol", 0, f"{self.call.method} {self.call.path}: stream ended without a "
+                                               "complete or error line")
+        return self.value
+
+
+def parse_line(raw: bytes) -> Optional[Dict[str, Any]]:
+    """One NDJSON line decoded: an object, or ``None`` for a blank line or a non-object value.
+
+    Raises ProtocolError for a line that is not JSON."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    try:
+        obj = json.loads(raw)
+    except ValueError as e:
+        raise ProtocolError("protocol", 0, f"bad NDJSON line {raw[:200]!r}: {e}") from e
+    return obj if isinstance(obj, dict) else None
+
+
+def encode_body(call: Call) -> Tuple[Optional[bytes], Dict[str, str]]:
+    """The bytes and content headers of a call's body (``None``: no body)."""
+    headers: Dict[str, str] = {}
+    data: Optional[bytes] = None
+    if call.body is not None:
+        data = json.dumps(call.body, separators=(",", ":")).encode()
+        headers["Content-Type"] = JSON
+    elif call.raw_body is not None:
+        data = call.raw_body
+        if call.content_type:
+            headers["Content-Type"] = call.content_type
+    if call.accept:
+        headers["Accept"] = call.accept
+    return data, headers
+
+
+def check_length(call: Call, headers: Dict[str, str], body: bytes) -> None:
+    """Raise ConnectionFailed when a body is shorter or longer than its ``Content-Length``."""
+    want = headers.get("content-length")
+    if want is not None and want.isdigit() and int(want) != len(body):
+        raise ConnectionFailed("connection_failed", 0,
+                               f"{call.method} {call.path}: {len(body)} of {want} bytes (answer cut)")
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -76,27 +231,27 @@ class Transport:
     def where(self) -> str:
         return self.url or f"unix:{self.socket_path}"
 
-    def request(self, method: str, path: str, query: Query = None, body: Any = None,
-                content_type: str = "", accept: str = "", raw_body: Optional[bytes] = None,
-                ) -> http.client.HTTPResponse:
-        """Send a request; a status >= 300 raises the typed error. Returns the open response.
-
-        ``body`` (not ``None``) is sent as JSON; ``raw_body`` as is with ``content_type``.
-        """
+    def target(self, path: str, query: Query = None) -> str:
+        """The request target of ``path`` and ``query`` (with the URL's path prefix)."""
         target = self._prefix + path
         if query:
             target += "?" + urlencode(list(query))
-        headers: Dict[str, str] = {}
-        data: Optional[bytes] = None
-        if body is not None:
-            data = json.dumps(body, separators=(",", ":")).encode()
-            headers["Content-Type"] = JSON
-        elif raw_body is not None:
-            data = raw_body
-            if content_type:
-                headers["Content-Type"] = content_type
-        if accept:
-            headers["Accept"] = accept
+        return target
+
+    def request(self, method: str, path: str, query: Query = None, body: Any = None,
+                content_type: str = "", accept: str = "", raw_body: Optional[bytes] = None,
+                headers: Optional[Dict[str, str]] = None, data: Optional[bytes] = None,
+                ) -> http.client.HTTPResponse:
+        """Send a request; a status >= 300 raises the typed error. Returns the open response.
+
+        ``body`` (not ``None``) is sent as JSON; ``raw_body`` as is with
+        ``content_type``; or ``data`` with ``headers`` already encoded
+        (:func:`encode_body`).
+        """
+        target = self.target(path, query)
+        if headers is None:
+            data, headers = encode_body(Call("raw", method, path, query, body, raw_body, content_type, accept))
+        headers = dict(headers)
         if self.api_key:
             headers["Authorization"] = "Bearer " + self.api_key
         conn = self._conn()
@@ -136,45 +291,52 @@ class Transport:
         sock.settimeout(None)  # a terminal may be silent for as long as it likes
         return ws
 
-    def json(self, method: str, path: str, query: Query = None, body: Any = None) -> Any:
-        """Send ``body`` as JSON; return the decoded JSON answer (``None`` for an empty one)."""
-        resp = self.request(method, path, query, body, accept=JSON)
+    def perform(self, call: Call) -> Any:
+        """Send one :class:`Call` and return what its ``kind`` asks for (see :class:`Call`)."""
+        data, headers = encode_body(call)
+        resp = self.request(call.method, call.path, call.query, headers=headers, data=data)
         try:
-            data = resp.read()
-        except (OSError, http.client.HTTPException) as e:
-            raise ConnectionFailed("connection_failed", 0, f"reading {method} {path}: {e}") from e
+            if call.kind == "long":
+                reader = LongReader(call)
+                for line in iter_lines(resp):
+                    if reader.feed(line):
+                        break
+                return reader.end()
+            try:
+                payload = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                raise ConnectionFailed("connection_failed", 0, f"reading {call.method} {call.path}: {e}") from e
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            check_length(call, hdrs, payload)
+            reply = Reply(resp.status, hdrs, payload)
+            return reply if call.kind == "raw" else reply.json(f"{call.method} {call.path}")
         finally:
             resp.close()
-        if not data.strip():
-            return None
-        try:
-            return json.loads(data)
-        except ValueError as e:
-            raise ProtocolError("protocol", resp.status, f"{method} {path}: bad JSON answer: {e}") from e
 
-    def long(self, method: str, path: str, query: Query = None, body: Any = None,
-             progress: Optional[Progress] = None, raw_body: Optional[bytes] = None,
-             content_type: str = "") -> Any:
-        """Run a long operation (NDJSON): info lines go to ``progress``; returns ``complete``'s data.
+    def run(self, op: Any) -> Any:
+        """Drive an operation (a generator of :class:`Call` and :class:`Sleep`) to its return value."""
+        return drive_sync(self, op)
 
-        An ``error`` line raises its typed error (status 0).
-        """
-        resp = self.request(method, path, query, body, accept=NDJSON, raw_body=raw_body,
-                            content_type=content_type)
-        try:
-            for line in iter_lines(resp):
-                t = line.get("type")
-                if t == "info":
-                    if progress is not None:
-                        d = line.get("data")
-                        progress(d if isinstance(d, str) else json.dumps(d))
-                elif t == "complete":
-                    return line.get("data")
-                elif t == "error":
-                    raise error_for(line.get("code"), 0, str(line.get("error") or ""))
-            raise ProtocolError("protocol", 0, f"{method} {path}: stream ended without a complete or error line")
-        finally:
-            resp.close()
+
+def drive_sync(t: "Transport", op: Any) -> Any:
+    """Run the generator ``op`` with blocking I/O on ``t``; errors of a request are thrown into it."""
+    try:
+        eff = next(op)
+        while True:
+            try:
+                if isinstance(eff, Sleep):
+                    time.sleep(eff.seconds)
+                    res: Any = None
+                else:
+                    res = t.perform(eff)
+            except Exception as e:  # noqa: BLE001 - handed to the operation, which may catch it
+                eff = op.throw(e)
+            else:
+                eff = op.send(res)
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        op.close()
 
 
 def iter_lines(resp: http.client.HTTPResponse) -> Iterator[Dict[str, Any]]:
@@ -186,14 +348,8 @@ def iter_lines(resp: http.client.HTTPResponse) -> Iterator[Dict[str, Any]]:
             raise ConnectionFailed("connection_failed", 0, f"stream cut: {e}") from e
         if not raw:
             return
-        raw = raw.strip()
-        if not raw:
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            raise ProtocolError("protocol", 0, f"bad NDJSON line {raw[:200]!r}: {e}") from e
-        if isinstance(obj, dict):
+        obj = parse_line(raw)
+        if obj is not None:
             yield obj
 
 
@@ -216,3 +372,32 @@ def labels_query(labels: Optional[Dict[str, str]]) -> List[Tuple[str, str]]:
 
 
 BodyLike = Union[bytes, bytearray, str]
+
+
+class op:
+    """Marks a method written as an operation (a generator of :class:`Call`).
+
+    Called on an object, it runs through the object's ``_drive``: the sync
+    classes answer the value, the async ones a coroutine of it. ``.gen`` of
+    the bound method is the bare generator, for operations built of others
+    (``yield from self.update.gen(name=n)``).
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return self
+        fn = self.fn
+
+        @functools.wraps(fn)
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            return obj._drive(fn(obj, *args, **kwargs))
+
+        bound.gen = functools.partial(fn, obj)  # type: ignore[attr-defined]
+        return bound

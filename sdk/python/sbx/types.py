@@ -12,7 +12,7 @@ import re
 import types
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from datetime import datetime, timedelta, timezone
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union,
+from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple, Type, TypeVar, Union,
                     get_args, get_origin, get_type_hints)
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "Source",
     "SandboxInfo",
     "UndoInfo",
+    "GitUndo",
     "ExecResult",
     "ExecEvent",
     "FileInfo",
@@ -42,6 +43,8 @@ __all__ = [
     "EventResult",
     "Image",
     "Health",
+    "HostCapacity",
+    "wire_schema",
     "Teardown",
     "Delivery",
 ]
@@ -193,6 +196,26 @@ class _Model:
         return _build(cls, _d(obj))
 
 
+def _wire(schema: str, required: Tuple[str, ...] = ()) -> Callable[[Type[_M]], Type[_M]]:
+    """Declare the class's component schema of api/openapi.yaml and the fields it requires.
+
+    Parsing stays tolerant (a required field that is absent takes its
+    default); the declaration is what tests/test_types_schema.py checks
+    against the schema, so that a field added on one side only fails.
+    """
+    def mark(cls: Type[_M]) -> Type[_M]:
+        setattr(cls, "__wire_schema__", schema)
+        setattr(cls, "__wire_required__", frozenset(required))
+        return cls
+    return mark
+
+
+def wire_schema(cls: type) -> Tuple[str, FrozenSet[str]]:
+    """(component schema name, required JSON members) of a wire type; ``("", {})`` for others."""
+    return getattr(cls, "__wire_schema__", ""), getattr(cls, "__wire_required__", frozenset())
+
+
+@_wire("NetworkRules")
 @dataclass
 class NetworkRules(_Model):
     """A sandbox's egress rules: ``{internet, allow, deny, connect}``.
@@ -212,6 +235,22 @@ class NetworkRules(_Model):
         return {"internet": self.internet, "allow": list(self.allow), "deny": list(self.deny),
                 "connect": list(self.connect)}
 
+    _KEYS = ("internet", "allow", "deny", "connect")
+
+    def keys(self) -> Tuple[str, ...]:
+        """The four field names, so that ``dict(rules)`` and ``rules["allow"]`` work as on a dict."""
+        return self._KEYS
+
+    def __getitem__(self, key: str) -> Any:
+        """``rules["allow"]``: a field by its name. Raises KeyError for any other key."""
+        if key not in self._KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field by its name, or ``default`` for any other key."""
+        return getattr(self, key) if key in self._KEYS else default
+
 
 def rules_to_dict(rules: Any) -> Dict[str, Any]:
     """Accept a :class:`NetworkRules` or a plain dict and return the dict to send."""
@@ -222,6 +261,7 @@ def rules_to_dict(rules: Any) -> Dict[str, Any]:
     raise TypeError("network rules: want NetworkRules or a dict, got %r" % (type(rules).__name__,))
 
 
+@_wire("Volume", ("name", "path"))
 @dataclass
 class Volume(_Model):
     """A named host directory mounted read-write at ``path``."""
@@ -234,6 +274,7 @@ class Volume(_Model):
         return {"name": self.name, "path": self.path}
 
 
+@_wire("Source")
 @dataclass
 class Source(_Model):
     """What a sandbox was forked or started from."""
@@ -247,6 +288,8 @@ class Source(_Model):
         return _build(cls, obj) if isinstance(obj, dict) else None
 
 
+@_wire("Sandbox", ("id", "name", "state", "image", "cpus", "memory_mb", "disk_mb", "env", "labels", "network", "volumes",
+        "timeout_ms", "keep_alive_while_running", "create_time", "source"))
 @dataclass
 class SandboxInfo(_Model):
     """The sandbox object of ``GET /v1/sandboxes/{name}``."""
@@ -272,20 +315,48 @@ class SandboxInfo(_Model):
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+@_wire("GitUndo", ("repo", "head", "ref", "index_tree", "work_tree"))
+@dataclass
+class GitUndo(_Model):
+    """The repository snapshot of undo ``git`` (docs/undo.md), what its rollback puts back.
+
+    ``repo`` is the work tree's top directory inside the sandbox; ``head``
+    HEAD's commit (``none`` in a repository without commits); ``ref`` the
+    branch HEAD was on (``refs/heads/main``) or ``detached``;
+    ``index_tree`` the tree of the index, ``work_tree`` the tree of the
+    working tree with its untracked files.
+    """
+
+    repo: str = ""
+    head: str = ""
+    ref: str = ""
+    index_tree: str = ""
+    work_tree: str = ""
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Optional["GitUndo"]:  # type: ignore[override]
+        """Build from a JSON object; ``None`` when absent."""
+        return _build(cls, obj) if isinstance(obj, dict) else None
+
+
+@_wire("UndoResult", ("kind", "rolled_back"))
 @dataclass
 class UndoInfo(_Model):
     """The ``undo`` object of a guarded exec's answer (docs/undo.md).
 
-    ``kind`` is what was taken (``none``, ``checkpoint``, ``snapshot``),
-    ``undo_class`` the classification of ``undo: auto`` (JSON ``class``),
-    ``checkpoint``/``snapshot`` the ids taken, ``rolled_back`` whether it
-    was put back, ``rollback_error`` why a rollback failed.
+    ``kind`` is what was taken (``none``, ``git``, ``checkpoint``,
+    ``snapshot``), ``undo_class`` the classification of ``undo: auto``
+    (JSON ``class``: ``none``, ``git``, ``checkpoint``, ``fork``),
+    ``checkpoint``/``snapshot`` the ids taken, ``git`` the repository
+    snapshot, ``rolled_back`` whether it was put back, ``rollback_error``
+    why a rollback failed.
     """
 
     kind: str = ""
     undo_class: str = field(default="", metadata=_json("class"))
     checkpoint: str = ""
     snapshot: str = ""
+    git: Optional[GitUndo] = None
     rolled_back: bool = False
     rollback_error: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -296,6 +367,7 @@ class UndoInfo(_Model):
         return _build(cls, obj) if isinstance(obj, dict) else None
 
 
+@_wire("ExecResult", ("pid", "stdout", "stderr", "exit_code", "duration_ms"))
 @dataclass
 class ExecResult(_Model):
     """A finished command: output, exit code, duration, and the undo taken (if any).
@@ -336,6 +408,7 @@ class ExecResult(_Model):
         return r
 
 
+@_wire("ExecEvent", ("type",))
 @dataclass
 class ExecEvent(_Model):
     """One line of a streamed exec: ``start`` (pid), ``stdout``/``stderr`` (data), ``exit``.
@@ -357,6 +430,7 @@ class ExecEvent(_Model):
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+@_wire("FileInfo", ("name", "path", "type", "size", "mode", "mod_time"))
 @dataclass
 class FileInfo(_Model):
     """One entry of a directory listing."""
@@ -370,6 +444,8 @@ class FileInfo(_Model):
     link_target: str = ""
 
 
+@_wire("Checkpoint", ("id", "create_time", "store_time", "comment", "source_id", "health", "size_bytes", "files",
+        "added_bytes"))
 @dataclass
 class Checkpoint(_Model):
     """A disk checkpoint: ``v0`` (the fresh disk), ``v1``, ..."""
@@ -388,6 +464,7 @@ class Checkpoint(_Model):
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+@_wire("Change", ("path", "type", "size", "old_size"))
 @dataclass
 class Change(_Model):
     """A path that differs between two disks."""
@@ -400,6 +477,7 @@ class Change(_Model):
     old_size: int = 0
 
 
+@_wire("Diff", ("from", "to", "added", "modified", "deleted"))
 @dataclass
 class Diff(_Model):
     """Paths added, modified and deleted from checkpoint ``from_`` to ``to``."""
@@ -412,6 +490,8 @@ class Diff(_Model):
     truncated: bool = False
 
 
+@_wire("Snapshot", ("id", "name", "sandbox", "create_time", "expire_time", "memory_bytes", "disk_bytes", "stored_bytes",
+        "metadata", "billable", "health"))
 @dataclass
 class Snapshot(_Model):
     """A memory snapshot: disk, memory and processes of a sandbox at one instant."""
@@ -431,6 +511,7 @@ class Snapshot(_Model):
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+@_wire("Process", ("pid", "cmd", "start_time", "state", "output_bytes"))
 @dataclass
 class Process(_Model):
     """A process started by exec."""
@@ -443,6 +524,7 @@ class Process(_Model):
     output_bytes: int = 0
 
 
+@_wire("Port", ("port", "address"))
 @dataclass
 class Port(_Model):
     """A TCP port a program listens on inside a sandbox."""
@@ -458,6 +540,7 @@ class Port(_Model):
     preview_token: str = ""
 
 
+@_wire("NetworkCounts", ("dns_answered", "dns_refused", "connections_allowed", "connections_refused", "packets_refused"))
 @dataclass
 class NetworkCounts(_Model):
     """Counts of the host's network decisions for a sandbox."""
@@ -469,6 +552,7 @@ class NetworkCounts(_Model):
     packets_refused: int = 0
 
 
+@_wire("NetworkRefusal", ("time", "kind", "destination", "reason", "count"))
 @dataclass
 class NetworkRefusal(_Model):
     """One refused destination of a network log."""
@@ -482,6 +566,7 @@ class NetworkRefusal(_Model):
     count: int = 0
 
 
+@_wire("NetworkLog", ("counts", "refused"))
 @dataclass
 class NetworkLog(_Model):
     """What the host refused for a sandbox, and counts of its decisions."""
@@ -491,6 +576,7 @@ class NetworkLog(_Model):
     secrets: List[SecretUse] = field(default_factory=list)
 
 
+@_wire("SecretUse", ("time", "secret", "host", "method", "path", "allowed"))
 @dataclass
 class SecretUse(_Model):
     """One request that carried a secret's placeholder through the egress proxy."""
@@ -504,6 +590,7 @@ class SecretUse(_Model):
     reason: str = ""
 
 
+@_wire("SecretRule", ("host", "methods"))
 @dataclass
 class SecretRule(_Model):
     """Where a secret may be sent: a host, methods, and a path prefix (``/`` by default)."""
@@ -520,6 +607,7 @@ class SecretRule(_Model):
         return out
 
 
+@_wire("Secret", ("name", "value", "rules"))
 @dataclass
 class Secret(_Model):
     """A secret as given: the sandbox sees only a placeholder in ``$name``."""
@@ -544,6 +632,7 @@ def secret_to_dict(s: Any) -> Dict[str, Any]:
     raise TypeError("secret: want Secret or a dict, got %r" % (type(s).__name__,))
 
 
+@_wire("SecretInfo", ("name", "placeholder", "rules", "value_bytes", "update_time"))
 @dataclass
 class SecretInfo(_Model):
     """A secret as answered: its placeholder and rules, never its value."""
@@ -555,6 +644,7 @@ class SecretInfo(_Model):
     update_time: Optional[datetime] = None
 
 
+@_wire("Event", ("id", "key", "create_time", "deliver_time"))
 @dataclass
 class Event(_Model):
     """An event delivered to a sandbox (``GET /v1/sandboxes/{name}/events``).
@@ -575,6 +665,7 @@ class Event(_Model):
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+@_wire("EventResult", ("id", "woken", "pending"))
 @dataclass
 class EventResult(_Model):
     """The answer of ``POST /v1/events/{key}``."""
@@ -585,6 +676,7 @@ class EventResult(_Model):
     expire_time: Optional[datetime] = None
 
 
+@_wire("Image", ("name", "digest", "source", "size_bytes", "create_time", "env"))
 @dataclass
 class Image(_Model):
     """An image: a read-only root filesystem shared by the sandboxes made from it."""
@@ -597,17 +689,65 @@ class Image(_Model):
     env: List[str] = field(default_factory=list)
 
 
+@_wire("Capacity", ("host_cpus", "host_memory_mb", "max_sandbox_cpus", "max_sandbox_memory_mb", "cpu_overcommit",
+        "memory_overcommit", "max_sandboxes", "max_snapshots"))
+@dataclass
+class HostCapacity(_Model):
+    """What the host admits (``capacity`` of ``GET /v1/health``, docs/security.md).
+
+    ``host_cpus`` and ``host_memory_mb`` (MiB) are the host's;
+    ``max_sandbox_cpus``/``max_sandbox_memory_mb`` bound one sandbox;
+    ``cpu_overcommit``/``memory_overcommit`` are the factors by which the
+    sandboxes together may pass the host; ``max_sandboxes`` and
+    ``max_snapshots`` bound their numbers.
+    """
+
+    host_cpus: int = 0
+    host_memory_mb: int = 0
+    max_sandbox_cpus: float = 0.0
+    max_sandbox_memory_mb: int = 0
+    cpu_overcommit: float = 0.0
+    memory_overcommit: float = 0.0
+    max_sandboxes: int = 0
+    max_snapshots: int = 0
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Optional["HostCapacity"]:  # type: ignore[override]
+        """Build from a JSON object; ``None`` when absent."""
+        return _build(cls, obj) if isinstance(obj, dict) else None
+
+
+@_wire("Health", ("status", "version", "runtime", "warm_sandboxes", "pid", "layers", "disk_quota", "default_disk_mb",
+        "checkpoints"))
 @dataclass
 class Health(_Model):
-    """The answer of ``GET /v1/health``."""
+    """The answer of ``GET /v1/health``.
+
+    ``runtime`` is the OCI runtime and its platform (``runsc/systrap``),
+    ``platform`` runsc's platform (``kvm`` or ``systrap``) and
+    ``platform_reason`` why; ``layers`` is ``btrfs`` or ``dir`` (with
+    ``layers_note`` saying why btrfs is not in use when it was wanted);
+    ``disk_quota`` whether sandboxes get one, ``default_disk_mb`` its size
+    in MiB; ``checkpoints`` how disk checkpoints are taken
+    (``btrfs-snapshot`` or ``capture``).
+    """
 
     status: str = ""
     version: str = ""
     runtime: str = ""
+    platform: str = ""
+    platform_reason: str = ""
     warm_sandboxes: int = 0
     pid: int = 0
+    layers: str = ""
+    disk_quota: bool = False
+    default_disk_mb: int = 0
+    layers_note: str = ""
+    checkpoints: str = ""
+    capacity: Optional[HostCapacity] = None
 
 
+@_wire("Key", ("id", "name", "labels", "admin", "daily_limit_usd", "create_time"))
 @dataclass
 class Key(_Model):
     """An API key's record (``GET /v1/keys``); never its secret.
@@ -628,6 +768,7 @@ class Key(_Model):
     revoke_time: Optional[datetime] = None
 
 
+@_wire("CreatedKey", ("id", "name", "labels", "admin", "daily_limit_usd", "create_time", "secret"))
 @dataclass
 class CreatedKey(_Model):
     """The answer of ``POST /v1/keys``: the record and, this once, ``secret`` (``sbxk_…``).
@@ -645,6 +786,7 @@ class CreatedKey(_Model):
     secret: str = field(default="", repr=False)
 
 
+@_wire("Teardown", ("deleted", "layer_bytes", "checkpoints", "checkpoint_bytes", "processes", "removed"))
 @dataclass
 class Teardown(_Model):
     """What deleting a delivered sandbox freed (a delivery with ``teardown=True``).
@@ -673,6 +815,8 @@ class Teardown(_Model):
         return _build(cls, obj) if isinstance(obj, dict) else None
 
 
+@_wire("Delivery", ("id", "name", "seq", "sandbox", "sandbox_id", "archive_digest", "archive_bytes", "files", "digest",
+        "previous", "envelope", "metadata", "create_time"))
 @dataclass
 class Delivery(_Model):
     """A delivery record: an archive (tar, zstd) of a sandbox's files and its signed statement.
@@ -705,6 +849,7 @@ class Delivery(_Model):
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+@_wire("UsagePrices", ("cpu_hour", "memory_gib_hour", "storage_gb_month"))
 @dataclass
 class UsagePrices(_Model):
     """sbxd's prices in US dollars: ``cpu_hour`` per vCPU-hour used (default 0.025),
@@ -716,6 +861,7 @@ class UsagePrices(_Model):
     storage_gb_month: float = 0.0
 
 
+@_wire("UsageEntry", ("cpu_seconds", "memory_gib_seconds", "stored_byte_seconds", "cost"))
 @dataclass
 class UsageEntry(_Model):
     """The usage of one group of ``GET /v1/usage``; only the group's own field is set.
@@ -738,6 +884,7 @@ class UsageEntry(_Model):
     cost: float = 0.0
 
 
+@_wire("Usage", ("since", "until", "group_by", "prices", "usage", "total"))
 @dataclass
 class Usage(_Model):
     """The answer of ``GET /v1/usage``: usage in ``[since, until)``, grouped and priced.

@@ -1,4 +1,9 @@
-"""Undo helpers (docs/undo.md): ``try_in_copy``, ``guarded``, ``remember``, ``go_back_to``, ``chain``.
+"""Undo helpers (docs/undo.md): ``try_in_copy``, ``checkpoint_for``, ``guarded``, ``remember``, ``go_back_to``, ``chain``.
+
+Each works on a :class:`sbx.Sandbox` (answers the value) and on an
+``sbx.aio.AsyncSandbox`` (answers a coroutine): they are written once, as
+operations the handle's client drives. Classification and the undo itself
+live in sbxd (``POST /v1/classify``, guarded exec); these are thin calls.
 
 **These patterns are a convenience, not a security boundary.** They pick
 an undo from the text of a command, and a command can do more than its
@@ -10,51 +15,23 @@ from __future__ import annotations
 
 import secrets
 import string
-import time
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Optional
 
-from .classify import CHECKPOINT, FORK, GIT, NONE, checkpoint_for
-from .client import Sandbox
+from .client import Command, RuntimeOps, SandboxOps
 from .errors import InvalidArgument, SandboxNotFound, SbxError, SnapshotNotFound
-from .types import ExecResult, NetworkRules, Snapshot
+from ._transport import Sleep
+from .types import ExecResult, NetworkRules
 
-__all__ = ["TryResult", "GuardResult", "try_in_copy", "guarded", "remember", "go_back_to", "chain",
-           "GIT_SNAPSHOT_SCRIPT", "GIT_ROLLBACK_SCRIPT"]
+__all__ = ["TryResult", "GuardResult", "try_in_copy", "checkpoint_for", "guarded", "remember", "go_back_to",
+           "chain", "NONE", "GIT", "CHECKPOINT", "FORK", "KINDS"]
+
+#: The undo classes of ``POST /v1/classify`` (docs/undo.md), lightest first.
+NONE, GIT, CHECKPOINT, FORK = "none", "git", "checkpoint", "fork"
+KINDS = (NONE, GIT, CHECKPOINT, FORK)
 
 _ALNUM = string.ascii_lowercase + string.digits
 _NAME_MAX = 63
-
-#: The repository snapshot script of ``guarded`` (exit 3: not a git working tree).
-GIT_SNAPSHOT_SCRIPT = """set -e
-git rev-parse --is-inside-work-tree >/dev/null 2>&1 || exit 3
-top=$(git rev-parse --show-toplevel)
-cd "$top"
-head=$(git rev-parse -q --verify HEAD || echo none)
-ref=$(git symbolic-ref -q HEAD || echo detached)
-itree=$(git write-tree)
-idx=$(mktemp)
-cp "$(git rev-parse --git-path index)" "$idx" 2>/dev/null || rm -f "$idx"
-wtree=$(GIT_INDEX_FILE="$idx" git add -A . && GIT_INDEX_FILE="$idx" git write-tree)
-rm -f "$idx"
-c=$(git commit-tree "$wtree" -m "sbx guard")
-git update-ref refs/sbx/guard "$c"
-echo "$top $head $ref $itree $wtree"
-"""
-
-#: The rollback script of ``guarded``: ``sh -c SCRIPT sh TOP HEAD REF ITREE WTREE``.
-GIT_ROLLBACK_SCRIPT = """set -e
-cd "$1"
-for op in rebase merge cherry-pick revert am; do git "$op" --abort >/dev/null 2>&1 || true; done
-if [ "$2" != none ]; then
-  if [ "$3" = detached ]; then git update-ref --no-deref HEAD "$2"
-  else git update-ref "$3" "$2" && git symbolic-ref HEAD "$3"; fi
-fi
-git read-tree "$5"
-git checkout-index -a -f
-git clean -fdq
-git read-tree "$4"
-"""
 
 
 def _rand6() -> str:
@@ -86,7 +63,7 @@ class TryResult:
     """
 
     kept: bool
-    sandbox: Sandbox
+    sandbox: Any
     step: ExecResult
     verify: Optional[ExecResult]
     leftover: str = ""
@@ -96,35 +73,35 @@ class TryResult:
 class GuardResult:
     """What :func:`guarded` did.
 
-    ``sandbox``: the agent's sandbox from now on. ``undo``: the undo taken
-    (``none``, ``git``, ``checkpoint``, ``fork``). ``result``: the exec
-    result. ``rolled_back``: whether the command's effects were undone.
+    ``sandbox``: the sandbox (the handle passed in). ``undo``: the class
+    sbxd gave the command (``none``, ``git``, ``checkpoint``, ``fork``).
+    ``result``: the exec result (its ``undo`` says what was taken). ``rolled_back``: whether the command's effects were undone.
     ``rollback_error``: why a rollback failed (``""`` if it did not).
     """
 
-    sandbox: Sandbox
+    sandbox: Any
     undo: str
     result: ExecResult
     rolled_back: bool
     rollback_error: str = ""
 
 
-def _delete_quietly(sb: Sandbox) -> bool:
-    """Delete ``sb``, trying three times; True when it is gone."""
+def _delete_quietly(sb: SandboxOps) -> Any:
+    """Delete ``sb``, trying three times; True when it is gone (an operation)."""
     for attempt in range(3):
         try:
-            sb.delete()
+            yield from sb.delete.gen()
             return True
         except SandboxNotFound:
             return True
         except SbxError:
             if attempt < 2:
-                time.sleep(0.2 * (attempt + 1))
+                yield Sleep(0.2 * (attempt + 1))
     return False
 
 
-def _promote(original: Sandbox, new: Sandbox, rules: Optional[NetworkRules]) -> str:
-    """Put ``new`` in ``original``'s place (docs/undo.md, tryInCopy step 5). Returns a leftover name.
+def _promote(original: SandboxOps, new: SandboxOps, rules: Optional[NetworkRules]) -> Any:
+    """Put ``new`` in ``original``'s place (docs/undo.md, tryInCopy step 5). Answers a leftover name.
 
     On a failure before the delete, the original gets its name back, the
     new sandbox is deleted, and the error is raised.
@@ -133,110 +110,117 @@ def _promote(original: Sandbox, new: Sandbox, rules: Optional[NetworkRules]) -> 
     renamed = False
     try:
         if rules is not None:
-            new.set_network(rules)
-        original.rename(_derived(name, "old"))
+            yield from new.set_network.gen(rules)
+        yield from original.rename.gen(_derived(name, "old"))
         renamed = True
-        new.rename(name)
+        yield from new.rename.gen(name)
     except BaseException:
         if renamed:
             try:
-                original.rename(name)
+                yield from original.rename.gen(name)
             except SbxError:
                 pass
-        _delete_quietly(new)
+        yield from _delete_quietly(new)
         raise
-    if _delete_quietly(original):
+    if (yield from _delete_quietly(original)):
         return ""
     return original.name
 
 
-def _run(sb: Sandbox, command: str, cwd: Optional[str]) -> ExecResult:
-    return sb.exec(["sh", "-c", command], cwd=cwd)
+def _run(sb: SandboxOps, command: str, cwd: Optional[str]) -> Any:
+    return (yield from sb.exec.gen(["sh", "-c", command], cwd=cwd))
 
 
-def try_in_copy(sandbox: Sandbox, step: str, verify: Optional[str] = None, offline: bool = True,
-                cwd: Optional[str] = None) -> TryResult:
+def try_in_copy(sandbox: Any, step: str, verify: Optional[str] = None, offline: bool = True,
+                cwd: Optional[str] = None) -> Any:
     """Run ``step`` in a live copy of ``sandbox`` and keep the copy only if a check passes.
 
     The copy is a fork named ``<name>-try-<6 random>`` with the original's
     labels, offline (``{"internet": false}``) unless ``offline=False``.
     ``step`` runs in it, then ``verify`` (when given; else the step's exit
     code decides). Failed: the copy is deleted and the original, untouched,
-    is returned. Passed: the copy gets the original's network rules and
+    is answered. Passed: the copy gets the original's network rules and
     name, the original is deleted, and the handle ``sandbox`` is updated
     in place to the copy (its id; ``result.sandbox`` is ``sandbox``), as
-    in the Go and TypeScript SDKs.
+    in the Go and TypeScript SDKs. Answers a :class:`TryResult` (a
+    coroutine of it for an ``AsyncSandbox``).
 
     Errors of the fork itself (SandboxHasVolume, Conflict for a stopped
     original) are raised before anything changed; a failed promotion is
     undone (the original keeps its name) and raised.
     """
-    rules = sandbox.get_network()
+    return sandbox._drive(_try_in_copy(sandbox, step, verify, offline, cwd))
+
+
+def _try_in_copy(sandbox: SandboxOps, step: str, verify: Optional[str], offline: bool,
+                 cwd: Optional[str]) -> Any:
+    rules = yield from sandbox.get_network.gen()
     labels = dict(sandbox.labels)
-    copy = sandbox.fork_one(_derived(sandbox.name, "try"), labels=labels,
-                            network={"internet": False} if offline else None)
+    copy = yield from sandbox.fork.gen(_derived(sandbox.name, "try"), labels=labels,
+                                       network={"internet": False} if offline else None)
     try:
-        step_res = _run(copy, step, cwd)
+        step_res = yield from _run(copy, step, cwd)
         verify_res: Optional[ExecResult] = None
         passed = step_res.exit_code == 0
         if passed and verify:
-            verify_res = _run(copy, verify, cwd)
+            verify_res = yield from _run(copy, verify, cwd)
             passed = verify_res.exit_code == 0
     except BaseException:
-        _delete_quietly(copy)
+        yield from _delete_quietly(copy)
         raise
     if not passed:
-        leftover = "" if _delete_quietly(copy) else copy.name
+        leftover = "" if (yield from _delete_quietly(copy)) else copy.name
         return TryResult(False, sandbox, step_res, verify_res, leftover)
-    leftover = _promote(sandbox, copy, rules)
+    leftover = yield from _promote(sandbox, copy, rules)
     sandbox.info = copy.info   # the caller's handle follows, as in the Go and TypeScript SDKs
     return TryResult(True, sandbox, step_res, verify_res, leftover)
 
 
-def guarded(sandbox: Sandbox, command: str, cwd: Optional[str] = None) -> GuardResult:
-    """Take the lightest undo that covers ``command`` (:func:`checkpoint_for`), run it, roll back on failure.
+def checkpoint_for(command: Command, client: Optional[RuntimeOps] = None) -> Any:
+    """The lightest undo that covers ``command``, as sbxd classifies it (``POST /v1/classify``).
 
-    ``none``: just runs it. ``git``: snapshots the repository around
-    ``cwd`` and puts it back when the command exits non-zero (falls back
-    to ``checkpoint`` when ``cwd`` is not in a git working tree).
-    ``checkpoint``: one server-side guarded exec (``undo: checkpoint``,
-    ``rollback_on_failure``); a rollback ends the sandbox's processes.
-    ``fork``: :func:`try_in_copy` with the original's network rules; the
-    copy takes the original's place only on success.
+    Answers a :class:`Classification`: a str, ``"none"``, ``"git"``,
+    ``"checkpoint"`` or ``"fork"``, with its ``reason``. ``client`` defaults
+    to ``Runtime()`` from the environment; with an ``AsyncRuntime`` the
+    answer is a coroutine. Raises InvalidArgument.
     """
-    kind = checkpoint_for(command)
-    if kind == NONE:
-        res = _run(sandbox, command, cwd)
-        return GuardResult(sandbox, NONE, res, False)
-    if kind == FORK:
-        tr = try_in_copy(sandbox, command, None, offline=False, cwd=cwd)
-        return GuardResult(tr.sandbox, FORK, tr.step, not tr.kept)
-    if kind == GIT:
-        snap = _run(sandbox, GIT_SNAPSHOT_SCRIPT, cwd)
-        fields = snap.stdout.strip().rsplit(" ", 4) if snap.exit_code == 0 else []
-        if len(fields) == 5:
-            res = _run(sandbox, command, cwd)
-            if res.exit_code == 0:
-                return GuardResult(sandbox, GIT, res, False)
-            # No cwd: the script cds to the top itself, and the command may
-            # have removed its own cwd.
-            rb = sandbox.exec(["sh", "-c", GIT_ROLLBACK_SCRIPT, "sh", *fields])
-            if rb.exit_code == 0:
-                return GuardResult(sandbox, GIT, res, True)
-            return GuardResult(sandbox, GIT, res, False,
-                               f"git rollback exited {rb.exit_code}: {rb.stderr.strip()[:500]}")
-        kind = CHECKPOINT   # not a git working tree (exit 3) or git could not snapshot it
-    res = sandbox.exec(["sh", "-c", command], cwd=cwd, undo="checkpoint", rollback_on_failure=True)
-    rolled = bool(res.undo and res.undo.rolled_back)
-    err = res.undo.rollback_error if res.undo else ""
-    return GuardResult(sandbox, CHECKPOINT, res, rolled, err)
+    if client is None:
+        from .client import Runtime
+
+        client = Runtime()
+    return client.classify(command)
 
 
-def remember(sandbox: Sandbox, step: str, retention_days: float = 1) -> Snapshot:
+def guarded(sandbox: Any, command: Command, cwd: Optional[str] = None) -> Any:
+    """Run ``command`` under the lightest undo that covers it, and roll back if it exits non-zero.
+
+    One guarded exec: ``undo="auto"`` with ``rollback_on_failure=True``.
+    sbxd classifies the command (:func:`checkpoint_for`) and takes nothing
+    (``none``), a repository snapshot of the git work tree around ``cwd``
+    (``git``; a disk checkpoint when ``cwd`` is not in a work tree), a disk
+    checkpoint (``checkpoint``; a rollback ends the sandbox's processes) or
+    a memory snapshot restored in place (``fork``). Answers a
+    :class:`GuardResult` (a coroutine of it for an ``AsyncSandbox``).
+    Raises what exec raises; CheckpointFailed/SnapshotFailed when the undo
+    could not be taken (the command did not run).
+    """
+    return sandbox._drive(_guarded(sandbox, command, cwd))
+
+
+def _guarded(sandbox: SandboxOps, command: Command, cwd: Optional[str]) -> Any:
+    res = yield from sandbox.exec.gen(command, cwd=cwd, undo="auto", rollback_on_failure=True)
+    u = res.undo
+    kind = (u.undo_class or u.kind) if u else NONE
+    return GuardResult(sandbox, kind, res, bool(u and u.rolled_back), u.rollback_error if u else "")
+
+
+def remember(sandbox: Any, step: str, retention_days: float = 1) -> Any:
     """Take a memory snapshot named ``step`` as a link of the sandbox's chain (kept by sbxd).
 
     ``step`` is 1-63 bytes. The snapshot's metadata is
-    ``{"sbx_chain": {"sandbox": <name>, "step": step}}``.
+    ``{"sbx_chain": {"sandbox": <name>, "step": step}}``. Answers the
+    :class:`Snapshot` (a coroutine of it for an ``AsyncSandbox``). Raises
+    InvalidArgument, Conflict (not running), SnapshotFailed.
     """
     n = len(step.encode())
     if not 1 <= n <= 63:
@@ -251,32 +235,43 @@ def _chain_of(md: Any) -> dict:
     return {}
 
 
-def chain(sandbox: Sandbox) -> List[Snapshot]:
-    """The sandbox's chain: snapshots taken by :func:`remember` for its name, oldest first."""
-    snaps = [s for s in sandbox.client.list_snapshots(sandbox.name)
+def chain(sandbox: Any) -> Any:
+    """The sandbox's chain: snapshots taken by :func:`remember` for its name, oldest first.
+
+    A list of :class:`Snapshot` (a coroutine of it for an ``AsyncSandbox``)."""
+    return sandbox._drive(_chain(sandbox))
+
+
+def _chain(sandbox: SandboxOps) -> Any:
+    snaps = [s for s in (yield from sandbox.client.list_snapshots.gen(sandbox.name))
              if _chain_of(s.metadata).get("sandbox") == sandbox.name]
     snaps.reverse()   # sbxd lists newest first
     return sorted(snaps, key=lambda s: s.create_time.timestamp() if s.create_time else 0.0)
 
 
-def go_back_to(sandbox: Sandbox, step: str) -> Sandbox:
+def go_back_to(sandbox: Any, step: str) -> Any:
     """Replace the sandbox by a new one started from the newest snapshot of ``step`` in its chain.
 
     The new sandbox runs with the memory and processes of that step, and
     gets the current name, labels and network rules; the current one is
     deleted. The handle ``sandbox`` is updated in place to the new sandbox
-    (the old id is gone) and returned, as in the Go and TypeScript SDKs. Raises
+    (the old id is gone) and answered (a coroutine of it for an
+    ``AsyncSandbox``), as in the Go and TypeScript SDKs. Raises
     SnapshotNotFound (nothing changed) when the chain has no such step.
     Later steps' snapshots are kept until they expire.
     """
-    snaps = [s for s in chain(sandbox) if _chain_of(s.metadata).get("step") == step]
+    return sandbox._drive(_go_back_to(sandbox, step))
+
+
+def _go_back_to(sandbox: SandboxOps, step: str) -> Any:
+    snaps = [s for s in (yield from _chain(sandbox)) if _chain_of(s.metadata).get("step") == step]
     if not snaps:
         raise SnapshotNotFound("snapshot_not_found", 404,
                                f"sandbox {sandbox.name!r} has no chain step {step!r}")
     snap = snaps[-1]
-    rules = sandbox.get_network()
-    new = sandbox.client.create(_derived(sandbox.name, "back"), snapshot=snap.id,
-                                labels=dict(sandbox.labels), network=rules)
-    _promote(sandbox, new, None)
+    rules = yield from sandbox.get_network.gen()
+    new = yield from sandbox.client.create.gen(_derived(sandbox.name, "back"), snapshot=snap.id,
+                                               labels=dict(sandbox.labels), network=rules)
+    yield from _promote(sandbox, new, None)
     sandbox.info = new.info   # the caller's handle follows, as in the Go and TypeScript SDKs
     return sandbox

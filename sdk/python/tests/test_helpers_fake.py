@@ -77,6 +77,8 @@ class FakeSbxd:
                    "labels": body.get("labels") or {}, "network": body.get("network") or {"internet": True}}
             self.boxes[box["id"]] = box
             return js(201, box)
+        if req.method == "GET" and req.path == "/v1/sandboxes":
+            return js(200, list(self.boxes.values()))
         if req.method == "GET" and req.path == "/v1/snapshots":
             return js(200, list(reversed(self.snapshots)))
         if not m:
@@ -104,7 +106,8 @@ class FakeSbxd:
         if rest == "/fork":
             body = req.json()
             self.n += 1
-            copy = {"id": "sbx_%016x" % self.n, "name": body["name"], "state": "running",
+            copy = {"id": "sbx_%016x" % self.n, "name": body.get("name") or "%s-%d" % (box["name"], self.n),
+                    "state": "running",
                     "labels": body.get("labels") or {}, "network": body.get("network") or box["network"]}
             self.boxes[copy["id"]] = copy
             return nd({"type": "info", "data": "forking"},
@@ -261,48 +264,58 @@ class GuardedFake(unittest.TestCase):
     def execs(self) -> List[Dict[str, Any]]:
         return [r.json() for r in self.f.srv.requests if r.path.endswith("/exec")]
 
-    def test_none(self) -> None:
+    def test_one_guarded_exec_reports_the_class(self) -> None:
+        # guarded is one exec with undo auto and rollback; the class and the
+        # rollback come from the answer's undo object.
+        self.f.exec_fn = lambda box, body: {"exit_code": 1, "undo": {
+            "kind": "none", "class": "git", "rolled_back": True,
+            "git": {"repo": "/workspace/r", "head": "abc", "ref": "refs/heads/main",
+                    "index_tree": "t1", "work_tree": "t2"}}}
+        g = sbx.guarded(self.sb, "rm x", cwd="/work space/r/sub")
+        self.assertEqual((g.undo, g.rolled_back, g.result.exit_code, g.rollback_error), ("git", True, 1, ""))
+        self.assertIs(g.sandbox, self.sb)
+        self.assertEqual(self.execs(), [{"cmd": ["sh", "-c", "rm x"], "cwd": "/work space/r/sub",
+                                         "undo": "auto", "rollback_on_failure": True}])
+        self.assertEqual(self.f.writes(), [f"POST /v1/sandboxes/{self.sb.id}/exec"])
+
+    def test_rollback_error_and_argv(self) -> None:
+        self.f.exec_fn = lambda box, body: {"exit_code": 2, "undo": {
+            "kind": "checkpoint", "class": "checkpoint", "checkpoint": "v4", "rolled_back": False,
+            "rollback_error": "restore: busy"}}
+        g = sbx.guarded(self.sb, ["rm", "-rf", "/workspace/x"])
+        self.assertEqual((g.undo, g.rolled_back, g.rollback_error), ("checkpoint", False, "restore: busy"))
+        self.assertEqual(g.result.undo.checkpoint, "v4")
+        self.assertEqual(self.execs()[0]["cmd"], ["rm", "-rf", "/workspace/x"])
+
+    def test_no_undo_object_is_none(self) -> None:
         g = sbx.guarded(self.sb, "ls")
         self.assertEqual((g.undo, g.rolled_back), ("none", False))
-        self.assertEqual(self.execs(), [{"cmd": ["sh", "-c", "ls"]}])
 
-    def test_git_rollback(self) -> None:
-        def fn(box: Dict[str, Any], body: Dict[str, Any]) -> Dict[str, Any]:
-            line = body["cmd"][2]
-            if line == sbx.undo.GIT_SNAPSHOT_SCRIPT:
-                return {"stdout": "/work space/r abc refs/heads/main t1 t2\n", "exit_code": 0}
-            if line == "rm x":
-                return {"exit_code": 1}
-            return {"exit_code": 0}
-        self.f.exec_fn = fn
-        g = sbx.guarded(self.sb, "rm x", cwd="/work space/r/sub")
-        self.assertEqual((g.undo, g.rolled_back, g.result.exit_code), ("git", True, 1))
-        ex = self.execs()
-        self.assertEqual(len(ex), 3)
-        self.assertEqual(ex[0]["cwd"], "/work space/r/sub")
-        self.assertEqual(ex[1]["cwd"], "/work space/r/sub")
-        self.assertNotIn("cwd", ex[2])
-        self.assertEqual(ex[2]["cmd"], ["sh", "-c", sbx.undo.GIT_ROLLBACK_SCRIPT, "sh",
-                                        "/work space/r", "abc", "refs/heads/main", "t1", "t2"])
+    def test_refused_undo_raises_typed(self) -> None:
+        # Not in a git work tree with undo git: sbxd answers 409 and nothing runs.
+        self.f.fail[f"POST /v1/sandboxes/{self.sb.id}/exec"] = lambda req: err(409, "conflict", "not a git work tree")
+        with self.assertRaises(sbx.Conflict):
+            sbx.guarded(self.sb, "git reset --hard")
 
-    def test_git_falls_back_to_checkpoint(self) -> None:
-        def fn(box: Dict[str, Any], body: Dict[str, Any]) -> Dict[str, Any]:
-            if body["cmd"][2] == sbx.undo.GIT_SNAPSHOT_SCRIPT:
-                return {"exit_code": 3}
-            return {"exit_code": 1, "undo": {"kind": "checkpoint", "checkpoint": "v2", "rolled_back": True}}
-        self.f.exec_fn = fn
-        g = sbx.guarded(self.sb, "rm x")
-        self.assertEqual((g.undo, g.rolled_back), ("checkpoint", True))
-        self.assertEqual(self.execs()[1], {"cmd": ["sh", "-c", "rm x"], "undo": "checkpoint",
-                                           "rollback_on_failure": True})
 
-    def test_fork_class_uses_a_copy_with_the_rules(self) -> None:
-        self.f.exec_fn = exit_by_cmd({"kill 1": 1})
-        g = sbx.guarded(self.sb, "kill 1")
-        self.assertEqual((g.undo, g.rolled_back), ("fork", True))
-        self.assertIs(g.sandbox, self.sb)
-        fork = [r for r in self.f.srv.requests if r.path.endswith("/fork")][0].json()
-        self.assertNotIn("network", fork)
+class ClassifyFake(unittest.TestCase):
+    def setUp(self) -> None:
+        self.f = FakeSbxd()
+        self.addCleanup(self.f.close)
+
+    def test_checkpoint_for_asks_the_server(self) -> None:
+        self.f.fail["POST /v1/classify"] = lambda req: js(200, {"undo": "git", "reason": "a git command"})
+        c = sbx.checkpoint_for("git checkout -- .", self.f.client)
+        self.assertEqual((c, c.undo, c.reason), ("git", "git", "a git command"))
+        self.assertIsInstance(c, str)
+        c = sbx.checkpoint_for(["rm", "-rf", "x"], self.f.client)
+        self.assertEqual([r.json() for r in self.f.srv.requests],
+                         [{"cmd": "git checkout -- ."}, {"cmd": ["rm", "-rf", "x"]}])
+
+    def test_bad_command_is_typed(self) -> None:
+        self.f.fail["POST /v1/classify"] = lambda req: err(400, "invalid_argument", "cmd: missing")
+        with self.assertRaises(sbx.InvalidArgument):
+            self.f.client.classify("")
 
 
 class ChainFake(unittest.TestCase):

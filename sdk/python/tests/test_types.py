@@ -16,9 +16,13 @@ def t(*a: int, us: int = 0, tz: Any = UTC) -> datetime:
     return datetime(*a, us, tzinfo=tz)  # type: ignore[misc]
 
 
-UNDO = {"kind": "checkpoint", "class": "checkpoint", "checkpoint": "v4", "snapshot": "snap_1",
+GIT = {"repo": "/workspace/r", "head": "a" * 40, "ref": "refs/heads/main", "index_tree": "b" * 40,
+       "work_tree": "c" * 40}
+GIT_OBJ = T.GitUndo(repo="/workspace/r", head="a" * 40, ref="refs/heads/main", index_tree="b" * 40,
+                    work_tree="c" * 40)
+UNDO = {"kind": "checkpoint", "class": "checkpoint", "checkpoint": "v4", "snapshot": "snap_1", "git": GIT,
         "rolled_back": True, "rollback_error": "disk busy", "extra": 1}
-UNDO_OBJ = T.UndoInfo(kind="checkpoint", undo_class="checkpoint", checkpoint="v4", snapshot="snap_1",
+UNDO_OBJ = T.UndoInfo(kind="checkpoint", undo_class="checkpoint", checkpoint="v4", snapshot="snap_1", git=GIT_OBJ,
                       rolled_back=True, rollback_error="disk busy")
 CHANGE = {"path": "/workspace/a", "type": "file", "old_type": "symlink", "link_target": "b",
           "size": 12, "old_size": 3}
@@ -52,6 +56,7 @@ CASES: Dict[str, Any] = {
                       create_time=t(2026, 11, 29, 10, 0, 0),
                       source=T.Source(sandbox="base", snapshot="snap_1"))),
     "UndoInfo": (UNDO, UNDO_OBJ),
+    "GitUndo": (GIT, GIT_OBJ),
     "ExecResult": (
         {"pid": 42, "stdout": "ok\n", "stderr": "warn\n", "exit_code": 124, "duration_ms": 600001,
          "timed_out": True, "truncated": True, "undo": UNDO},
@@ -152,9 +157,20 @@ CASES: Dict[str, Any] = {
          "create_time": "2026-11-29T10:00:00Z", "env": ["PATH=/usr/bin", "LANG=C.UTF-8"]},
         T.Image(name="default", digest="sha256:abc", source="build:bookworm", size_bytes=123456,
                 create_time=t(2026, 11, 29, 10, 0, 0), env=["PATH=/usr/bin", "LANG=C.UTF-8"])),
-    "Health": ({"status": "ok", "version": "0.9.1", "runtime": "runsc/systrap", "warm_sandboxes": 2,
-                "pid": 4242},
-               T.Health(status="ok", version="0.9.1", runtime="runsc/systrap", warm_sandboxes=2, pid=4242)),
+    "Health": ({"status": "ok", "version": "0.9.1", "runtime": "runsc/systrap", "platform": "systrap",
+                "platform_reason": "no /dev/kvm", "warm_sandboxes": 2, "pid": 4242, "layers": "btrfs",
+                "disk_quota": True, "default_disk_mb": 10240, "layers_note": "n", "checkpoints": "btrfs-snapshot",
+                "capacity": {"host_cpus": 2, "host_memory_mb": 8192, "max_sandbox_cpus": 2.0,
+                             "max_sandbox_memory_mb": 4096, "cpu_overcommit": 4.0, "memory_overcommit": 1.5,
+                             "max_sandboxes": 64, "max_snapshots": 256}},
+               T.Health(status="ok", version="0.9.1", runtime="runsc/systrap", platform="systrap",
+                        platform_reason="no /dev/kvm", warm_sandboxes=2, pid=4242, layers="btrfs", disk_quota=True,
+                        default_disk_mb=10240, layers_note="n", checkpoints="btrfs-snapshot",
+                        capacity=T.HostCapacity(2, 8192, 2.0, 4096, 4.0, 1.5, 64, 256))),
+    "HostCapacity": ({"host_cpus": 2, "host_memory_mb": 8192, "max_sandbox_cpus": 0.5,
+                      "max_sandbox_memory_mb": 4096, "cpu_overcommit": 4.0, "memory_overcommit": 1.5,
+                      "max_sandboxes": 64, "max_snapshots": 256},
+                     T.HostCapacity(2, 8192, 0.5, 4096, 4.0, 1.5, 64, 256)),
     "Teardown": (
         {"deleted": True, "error": "left: layer", "layer_bytes": 4096, "checkpoints": 2,
          "checkpoint_bytes": 8192, "processes": 1, "removed": ["container", "network"], "left": ["layer"]},
@@ -186,7 +202,7 @@ AS_IS = {("Snapshot", "metadata"), ("Event", "data"), ("Delivery", "metadata")}
 
 def defaults(cls: Any) -> Any:
     """What a garbage input gives."""
-    if cls in (T.Source, T.UndoInfo, T.Teardown):
+    if cls in (T.Source, T.UndoInfo, T.Teardown, T.HostCapacity, T.GitUndo):
         return None
     if cls is T.Volume:
         return T.Volume("", "")
@@ -197,7 +213,7 @@ def defaults(cls: Any) -> Any:
 
 class TypesTest(unittest.TestCase):
     def test_every_type_is_covered(self) -> None:
-        self.assertEqual(set(CASES), set(T.__all__) - {"parse_time"})
+        self.assertEqual(set(CASES), set(T.__all__) - {"parse_time", "wire_schema"})
 
     def test_full_objects(self) -> None:
         for name, (obj, want) in CASES.items():
