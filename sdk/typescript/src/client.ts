@@ -713,7 +713,7 @@ export class Sandbox {
    * thrown (typed: `CapacityError`, `ForkFailedError`, ...).
    */
   async fork(opts: ForkOptions = {}): Promise<Sandbox> {
-    const r = await this.forkMany(1, opts);
+    const r = await this.forkCopies(undefined, opts);
     const c = r.sandboxes[0];
     if (!c) throw r.errors[0] ?? new SbxProtocolError('fork answered no copy');
     return c;
@@ -723,11 +723,16 @@ export class Sandbox {
    * Forks `n` live copies (1 to 16) from one snapshot: with `name` they are
    * NAME-1 ... NAME-n. Answers the copies that were made and one typed
    * error per copy that was not (a fork can succeed in part); throws when
-   * the fork as a whole fails.
+   * the fork as a whole fails ({@link InvalidArgumentError} for `n` out of
+   * range, sbxd's check).
    */
-  async forkMany(n: number, opts: ForkOptions = {}): Promise<ForkManyResult> {
+  forkMany(n: number, opts: ForkOptions = {}): Promise<ForkManyResult> {
+    return this.forkCopies(n, opts);
+  }
+
+  private async forkCopies(n: number | undefined, opts: ForkOptions): Promise<ForkManyResult> {
     const { req, signal, onProgress } = split<Omit<ForkRequest, 'count'>>(opts);
-    const json: ForkRequest = { ...req, count: n };
+    const json: ForkRequest = n === undefined ? req : { ...req, count: n };
     const out = await this.t.long<ForkResultWire>({ method: 'POST', path: this.p('fork'), json, signal }, onProgress);
     const res: ForkManyResult = { sandboxes: [], errors: [], snapshot: out.snapshot, pausedMs: out.pausedMs };
     for (const c of out.copies ?? []) {
