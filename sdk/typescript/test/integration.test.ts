@@ -5,6 +5,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import ts from 'typescript';
 import {
   Runtime, ConflictError, FileNotFoundError, InvalidArgumentError, NotFoundError, SandboxNotFoundError, SnapshotNotFoundError, UnauthorizedError,
   chain, checkpointFor, goBackTo, guarded, randomSuffix, remember, tryInCopy, type Pty, type Sandbox,
@@ -420,6 +422,29 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
       assert.ok(many.pausedMs >= 0);
     } finally {
       for (const c of many.sandboxes) await c.delete();
+    }
+  });
+
+  test('README: every ```ts block runs', { timeout: 900_000 }, async () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const blocks = [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
+    assert.ok(blocks.length >= 8, `found ${blocks.length} blocks`);
+    // In the package (dist/readme/), so that '@sbx/sdk' resolves to it.
+    const dir = new URL('../readme/', import.meta.url);
+    mkdirSync(dir, { recursive: true });
+    const quiet = console.log;
+    console.log = () => {};
+    try {
+      for (const [i, code] of blocks.entries()) {
+        const js = ts.transpileModule(code, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
+        const file = new URL(`block-${i}.mjs`, dir);
+        writeFileSync(file, js);
+        await import(file.href).catch((e) => {
+          throw new Error(`README block ${i}:\n${code}\n${e?.stack ?? e}`);
+        });
+      }
+    } finally {
+      console.log = quiet;
     }
   });
 
