@@ -42,11 +42,12 @@ describe('patterns, as a user writes them', { skip: configured || ci ? false : '
       git add . && git -c user.name=t -c user.email=t@example.org commit -qm init`);
     assert.equal(init.exitCode, 0, init.stderr);
 
-    const failed = await guarded(sb, "sed -i 's/hello/bye/' a.txt && rm -f missing && npm test", { cwd: '/workspace/repo' });
+    const failed = await guarded(sb, "sed -i 's/hello/bye/' a.txt && echo new > b.txt && grep -q hello a.txt", { cwd: '/workspace/repo' });
     assert.notEqual(failed.result.exitCode, 0);
     assert.equal(failed.undo, 'git');
     assert.equal(failed.rolledBack, true, failed.rollbackError);
     assert.equal(await sb.readText('/workspace/repo/a.txt'), 'hello\n');
+    assert.equal((await sb.exec('test -e b.txt', { cwd: '/workspace/repo' })).exitCode, 1, 'the new file is gone');
 
     const sys = await guarded(sb, 'echo 10.0.0.9 db >> /etc/hosts && exit 3');
     assert.equal(sys.result.exitCode, 3);
