@@ -12,87 +12,87 @@ import type * as G from './types.gen.js';
 /** A sandbox's lifecycle state. */
 export type SandboxState = G.State;
 /** Egress rules of a sandbox: `internet`, `allow`, `deny`, `connect` (`sb.network.get()`). */
-export type NetworkRules = G.NetworkRules;
+export interface NetworkRules extends G.NetworkRules {}
 /** A named host directory mounted in the sandbox. */
-export type Volume = G.Volume;
+export interface Volume extends G.Volume {}
 /** What a sandbox was forked or started from. */
-export type SandboxSource = G.Source;
+export interface SandboxSource extends G.Source {}
 /** The sandbox object (`GET /v1/sandboxes/{name}`), as `sb.info`. */
-export type SandboxInfo = G.Sandbox;
+export interface SandboxInfo extends G.Sandbox {}
 /** Body of `POST /v1/sandboxes`; every field optional. */
-export type CreateSandboxRequest = G.CreateSandboxRequest;
+export interface CreateSandboxRequest extends G.CreateSandboxRequest {}
 /** Body of `PUT /v1/sandboxes/{name}`: the fields given change. */
-export type UpdateSandboxRequest = G.UpdateSandboxRequest;
+export interface UpdateSandboxRequest extends G.UpdateSandboxRequest {}
 /** Body of `POST /v1/sandboxes/{name}/fork`. */
-export type ForkRequest = G.ForkRequest;
+export interface ForkRequest extends G.ForkRequest {}
 /** Body of `POST /v1/sandboxes/{name}/snapshot`. */
-export type SnapshotRequest = G.SnapshotRequest;
+export interface SnapshotRequest extends G.SnapshotRequest {}
 /** Body of `POST /v1/sandboxes/{name}/deliveries`. */
-export type DeliveryRequest = G.DeliveryRequest;
+export interface DeliveryRequest extends G.DeliveryRequest {}
 /** Body of `POST /v1/keys`. */
-export type CreateKeyRequest = G.CreateKeyRequest;
+export interface CreateKeyRequest extends G.CreateKeyRequest {}
 /** The error object of the API. */
-export type ErrorBody = G.ErrorBody;
+export interface ErrorBody extends G.ErrorBody {}
 /** One entry of a directory listing; `mode` the permission bits (420 = 0o644). */
-export type FileInfo = G.FileInfo;
+export interface FileInfo extends G.FileInfo {}
 /** Answer of a file write. */
-export type WriteFileResult = G.FileWritten;
+export interface WriteFileResult extends G.FileWritten {}
 /** A disk checkpoint: `v0` (the fresh disk), `v1`, ... */
-export type Checkpoint = G.Checkpoint;
+export interface Checkpoint extends G.Checkpoint {}
 /** A path that differs between two disks. */
-export type Change = G.Change;
+export interface Change extends G.Change {}
 /** Answer of `GET .../checkpoints/{id}/diff`. */
-export type Diff = G.Diff;
+export interface Diff extends G.Diff {}
 /** A memory snapshot; `id` names it (`snap_…`). */
-export type Snapshot = G.Snapshot;
+export interface Snapshot extends G.Snapshot {}
 /** A signed delivery record. */
-export type Delivery = G.Delivery;
+export interface Delivery extends G.Delivery {}
 /** The DSSE envelope of a delivery record, exactly as signed. */
 export type DsseEnvelope = G.Delivery['envelope'];
 /** What deleting a delivered sandbox freed (`teardown: true`). */
-export type Teardown = G.Teardown;
+export interface Teardown extends G.Teardown {}
 /** An API key's record, never its secret. */
-export type Key = G.Key;
+export interface Key extends G.Key {}
 /** The answer of `POST /v1/keys`: the record and, this once, the secret. */
-export type CreatedKey = G.CreatedKey;
+export interface CreatedKey extends G.CreatedKey {}
 /** The answer of `PUT /v1/keys/{id}/limit`: the key's record. */
-export type KeyLimitAnswer = G.Key;
+export interface KeyLimitAnswer extends G.Key {}
 /** Usage grouping of `GET /v1/usage`. */
 export type UsageGroupBy = G.Usage['groupBy'];
 /** The answer of `GET /v1/usage`. */
-export type Usage = G.Usage;
+export interface Usage extends G.Usage {}
 /** The usage of one group. */
-export type UsageEntry = G.UsageEntry;
+export interface UsageEntry extends G.UsageEntry {}
 /** sbxd's prices, in US dollars. */
-export type UsagePrices = G.UsagePrices;
+export interface UsagePrices extends G.UsagePrices {}
 /** Counts of network decisions. */
-export type NetworkCounts = G.NetworkCounts;
+export interface NetworkCounts extends G.NetworkCounts {}
 /** One refused destination. */
-export type NetworkRefusal = G.NetworkRefusal;
+export interface NetworkRefusal extends G.NetworkRefusal {}
 /** Answer of `GET .../network/log` (`sb.network.log()`). */
-export type NetworkLog = G.NetworkLog;
+export interface NetworkLog extends G.NetworkLog {}
 /** Where a secret may be sent. */
-export type SecretRule = G.SecretRule;
+export interface SecretRule extends G.SecretRule {}
 /** A secret as given. */
-export type Secret = G.Secret;
+export interface Secret extends G.Secret {}
 /** A secret as answered: placeholder and rules, never the value. */
-export type SecretInfo = G.SecretInfo;
+export interface SecretInfo extends G.SecretInfo {}
 /** One request that carried a secret's placeholder through the egress proxy. */
-export type SecretUse = G.SecretUse;
+export interface SecretUse extends G.SecretUse {}
 /** An event delivered to a sandbox (`data` is the caller's JSON, untouched). */
-export type SbxEvent = G.Event;
+export interface SbxEvent extends G.Event {}
 /** Answer of `POST /v1/events/{key}`. */
-export type EventResult = G.EventResult;
+export interface EventResult extends G.EventResult {}
 /** A process started by exec. */
-export type ProcessInfo = G.Process;
+export interface ProcessInfo extends G.Process {}
 /** A TCP port a program listens on inside a sandbox. */
-export type Port = G.Port;
+export interface Port extends G.Port {}
 /** Answer of `GET /v1/health`. */
-export type Health = G.Health;
+export interface Health extends G.Health {}
 /** An image. */
-export type Image = G.Image;
+export interface Image extends G.Image {}
 /** The wire form of a fork's result (the SDK answers {@link Sandbox} objects instead). */
-export type ForkResultWire = G.ForkResult;
+export interface ForkResultWire extends G.ForkResult {}
 
 /** The classes of {@link checkpointFor} and of guarded exec's `undo.class`: the lightest undo that covers a command. */
 export type UndoKind = 'none' | 'git' | 'checkpoint' | 'fork';
@@ -120,21 +120,22 @@ export interface GitUndo {
 }
 
 /** What a guarded exec took and whether it rolled back (`result.undo`). */
-export type ExecUndo = Omit<G.UndoResult, 'kind' | 'class'> & {
+export interface ExecUndo extends Omit<G.UndoResult, 'kind' | 'class'> {
   /** What was taken: `none`, `git`, `checkpoint` or `snapshot`. */
   kind: G.UndoResult['kind'] | 'git';
   /** For `undo: 'auto'`: the command's class. */
   class?: UndoKind;
   /** For kind `git`: the repository snapshot. */
   git?: GitUndo;
-};
+}
 
 /** The buffered answer of exec: `exitCode`, `stdout`, `stderr`, `durationMs` (ms), ... */
-export type ExecResult = Omit<G.ExecResult, 'undo' | 'pid'> & {
+export interface ExecResult extends Omit<G.ExecResult, 'undo' | 'pid'> {
+  /** The process id in the sandbox. */
   pid?: number;
   /** Set when the exec had an `undo`. */
   undo?: ExecUndo;
-};
+}
 
 /** One event of a streamed exec. */
 export type ExecEvent =
