@@ -5,8 +5,10 @@ UNIT := $(shell go list ./... | grep -v /test/e2e)
 
 .PHONY: fmt lint test e2e sdk docs build console
 
-build:                 ## the binaries, static, into bin/
-	CGO_ENABLED=0 go build -o bin/ ./cmd/...
+VERSION := $(shell cat VERSION)
+
+build:                 ## the binaries, static, into bin/ (sbxd reports VERSION)
+	CGO_ENABLED=0 go build -ldflags "-X github.com/sbxhq/sbx/internal/server.Version=$(VERSION)" -o bin/ ./cmd/...
 
 fmt:                   ## gofmt the tree
 	gofmt -w $$(git ls-files '*.go')

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"reflect"
 	"time"
 )
 
@@ -351,7 +353,8 @@ type ExecRequest struct {
 	// is kept for GET .../processes/{pid}/output.
 	Detach bool `json:"detach,omitempty"`
 	// Undo is taken before the command starts (docs/undo.md): "" or
-	// "none", "auto" (by the command's class), "checkpoint" (a disk
+	// "none", "auto" (by the command's class), "git" (a repository
+	// snapshot of the git work tree that holds Cwd), "checkpoint" (a disk
 	// checkpoint), "snapshot" (a memory snapshot kept 1 day). Not with
 	// Detach.
 	Undo string `json:"undo,omitempty"`
@@ -404,6 +407,7 @@ type Winsize struct {
 const (
 	UndoNone       = "none"
 	UndoAuto       = "auto"
+	UndoGit        = "git"
 	UndoCheckpoint = "checkpoint"
 	UndoSnapshot   = "snapshot"
 )
@@ -411,7 +415,7 @@ const (
 // UndoResult says which undo a guarded exec took and whether it was put
 // back.
 type UndoResult struct {
-	// Kind is "none", "checkpoint" or "snapshot".
+	// Kind is "none", "git", "checkpoint" or "snapshot".
 	Kind string `json:"kind"`
 	// Class is the command's class for undo "auto": "none", "git",
 	// "checkpoint" or "fork" (package undo).
@@ -420,10 +424,87 @@ type UndoResult struct {
 	// id of the snapshot taken.
 	Checkpoint string `json:"checkpoint,omitempty"`
 	Snapshot   string `json:"snapshot,omitempty"`
+	// Git is the repository snapshot taken, for kind "git".
+	Git *GitUndo `json:"git,omitempty"`
 	// RolledBack is true when the command failed and the undo was put
 	// back; RollbackError says why a rollback that was due failed.
 	RolledBack    bool   `json:"rolled_back"`
 	RollbackError string `json:"rollback_error,omitempty"`
+}
+
+// GitUndo is the repository snapshot of a guarded exec with undo "git"
+// (docs/undo.md, "The git undo"): what its rollback puts back.
+type GitUndo struct {
+	// Repo is the work tree's top directory, inside the sandbox.
+	Repo string `json:"repo"`
+	// Head is HEAD's commit (40 or 64 hex digits), "none" in a repository
+	// without commits.
+	Head string `json:"head"`
+	// Ref is the branch HEAD was on ("refs/heads/main"), or "detached".
+	Ref string `json:"ref"`
+	// IndexTree is the tree of the index (what was staged).
+	IndexTree string `json:"index_tree"`
+	// WorkTree is the tree of the working tree with its untracked files
+	// (ignored files are not in it, and a rollback leaves them alone).
+	WorkTree string `json:"work_tree"`
+}
+
+// ClassifyRequest is the body of POST /v1/classify.
+type ClassifyRequest struct {
+	// Cmd is the command: a JSON string is a shell line (as sh -c runs
+	// it); an array is an argv (["sh", "-c", S] classifies the line S).
+	Cmd Command `json:"cmd"`
+}
+
+// Command is a command given either as a shell line or as an argv. A
+// JSON string S decodes to ["sh", "-c", S]; an array of strings to
+// itself; anything else is an error.
+type Command []string
+
+// UnmarshalJSON decodes a string (a shell line) or an array of strings.
+//
+// Errors: *json.UnmarshalTypeError for any other JSON value.
+func (c *Command) UnmarshalJSON(b []byte) error {
+	var line string
+	if err := json.Unmarshal(b, &line); err == nil {
+		*c = Command{"sh", "-c", line}
+		return nil
+	}
+	var argv []string
+	if err := json.Unmarshal(b, &argv); err != nil || argv == nil {
+		return &json.UnmarshalTypeError{Value: jsonValueKind(b), Type: reflect.TypeOf(""), Offset: 0}
+	}
+	*c = argv
+	return nil
+}
+
+// jsonValueKind names the kind of JSON value b ("number", "object", ...).
+func jsonValueKind(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return "value"
+	}
+	switch b[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// ClassifyResult answers POST /v1/classify: the lightest undo that
+// covers the command (package undo, docs/undo.md "checkpointFor").
+type ClassifyResult struct {
+	// Undo is "none", "git", "checkpoint" or "fork".
+	Undo string `json:"undo"`
+	// Reason is one sentence that names the part of the command that
+	// decided it and what undoes it.
+	Reason string `json:"reason"`
 }
 
 // Output encodings of ExecRequest.Encoding.

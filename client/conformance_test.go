@@ -182,6 +182,8 @@ func script() []confCase {
 			Response: confResponse{Status: 200, Body: j(`{"id":"key_0123456789abcdef","name":"ci","labels":{},"admin":false,"daily_limit_usd":0.5,"create_time":"2026-11-29T10:00:00Z"}`)}},
 		{Call: "set_key_limit", Args: j(`{"id":"ci"}`), Response: confResponse{Status: 200, Body: j(`{"id":"key_0123456789abcdef","name":"ci","labels":{},"admin":false,"daily_limit_usd":null,"create_time":"2026-11-29T10:00:00Z"}`)}},
 		{Call: "delete", Args: j(`{}`), Response: confResponse{Status: 204}},
+		{Call: "classify", Args: j(`{"command":"git checkout -- ."}`), Response: confResponse{Status: 200,
+			Body: j(`{"undo":"git","reason":"` + "`git checkout`" + ` edits files in the working tree: a git snapshot of the repository undoes it (a disk checkpoint outside a git work tree)"}`)}},
 	}
 }
 
@@ -224,6 +226,7 @@ var callNames = []string{
 	"list_keys {revoked}: list API keys (revoked ones too when revoked is true: ?revoked=1)",
 	"get_key {id}, revoke_key {id}: one API key by id or name; revoke it (DELETE)",
 	"usage {since, until, group_by}: GET /v1/usage, each argument sent only when given (times as RFC 3339 UTC, as given)",
+	"classify {command}: POST /v1/classify with the shell line as cmd (checkpointFor)",
 	"set_key_limit {id, daily_limit_usd, resume_suspended}: PUT /v1/keys/{id}/limit; daily_limit_usd absent means no limit (send null), resume_suspended sent only when true",
 	"delete {}: delete the current sandbox",
 }
@@ -404,6 +407,8 @@ func runCall(ctx context.Context, c *Client, cur **Sandbox, cc confCase) error {
 		_, err = c.Usage(ctx, UsageQuery{Since: a.Since, Until: a.Until, GroupBy: a.GroupBy})
 	case "delete":
 		err = sb.Delete(ctx)
+	case "classify":
+		_, err = c.Classify(ctx, a.Command)
 	default:
 		return fmt.Errorf("unknown call %q", cc.Call)
 	}

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
-	"strings"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/undo"
@@ -26,8 +26,22 @@ type UndoKind = undo.Kind
 // (docs/undo.md, "checkpointFor"): "none" for reads, "git" for edits of
 // the working tree, "checkpoint" for system changes, package managers,
 // builds and unknown programs, "fork" for database steps and changes to
-// running processes.
+// running processes. It is sbxd's own classifier (package undo), run
+// here; Client.Classify asks sbxd, with the reason.
 func CheckpointFor(command string) UndoKind { return undo.For(command) }
+
+// Classify asks sbxd (POST /v1/classify) for the lightest undo that covers
+// a shell command line, and why: what a guarded exec with undo "auto"
+// takes for it.
+//
+// Errors: *Error (invalid_argument, unauthorized).
+func (c *Client) Classify(ctx context.Context, command string) (*api.ClassifyResult, error) {
+	var out api.ClassifyResult
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/classify", nil, map[string]string{"cmd": command}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
 
 // suffixed is base, cut so that the whole is at most 63 bytes, then "-",
 // tag, "-" and 6 random [a-z0-9]: a valid sandbox name.
@@ -172,106 +186,45 @@ type GuardOptions struct {
 
 // GuardResult is what Guarded did.
 type GuardResult struct {
-	// Sandbox is the agent's sandbox from now on (a promoted copy after a
-	// fork-guarded success, else the same).
+	// Sandbox is the agent's sandbox (the same: every undo is put back in
+	// place).
 	Sandbox *Sandbox
 	// Undo is the undo taken: "none", "git", "checkpoint" or "fork".
 	Undo string
 	// Result is the command's result.
 	Result *ExecResult
 	// RolledBack is true when the command failed and its undo was put
-	// back (for "fork": the copy was discarded, the original untouched).
+	// back.
 	RolledBack bool
 }
 
-// GitSnapshotScript and GitRollbackScript are the repository snapshot and
-// rollback of docs/undo.md, run with sh -c in the command's cwd. The
-// snapshot exits 3 outside a git working tree, else prints
-// "top head ref itree wtree"; the rollback takes those five as $1..$5.
-const (
-	GitSnapshotScript = `set -e
-git rev-parse --is-inside-work-tree >/dev/null 2>&1 || exit 3
-top=$(git rev-parse --show-toplevel)
-cd "$top"
-head=$(git rev-parse -q --verify HEAD || echo none)
-ref=$(git symbolic-ref -q HEAD || echo detached)
-itree=$(git write-tree)
-idx=$(mktemp)
-cp "$(git rev-parse --git-path index)" "$idx" 2>/dev/null || rm -f "$idx"
-wtree=$(GIT_INDEX_FILE="$idx" git add -A . && GIT_INDEX_FILE="$idx" git write-tree)
-rm -f "$idx"
-c=$(git commit-tree "$wtree" -m "sbx guard")
-git update-ref refs/sbx/guard "$c"
-echo "$top $head $ref $itree $wtree"`
-	GitRollbackScript = `set -e
-cd "$1"
-for op in rebase merge cherry-pick revert am; do git "$op" --abort >/dev/null 2>&1 || true; done
-if [ "$2" != none ]; then
-  if [ "$3" = detached ]; then git update-ref --no-deref HEAD "$2"
-  else git update-ref "$3" "$2" && git symbolic-ref HEAD "$3"; fi
-fi
-git read-tree "$5"
-git checkout-index -a -f
-git clean -fdq
-git read-tree "$4"`
-)
-
-// Guarded takes the lightest undo that covers command (CheckpointFor),
-// runs it, and rolls back when it exits non-zero (docs/undo.md,
-// "guarded"): nothing for "none"; a repository snapshot for "git" (a
-// checkpoint when cwd is not in a git working tree); a server-side guarded
-// exec for "checkpoint" (a rollback restores the disk and ends the
-// sandbox's processes); TryInCopy with the original's network for "fork".
+// Guarded runs command with the lightest undo that covers it, taken by
+// sbxd, and rolls back when it exits non-zero (docs/undo.md, "guarded"):
+// one guarded exec with undo "auto" and rollback_on_failure. By the
+// command's class (POST /v1/classify): nothing for "none"; a repository
+// snapshot for "git" (a disk checkpoint when cwd is in no git work tree);
+// a disk checkpoint for "checkpoint" (a rollback restores the disk, which
+// ends the sandbox's processes); a memory snapshot for "fork" (a rollback
+// restores it in place: same id and name, the processes and memory of
+// before the command).
 //
-// Errors: those of the calls made; a failed rollback is an error returned
-// with the result.
+// Errors: those of Run (the undo could not be taken: nothing ran); a
+// failed rollback is an error returned with the result.
 func Guarded(ctx context.Context, sb *Sandbox, command string, opts GuardOptions) (*GuardResult, error) {
-	kind := CheckpointFor(command)
-	res := &GuardResult{Sandbox: sb, Undo: kind.String()}
-	var err error
-	switch kind {
-	case undo.None:
-		res.Result, err = sb.Run(ctx, shell(command, opts.Cwd))
-		return res, err
-	case undo.Git:
-		snap, err := sb.Run(ctx, shell(GitSnapshotScript, opts.Cwd))
-		if err != nil {
-			return res, err
-		}
-		fields := strings.Fields(snap.Stdout)
-		if snap.ExitCode != 0 || len(fields) != 5 {
-			break // not a git working tree (or git failed): a checkpoint covers it
-		}
-		if res.Result, err = sb.Run(ctx, shell(command, opts.Cwd)); err != nil || res.Result.ExitCode == 0 {
-			return res, err
-		}
-		rb, err := sb.Run(context.WithoutCancel(ctx), api.ExecRequest{Cmd: append([]string{"sh", "-c", GitRollbackScript, "sh"}, fields...)})
-		if err != nil {
-			return res, fmt.Errorf("git rollback: %w", err)
-		}
-		if rb.ExitCode != 0 {
-			return res, fmt.Errorf("git rollback exited %d: %s", rb.ExitCode, strings.TrimSpace(rb.Stderr))
-		}
-		res.RolledBack = true
-		return res, nil
-	case undo.Fork:
-		tr, err := TryInCopy(ctx, sb, command, "", TryOptions{Online: true, Cwd: opts.Cwd})
-		if tr != nil {
-			res.Sandbox, res.Result, res.RolledBack = tr.Sandbox, tr.Step, !tr.Kept
-		}
-		return res, err
-	}
-	res.Undo = undo.Checkpoint.String()
 	req := shell(command, opts.Cwd)
-	req.Undo, req.RollbackOnFailure = api.UndoCheckpoint, true
+	req.Undo, req.RollbackOnFailure = api.UndoAuto, true
+	res := &GuardResult{Sandbox: sb, Undo: undo.None.String()}
+	var err error
 	if res.Result, err = sb.Run(ctx, req); err != nil {
 		return res, err
 	}
-	if u := res.Result.Undo; u != nil {
-		res.RolledBack = u.RolledBack
-		if u.RollbackError != "" {
-			return res, fmt.Errorf("restore checkpoint %s: %s", u.Checkpoint, u.RollbackError)
-		}
+	u := res.Result.Undo
+	if u == nil {
+		return res, fmt.Errorf("guarded exec: the answer has no undo (is sbxd older than this client?)")
+	}
+	res.Undo, res.RolledBack = u.Class, u.RolledBack
+	if u.RollbackError != "" {
+		return res, fmt.Errorf("roll back the %s undo: %s", u.Kind, u.RollbackError)
 	}
 	return res, nil
 }

@@ -72,7 +72,7 @@ type execIn struct {
 	Env               map[string]string `json:"env,omitempty"`
 	Stdin             string            `json:"stdin,omitempty"`
 	TimeoutMS         int64             `json:"timeout_ms,omitempty" jsonschema:"kill the command after this many ms (exit 124); default 600000"`
-	Undo              string            `json:"undo,omitempty" jsonschema:"take an undo before the command: none (default), auto (chosen by what the command does), checkpoint (the disk) or snapshot (disk, memory and processes)"`
+	Undo              string            `json:"undo,omitempty" jsonschema:"take an undo before the command: none (default), auto (chosen by what the command does), git (the git repository around cwd: branch, index, working tree), checkpoint (the disk) or snapshot (disk, memory and processes)"`
 	RollbackOnFailure bool              `json:"rollback_on_failure,omitempty" jsonschema:"when the command fails (non-zero exit), put the undo back: the sandbox is as before the command"`
 }
 
@@ -202,7 +202,7 @@ func (t *tools) add(s *sdk.Server) {
 		})
 	tool(s, "exec", "Run a command",
 		"Run a shell command in the sandbox and wait for it. A non-zero exit is a result, not an error. "+
-			"With undo \"auto\" and rollback_on_failure, sbx takes a checkpoint or snapshot first when the command could change things, and puts it back if the command fails.",
+			"With undo \"auto\" and rollback_on_failure, sbx takes a git snapshot, checkpoint or snapshot first when the command could change things, and puts it back if the command fails.",
 		func(ctx context.Context, _ *sdk.CallToolRequest, in execIn) (*ExecOutput, error) {
 			sb, err := t.sandbox(ctx, in.Sandbox)
 			if err != nil {

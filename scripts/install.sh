@@ -81,7 +81,7 @@ if [ "${1:-}" = "--test-deps" ]; then
 fi
 
 step "sbx binaries"
-CGO_ENABLED=0 go build -o "$PREFIX/" ./cmd/sbxd ./cmd/sbx ./cmd/sbx-agent
+CGO_ENABLED=0 go build -ldflags "-X github.com/sbxhq/sbx/internal/server.Version=$(cat VERSION)" -o "$PREFIX/" ./cmd/sbxd ./cmd/sbx ./cmd/sbx-agent
 ls -l "$PREFIX/sbxd" "$PREFIX/sbx" "$PREFIX/sbx-agent" | awk '{print $5, $9}'
 
 step "sbxd"

@@ -10,6 +10,7 @@
 package undo
 
 import (
+	"fmt"
 	"path"
 	"strings"
 )
@@ -62,16 +63,7 @@ func ParseKind(s string) (k Kind, ok bool) {
 // not follow (command substitution, process substitution, an unterminated
 // quote) is Checkpoint.
 func For(command string) Kind {
-	cmds, ok := split(command)
-	if !ok {
-		return Checkpoint
-	}
-	k := None
-	for _, words := range cmds {
-		if c := classifySimple(words, 0); c > k {
-			k = c
-		}
-	}
+	k, _ := Explain(command)
 	return k
 }
 
@@ -79,10 +71,61 @@ func For(command string) Kind {
 // words are taken as they are, without shell parsing, and ["sh", "-c", S]
 // classifies the line S. An empty argv is None.
 func ForArgv(argv []string) Kind {
+	k, _ := ExplainArgv(argv)
+	return k
+}
+
+// Explain is For with the reason: one English sentence that names the
+// part of the line that decided the kind and what undoes it (POST
+// /v1/classify answers it, docs/api.md).
+func Explain(command string) (Kind, string) {
+	v := classifyLine(command, 0)
+	return v.k, v.why
+}
+
+// ExplainArgv is ForArgv with the reason, as Explain.
+func ExplainArgv(argv []string) (Kind, string) {
 	if len(argv) == 0 {
-		return None
+		return None, "an empty command runs nothing: nothing to undo"
 	}
-	return classifySimple(argv, 0)
+	v := classifySimple(argv, 0)
+	return v.k, v.why
+}
+
+// verdict is a kind and the sentence that says why.
+type verdict struct {
+	k   Kind
+	why string
+}
+
+// classifyLine classifies a shell line: the highest verdict of its simple
+// commands (the first of equals).
+func classifyLine(line string, depth int) verdict {
+	cmds, ok := split(line)
+	if !ok {
+		return verdict{Checkpoint, "the line has a command or process substitution or an unterminated quote, which the classifier does not follow: a disk checkpoint covers whatever it does"}
+	}
+	v := verdict{None, "an empty command runs nothing: nothing to undo"}
+	for i, words := range cmds {
+		if c := classifySimple(words, depth); i == 0 || c.k > v.k {
+			v = c
+		}
+	}
+	return v
+}
+
+// reason says why a command of kind k was given it: what names the
+// command (a program, with its subcommand for git).
+func reason(k Kind, what string) string {
+	switch k {
+	case None:
+		return what + " only reads: nothing to undo"
+	case Git:
+		return what + " edits files in the working tree: a git snapshot of the repository undoes it (a disk checkpoint outside a git work tree)"
+	case Checkpoint:
+		return what + " changes the system or files git does not track: a disk checkpoint undoes it"
+	}
+	return what + " changes running processes or a server's state: a memory snapshot (or a live copy) keeps them"
 }
 
 // split breaks a line into simple commands, each a list of words with the
@@ -228,7 +271,7 @@ func ignoredTarget(t string) bool {
 
 // classifySimple classifies one simple command's words; depth bounds the
 // recursion into sh -c.
-func classifySimple(all []string, depth int) Kind {
+func classifySimple(all []string, depth int) verdict {
 	// Redirections out of the words.
 	var words, writes []string
 	for i := 0; i < len(all); i++ {
@@ -246,41 +289,61 @@ func classifySimple(all []string, depth int) Kind {
 		}
 	}
 	words = dropPrefixes(words)
-	var k Kind
+	var v verdict
 	var args []string // the arguments the path rule looks at
 	if len(words) == 0 {
-		k = None
+		v = verdict{None, "an empty command runs nothing: nothing to undo"}
 	} else {
 		prog := path.Base(words[0])
 		if (prog == "sh" || prog == "bash" || prog == "dash" || prog == "zsh") && len(words) >= 3 && isDashC(words[1]) {
 			if depth > 4 {
-				return Checkpoint
+				return verdict{Checkpoint, "shells nested more than 4 deep are not followed: a disk checkpoint covers whatever they do"}
 			}
-			cmds, ok := split(words[2])
-			if !ok {
-				return Checkpoint
-			}
-			k = None
-			for _, c := range cmds {
-				if ck := classifySimple(c, depth+1); ck > k {
-					k = ck
-				}
-			}
+			v = classifyLine(words[2], depth+1)
 		} else {
+			var k Kind
 			k, args = program(prog, words[1:])
+			v = verdict{k, reason(k, "`"+commandName(prog, words[1:])+"`")}
+			if k == Checkpoint && !known(prog) {
+				v.why = "`" + prog + "` is not a program the classifier knows: a disk checkpoint covers whatever it does"
+			}
 		}
 	}
-	if len(writes) > 0 && k < Git {
-		k = Git
+	if len(writes) > 0 && v.k < Git {
+		v = verdict{Git, reason(Git, "the redirection to "+writes[0])}
 	}
-	if k == Git {
+	if v.k == Git {
 		for _, a := range append(args, writes...) {
 			if outside(a) {
-				return Checkpoint
+				return verdict{Checkpoint, fmt.Sprintf("%s may be outside the working tree (an absolute path, ~, .. or a variable), where git does not reach: a disk checkpoint undoes it", a)}
 			}
 		}
 	}
-	return k
+	return v
+}
+
+// commandName is how a reason names a command: the program, with its
+// subcommand for programs that have them (git commit, npm install).
+func commandName(prog string, args []string) string {
+	switch prog {
+	case "git", "npm", "pip", "pip3", "go", "cargo", "apt", "apt-get", "rails", "rake", "prisma", "knex", "sequelize", "npx", "docker", "podman", "systemctl":
+		for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+			if prog == "git" && (args[0] == "-C" || args[0] == "-c") && len(args) > 1 {
+				args = args[1:]
+			}
+			args = args[1:]
+		}
+		if len(args) > 0 {
+			return prog + " " + args[0]
+		}
+	}
+	return prog
+}
+
+// known reports whether the classifier has a rule for prog (else it is
+// Checkpoint because nothing is known of it).
+func known(prog string) bool {
+	return readPrograms[prog] || editPrograms[prog] || forkPrograms[prog] || ruledPrograms[prog]
 }
 
 // isDashC reports whether w is -c or a bundle of short options with c
@@ -436,6 +499,10 @@ var (
 	gitDestroy = set("gc", "prune", "filter-branch", "filter-repo", "submodule", "init", "clone")
 	// clone is here because a failed clone leaves a nested repository that
 	// the git rollback's clean (-fd, not -ff) does not remove.
+	// ruledPrograms have a rule of their own in program.
+	ruledPrograms = set("find", "sed", "curl", "wget", "dd", "python", "python3", "node", "nodejs", "git",
+		"rails", "rake", "npx", "prisma", "knex", "sequelize", "npm", "pip", "pip3", "go", "cargo", "apt",
+		"apt-cache", "pg_dump", "dpkg", "make")
 )
 
 // program classifies a program (base name) with its arguments; args are

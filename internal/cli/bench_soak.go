@@ -191,6 +191,7 @@ type soakDaemon struct {
 	sock     string
 	logPath  string
 	netTag   string
+	netCIDR  string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -438,7 +439,7 @@ func runSoak(ctx context.Context, o soakOptions, log io.Writer) (*soakReport, er
 		return nil, err
 	}
 	d := &soakDaemon{
-		bin: bin, dataDir: dataDir, netTag: tag,
+		bin: bin, dataDir: dataDir, netTag: tag, netCIDR: cidr,
 		netnsDir: filepath.Join("/run", "sbx-soak-"+tag+"-netns"),
 		sock:     filepath.Join(dataDir, "sbx.sock"),
 		logPath:  filepath.Join(base, "sbxd-soak-"+tag+".log"),

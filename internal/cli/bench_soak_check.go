@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
@@ -632,6 +635,11 @@ func (s *soak) cleanupHost() {
 		}
 	}
 	_ = os.RemoveAll(s.d.netnsDir)
+	// sbxd leaves its CIDR's unreachable route when it stops (containment
+	// while it is down); left, each soak would take a /20 for good.
+	if p, err := netip.ParsePrefix(s.d.netCIDR); err == nil {
+		_ = netlink.RouteDel(&netlink.Route{Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}, Type: unix.RTN_UNREACHABLE})
+	}
 	if c, err := nftables.New(); err == nil && nftTables()[s.d.netTag] {
 		c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: s.d.netTag})
 		_ = c.Flush()

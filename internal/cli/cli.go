@@ -124,7 +124,7 @@ func (a *app) root() *cobra.Command {
 		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
 		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(), a.portsCmd(),
 		a.suspendCmd(), a.resumeCmd(), a.eventCmd(), a.eventsCmd(), a.updateCmd(),
-		a.netCmd(), a.secretCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.usageCmd(), a.limitCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd())
+		a.netCmd(), a.secretCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.usageCmd(), a.limitCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd(), a.classifyCmd())
 	root.AddCommand(a.keyCmd())
 	for _, c := range root.Commands() {
 		if c.HasSubCommands() && !c.Runnable() {
@@ -408,6 +408,33 @@ func (a *app) stopCmd() *cobra.Command {
 				return err
 			}
 			return sb.Stop(cmd.Context())
+		},
+	}
+}
+
+func (a *app) classifyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "classify COMMAND...",
+		Short: "Show the undo a guarded exec (--undo auto) would take for a shell command, and why",
+		Long: `Asks sbxd (POST /v1/classify) which undo covers a shell command line:
+none (it reads), git (it edits the working tree), checkpoint (it changes the
+system) or fork (it changes running processes). The words are joined by
+spaces into one line, as sh -c runs it. Nothing runs.`,
+		Example: "  sbx classify git checkout -- .\n  sbx classify 'npm install && rm -rf dist'",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			res, err := a.c.Classify(cmd.Context(), strings.Join(args, " "))
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(res)
+			}
+			fmt.Fprintf(a.stdout, "%s: %s\n", res.Undo, res.Reason)
+			return nil
 		},
 	}
 }

@@ -103,7 +103,7 @@ func (a *app) execCmd() *cobra.Command {
 	f.StringVar(&cwd, "cwd", "", "working directory (default /workspace)")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment KEY=VALUE (repeatable)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (default 10m; none with -d)")
-	f.StringVar(&undoKind, "undo", "", "take an undo first: auto (by what the command can break), checkpoint or snapshot")
+	f.StringVar(&undoKind, "undo", "", "take an undo first: auto (by what the command can break), git (a repository snapshot of the work tree of --cwd), checkpoint or snapshot")
 	f.BoolVar(&rollback, "rollback", false, "with --undo: put the undo back when the command exits non-zero")
 	return cmd
 }

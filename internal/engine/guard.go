@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -28,8 +31,92 @@ type guardOp struct {
 }
 
 // guardOpID is the journal entry of sandbox id's guarded exec with undo u.
+// A git undo is named by its record: two guarded execs with the same
+// record share the entry, and either one's rollback puts back the same.
 func guardOpID(id string, u *api.UndoResult) string {
+	if g := u.Git; g != nil {
+		sum := sha256.Sum256([]byte(g.Repo + "\x00" + g.Head + "\x00" + g.Ref + "\x00" + g.IndexTree + "\x00" + g.WorkTree))
+		return "op_guard_" + id + "_git_" + hex.EncodeToString(sum[:8])
+	}
 	return "op_guard_" + id + "_" + u.Checkpoint + u.Snapshot
+}
+
+// gitUndoTimeout bounds each run of the git undo's scripts in the
+// sandbox (a huge work tree takes long to hash; a guest's git may hang).
+const gitUndoTimeout = 2 * time.Minute
+
+// gitOutputMax bounds what sbxd keeps of the git scripts' output, in
+// bytes: the record is five short lines.
+const gitOutputMax = 64 << 10
+
+// errNotWorkTree is gitSnapshot's error when cwd is in no git work tree.
+var errNotWorkTree = errors.New("not in a git work tree")
+
+// gitSnapshot runs undo.GitSnapshotScript in the sandbox, in req's cwd
+// and env, and reads its record.
+//
+// Errors: errNotWorkTree (wrapped in ErrConflict); ErrCheckpointFailed
+// when the script fails or prints something else than a record; those of
+// Exec.
+func (e *Engine) gitSnapshot(ctx context.Context, idOrName string, req api.ExecRequest) (*api.GitUndo, error) {
+	code, stdout, stderr, err := e.runScript(ctx, idOrName, api.ExecRequest{
+		Cmd: []string{"sh", "-c", undo.GitSnapshotScript}, Cwd: req.Cwd, Env: req.Env,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = "/workspace"
+	}
+	switch code {
+	case 0:
+	case undo.GitNotWorkTree:
+		return nil, fmt.Errorf("undo git: %s is %w (or git is not installed in the sandbox): %w", cwd, errNotWorkTree, errdefs.ErrConflict)
+	default:
+		return nil, fmt.Errorf("undo git: the repository snapshot in %s exited %d: %s: %w", cwd, code, strings.TrimSpace(stderr), errdefs.ErrCheckpointFailed)
+	}
+	g, err := undo.ParseGitSnapshot(stdout)
+	if err != nil {
+		return nil, fmt.Errorf("undo git: %v: %w", err, errdefs.ErrCheckpointFailed)
+	}
+	return &g, nil
+}
+
+// runScript runs req in the sandbox to its end, bounded by
+// gitUndoTimeout, and answers its exit code and the first gitOutputMax
+// bytes of its output.
+//
+// Errors: those of Exec and Wait; ErrFailed when it timed out.
+func (e *Engine) runScript(ctx context.Context, idOrName string, req api.ExecRequest) (code int, stdout, stderr string, err error) {
+	req.TimeoutMS = gitUndoTimeout.Milliseconds()
+	p, err := e.Exec(ctx, idOrName, req, nil)
+	if err != nil {
+		return 0, "", "", err
+	}
+	var o, eb capped
+	o.max, eb.max = gitOutputMax, gitOutputMax
+	ex, err := p.Wait(&o, &eb)
+	if err != nil {
+		return 0, "", "", err
+	}
+	if ex.TimedOut {
+		return 0, "", "", fmt.Errorf("undo git: the script did not end in %s: %w", gitUndoTimeout, errdefs.ErrFailed)
+	}
+	return ex.ExitCode, o.b.String(), eb.b.String(), nil
+}
+
+// capped is a writer that keeps the first max bytes and drops the rest.
+type capped struct {
+	b   strings.Builder
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.b.Len(); room > 0 {
+		c.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
 }
 
 // ValidateUndo checks the undo fields of an exec request (docs/undo.md,
@@ -40,12 +127,12 @@ func ValidateUndo(req api.ExecRequest) error {
 	switch req.Undo {
 	case "", api.UndoNone:
 		if req.RollbackOnFailure {
-			return errdefs.Invalid("rollback_on_failure", "needs undo (auto, checkpoint or snapshot)")
+			return errdefs.Invalid("rollback_on_failure", "needs undo (auto, git, checkpoint or snapshot)")
 		}
 		return nil
-	case api.UndoAuto, api.UndoCheckpoint, api.UndoSnapshot:
+	case api.UndoAuto, api.UndoGit, api.UndoCheckpoint, api.UndoSnapshot:
 	default:
-		return errdefs.Invalid("undo", "%q: want none, auto, checkpoint or snapshot", req.Undo)
+		return errdefs.Invalid("undo", "%q: want none, auto, git, checkpoint or snapshot", req.Undo)
 	}
 	if req.Detach {
 		return errdefs.Invalid("undo", "a detached exec cannot be guarded (nothing waits for its exit)")
@@ -67,15 +154,19 @@ func commandLine(cmd []string) string {
 }
 
 // TakeUndo takes the undo an exec request asks for, before its command
-// runs: a disk checkpoint (comment "before: <command>") or a memory
-// snapshot (name "undo", kept 1 day); with "auto", by the class of the
-// command (package undo): nothing for none, a checkpoint for git and
-// checkpoint, a snapshot for fork. It answers nil when req asks for no
-// undo.
+// runs: a repository snapshot of the git work tree that holds req.Cwd
+// (undo.GitSnapshotScript), a disk checkpoint (comment "before:
+// <command>") or a memory snapshot (name "undo", kept 1 day); with
+// "auto", by the class of the command (package undo): nothing for none, a
+// repository snapshot for git (a checkpoint when cwd is in no work tree or
+// the snapshot fails), a checkpoint for checkpoint, a snapshot for fork.
+// It answers nil when req asks for no undo.
 //
-// Errors: those of ValidateUndo; ErrSandboxNotFound; ErrCheckpointFailed,
-// ErrSnapshotFailed and the checks of Checkpoint and Snapshot (a snapshot
-// needs a running sandbox without volumes: ErrConflict, ErrHasVolume).
+// Errors: those of ValidateUndo; ErrSandboxNotFound; for "git",
+// ErrConflict outside a work tree and ErrCheckpointFailed when the
+// repository snapshot fails; ErrCheckpointFailed, ErrSnapshotFailed and
+// the checks of Checkpoint and Snapshot (a snapshot needs a running
+// sandbox without volumes: ErrConflict, ErrHasVolume).
 func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequest) (*api.UndoResult, error) {
 	if err := ValidateUndo(req); err != nil {
 		return nil, err
@@ -93,12 +184,34 @@ func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequ
 			return u, nil
 		case undo.Fork:
 			u.Kind = api.UndoSnapshot
+		case undo.Git:
+			u.Kind = api.UndoGit
 		default:
 			u.Kind = api.UndoCheckpoint
 		}
 	}
+	if u.Kind == api.UndoGit {
+		g, err := e.gitSnapshot(ctx, idOrName, req)
+		switch {
+		case err == nil:
+			u.Git = g
+		case req.Undo == api.UndoGit || !(errors.Is(err, errNotWorkTree) || errors.Is(err, errdefs.ErrCheckpointFailed)):
+			return nil, err
+		default:
+			// auto: a disk checkpoint covers what git cannot.
+			e.log.Debug("guarded exec: no git undo, a checkpoint instead", "sandbox", idOrName, "err", err)
+			u.Kind = api.UndoCheckpoint
+		}
+	}
 	var sandboxID string
-	if u.Kind == api.UndoSnapshot {
+	switch u.Kind {
+	case api.UndoGit:
+		sb, err := e.Get(ctx, idOrName)
+		if err != nil {
+			return nil, err
+		}
+		sandboxID = sb.ID
+	case api.UndoSnapshot:
 		// A stopped sandbox has no processes to keep: boot it so the
 		// snapshot holds what the command will run on.
 		if _, err := e.ensureRunning(ctx, idOrName); err != nil {
@@ -110,7 +223,7 @@ func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequ
 			return nil, err
 		}
 		u.Snapshot, sandboxID = sn.ID, sn.SandboxID
-	} else {
+	default:
 		comment := guardCommentPrefix + commandLine(req.Cmd)
 		if len(comment) > api.MaxCommentBytes {
 			comment = truncateUTF8(comment, api.MaxCommentBytes)
@@ -203,8 +316,9 @@ func truncateUTF8(s string, n int) string {
 }
 
 // RollbackUndo puts back the undo u of a guarded exec whose command
-// failed, and records the outcome in u (RolledBack, RollbackError): a
-// checkpoint is restored (the sandbox stops; the next request boots it on
+// failed, and records the outcome in u (RolledBack, RollbackError): a git
+// work tree is put back to its record by undo.GitRollbackScript, run in
+// the sandbox (its processes go on); a checkpoint is restored (the sandbox stops; the next request boots it on
 // the restored disk); a snapshot is restored in place (the sandbox keeps
 // its id and name and runs with the snapshot's memory and processes).
 //
@@ -216,6 +330,8 @@ func (e *Engine) RollbackUndo(ctx context.Context, idOrName string, u *api.UndoR
 		_, err = e.Restore(ctx, idOrName, u.Checkpoint, nil)
 	case api.UndoSnapshot:
 		err = e.RestoreSnapshotInPlace(ctx, idOrName, u.Snapshot)
+	case api.UndoGit:
+		err = e.gitRollback(ctx, idOrName, u.Git)
 	default:
 		return nil
 	}
@@ -224,6 +340,23 @@ func (e *Engine) RollbackUndo(ctx context.Context, idOrName string, u *api.UndoR
 		return err
 	}
 	u.RolledBack = true
+	return nil
+}
+
+// gitRollback runs undo.GitRollbackScript on record g in the sandbox.
+//
+// Errors: those of Exec; ErrRestoreFailed when the script fails.
+func (e *Engine) gitRollback(ctx context.Context, idOrName string, g *api.GitUndo) error {
+	if g == nil {
+		return fmt.Errorf("undo git: no record to roll back to: %w", errdefs.ErrRestoreFailed)
+	}
+	code, _, stderr, err := e.runScript(ctx, idOrName, api.ExecRequest{Cmd: undo.GitRollbackArgv(*g), Cwd: "/"})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("undo git: the rollback of %s exited %d: %s: %w", g.Repo, code, strings.TrimSpace(stderr), errdefs.ErrRestoreFailed)
+	}
 	return nil
 }
 

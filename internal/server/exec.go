@@ -12,6 +12,7 @@ import (
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/undo"
 )
 
 // errTTYOnPOST answers a POST .../exec that asks for a terminal (?tty= or
@@ -209,4 +210,21 @@ func (u *utf8Lines) flush() {
 		u.st.line(api.ExecEvent{Type: u.typ, Data: string(u.pending)})
 		u.pending = nil
 	}
+}
+
+// classify answers POST /v1/classify: the lightest undo that covers a
+// command (package undo), with the reason. Any caller may ask; nothing in
+// a sandbox is read.
+func (s *Server) classify(w http.ResponseWriter, r *http.Request) {
+	var req api.ClassifyRequest
+	if err := decode(w, r, MaxJSONBody, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Cmd == nil {
+		s.writeError(w, r, errdefs.Invalid("cmd", "is required: a shell line (\"git checkout -- .\") or an argv ([\"rm\", \"-rf\", \"build\"])"))
+		return
+	}
+	k, why := undo.ExplainArgv(req.Cmd)
+	writeJSON(w, http.StatusOK, api.ClassifyResult{Undo: k.String(), Reason: why})
 }

@@ -44,6 +44,9 @@ var (
 // sdkOmits are the properties an SDK type leaves out, on purpose or not
 // yet: "SDK.Type": properties.
 var sdkOmits = map[string][]string{
+	// Not yet read by the SDKs: the record of a git undo.
+	"TypeScript.ExecUndo": {"git"},
+	"Python.UndoInfo":     {"git"},
 	// POST .../exec refuses tty: the terminal is its own route.
 	"TypeScript.ExecRequest": {"tty"},
 	// Not yet read by the SDKs: the disk layers and the host's capacity.

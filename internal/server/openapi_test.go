@@ -134,6 +134,7 @@ var goTypes = map[string]any{
 	"CreateKeyRequest": api.CreateKeyRequest{}, "Key": api.Key{}, "CreatedKey": api.CreatedKey{},
 	"Secret": api.Secret{}, "SecretRule": api.SecretRule{}, "SecretInfo": api.SecretInfo{}, "SecretList": api.SecretList{},
 	"SetSecretsRequest": api.SetSecretsRequest{}, "PutSecretRequest": api.PutSecretRequest{}, "SecretUse": api.SecretUse{},
+	"GitUndo": api.GitUndo{}, "ClassifyRequest": api.ClassifyRequest{}, "ClassifyResult": api.ClassifyResult{},
 }
 
 // specOnly are the schemas that mirror no Go struct, and what they are.
@@ -224,6 +225,20 @@ func checkType(where string, t reflect.Type, sr *openapi3.SchemaRef, nullable bo
 	}
 	if t == rawType {
 		return errs // any JSON
+	}
+	if t == reflect.TypeOf(api.Command{}) {
+		// A string (a shell line) or an array of strings (an argv).
+		var kinds []string
+		for _, o := range sr.Value.OneOf {
+			kinds = append(kinds, strings.Join(o.Value.Type.Slice(), "|"))
+			if o.Value.Items != nil {
+				kinds[len(kinds)-1] += " of " + strings.Join(o.Value.Items.Value.Type.Slice(), "|")
+			}
+		}
+		if strings.Join(kinds, ", ") != "string, array of string" {
+			errs = append(errs, where+": Go api.Command is a string or an array of strings, the schema's oneOf is ["+strings.Join(kinds, ", ")+"]")
+		}
+		return errs
 	}
 	want := ""
 	switch t.Kind() {

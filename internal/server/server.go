@@ -31,7 +31,8 @@ import (
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
 
-// Version is reported by GET /v1/health.
+// Version is reported by GET /v1/health: the repository's VERSION file when
+// built by scripts/install.sh or make build (-ldflags -X), else "dev".
 var Version = "dev"
 
 // MaxJSONBody is the largest JSON request body, in bytes; an exec's body
@@ -185,6 +186,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/deliveries/key", s.deliveryKey)
 	m.HandleFunc("GET /v1/deliveries/{id}", s.getDelivery)
 	m.HandleFunc("GET /v1/deliveries/{id}/archive", s.deliveryArchive)
+	m.HandleFunc("POST /v1/classify", s.classify)
 	m.HandleFunc("GET /v1/usage", s.usage)
 	m.HandleFunc("GET /v1/snapshots", s.listSnapshots)
 	m.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)

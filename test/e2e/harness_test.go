@@ -270,7 +270,7 @@ func (h *harness) cleanup() {
 		_ = syscall.Unmount(filepath.Join(h.netnsDir, e.Name()), syscall.MNT_DETACH)
 	}
 	_ = syscall.Unmount(h.netnsDir, syscall.MNT_DETACH)
-	removeNetwork(h.netTag)
+	removeNetwork(h.netTag, h.netCIDR)
 	mounts, _ := os.ReadFile("/proc/self/mounts")
 	for _, line := range strings.Split(string(mounts), "\n") {
 		f := strings.Fields(line)

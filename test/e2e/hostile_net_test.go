@@ -173,7 +173,7 @@ func TestHostileNetworkIdentityClash(t *testing.T) {
 
 	// Another tag, a CIDR inside the first's.
 	tag, _ := netIdentity('g')
-	t.Cleanup(func() { removeNetwork(tag) })
+	t.Cleanup(func() { removeNetwork(tag, "") })
 	inner := netip.PrefixFrom(first.Addr(), 24)
 	msg = startRefused(t, tag, inner.String())
 	if !strings.Contains(msg, "overlaps "+first.String()) || !strings.Contains(msg, pid) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/network/nettest"
@@ -52,9 +53,13 @@ func nftChains(t *testing.T, tag string) string {
 	return b.String()
 }
 
-// removeNetwork deletes what a test sbxd's network left: its table and
-// interfaces (sbxd keeps them while sandboxes may run).
-func removeNetwork(tag string) {
+// removeNetwork deletes what a test sbxd's network left: its table,
+// interfaces and the unreachable route of its CIDR (sbxd keeps them while
+// sandboxes may run). cidr may be "" (a sbxd that never started).
+func removeNetwork(tag, cidr string) {
+	if p, err := netip.ParsePrefix(cidr); err == nil {
+		_ = netlink.RouteDel(&netlink.Route{Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}, Type: unix.RTN_UNREACHABLE})
+	}
 	if tag == "" {
 		return
 	}

@@ -226,33 +226,48 @@ func TestGuardedRollbackCrash(t *testing.T) {
 // TestGuardedExecCutByCrash: sbxd is killed while the command of a guarded
 // exec with rollback_on_failure runs (the command dies with the agent's
 // connection; nobody gets its exit). The restarted sbxd rolls the undo
-// back: the disk is as before the command.
+// back: the disk is as before the command, for a disk checkpoint and for
+// a git undo (run in the sandbox again after the restart).
 func TestGuardedExecCutByCrash(t *testing.T) {
-	ctx := ctxT(t)
-	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
-	mustSh(t, sb, "mkdir -p /workspace/project && echo precious > /workspace/project/f")
-	done := make(chan error, 1)
-	go func() {
-		_, err := sb.Run(context.Background(), api.ExecRequest{Cmd: []string{"sh", "-c", "rm -rf /workspace/project; touch /workspace/started; sleep 60; exit 1"},
-			Undo: api.UndoCheckpoint, RollbackOnFailure: true})
-		done <- err
-	}()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(mustSh(t, sb, "ls /workspace"), "started") {
-		if time.Now().After(deadline) {
-			t.Fatal("the guarded command did not start")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	h.restartWith(t) // SIGKILL mid-command, then a plain sbxd
-	if err := <-done; err == nil {
-		t.Fatal("the exec cut by the crash answered as if it finished")
-	}
-	c, err := h.c.Sandboxes.Get(ctx, sb.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := mustSh(t, c, "cat /workspace/project/f 2>&1; ls /workspace"); !strings.Contains(got, "precious") || strings.Contains(got, "started") {
-		t.Fatalf("after the restart the disk is not as before the guarded command:\n%s", got)
+	for _, c := range []struct{ undo, image, setup string }{
+		{api.UndoCheckpoint, "busybox", "mkdir -p /workspace/project && echo precious > /workspace/project/f"},
+		{api.UndoGit, "default", "mkdir -p /workspace/project && cd /workspace/project && git init -q && echo precious > f && git add f && " +
+			"git -c user.name=a -c user.email=a@b commit -qm init"},
+	} {
+		t.Run(c.undo, func(t *testing.T) {
+			ctx := ctxT(t)
+			sb := newSandbox(t, api.CreateSandboxRequest{Image: c.image})
+			mustSh(t, sb, c.setup)
+			done := make(chan error, 1)
+			go func() {
+				_, err := sb.Run(context.Background(), api.ExecRequest{Cmd: []string{"sh", "-c", "rm -rf f; touch started; sleep 60; exit 1"},
+					Cwd: "/workspace/project", Undo: c.undo, RollbackOnFailure: true})
+				done <- err
+			}()
+			deadline := time.Now().Add(2 * time.Minute)
+			for !strings.Contains(mustSh(t, sb, "ls /workspace/project"), "started") {
+				if time.Now().After(deadline) {
+					t.Fatal("the guarded command did not start")
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			h.restartWith(t) // SIGKILL mid-command, then a plain sbxd
+			if err := <-done; err == nil {
+				t.Fatal("the exec cut by the crash answered as if it finished")
+			}
+			c, err := h.c.Sandboxes.Get(ctx, sb.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+				// The git rollback runs in the sandbox after the restart.
+				if got = mustSh(t, c, "cat /workspace/project/f 2>&1; ls /workspace/project"); strings.Contains(got, "precious") && !strings.Contains(got, "started") {
+					break
+				} else if time.Now().After(deadline) {
+					t.Fatalf("after the restart the disk is not as before the guarded command:\n%s", got)
+				}
+			}
+		})
 	}
 }

@@ -132,6 +132,7 @@ func TestTenantsEveryEndpoint(t *testing.T) {
 	attempts := map[string][]attempt{
 		"GET /v1/health":       {{want: ok}},
 		"GET /v1/openapi.json": {{want: ok}},
+		"POST /v1/classify":    {{body: j(`{"cmd":"cat /workspace/secret.txt"}`), want: ok, check: noneOfA}},
 		"POST /v1/sandboxes": {
 			{body: j(`{"name":"` + sbA.Name + `"}`), want: []int{409}},
 			{body: j(`{"name":"tb-` + randomHex(4) + `","snapshot":"` + snA.ID + `"}`), want: []int{404}},

@@ -243,6 +243,76 @@ func TestGuarded(t *testing.T) {
 	}
 }
 
+// TestGitUndo: sbxd's git undo. Classify answers git with the reason; an
+// explicit git undo outside a work tree is 409 and runs nothing; in a
+// repository a failed command is rolled back through git (HEAD, index,
+// working tree, untracked files), the record is in the answer, and the
+// sandbox's processes live on; a git that prints something else than a
+// record (the guest's) makes an explicit git undo fail with nothing run,
+// and auto take a disk checkpoint instead.
+func TestGitUndo(t *testing.T) {
+	ctx := ctxT(t)
+	cl, err := h.c.Classify(ctx, "git checkout -- .")
+	if err != nil || cl.Undo != "git" || !strings.Contains(cl.Reason, "`git checkout`") {
+		t.Fatalf("classify: %+v, %v", cl, err)
+	}
+	if out, errOut, code := sbxCLI(t, "", "classify", "npm", "install", "&&", "rm", "-rf", "dist"); code != 0 || !strings.HasPrefix(out, "checkpoint: `npm install`") {
+		t.Fatalf("sbx classify: %d %q %q", code, out, errOut)
+	}
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "default"})
+	mustSh(t, sb, `mkdir -p /workspace/repo && cd /workspace/repo && git init -q -b main && echo one > a && echo keep > b &&
+		git add -A && git -c user.name=a -c user.email=a@b commit -qm init && echo staged > s && git add s && echo draft > notes`)
+	if _, err := sb.Start(ctx, api.ExecRequest{Cmd: []string{"sleep", "1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	guarded := func(cwd, cmd, kind string) (*client.ExecResult, error) {
+		return sb.Run(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", cmd}, Cwd: cwd, Undo: kind, RollbackOnFailure: true})
+	}
+
+	_, err = guarded("/workspace", "touch /workspace/ran", api.UndoGit)
+	if ae := wantCode(t, err, api.CodeConflict); !strings.Contains(ae.Message, "not in a git work tree") {
+		t.Fatalf("outside a work tree: %s", ae.Message)
+	}
+	if sh(t, sb, "test -e /workspace/ran").ExitCode == 0 {
+		t.Fatal("the command ran although its undo could not be taken")
+	}
+
+	state := "cd /workspace/repo && cat a b s notes && git status --porcelain && git log --oneline | wc -l && git rev-parse --abbrev-ref HEAD"
+	before := mustSh(t, sb, state)
+	for _, kind := range []string{api.UndoGit, api.UndoAuto} {
+		res, err := guarded("/workspace/repo", "git -c user.name=a -c user.email=a@b commit -qam x && git checkout -qb other && rm b notes && echo two > a && echo junk > new && exit 1", kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := res.Undo
+		if res.ExitCode != 1 || u == nil || u.Kind != api.UndoGit || u.Git == nil || u.Git.Repo != "/workspace/repo" ||
+			len(u.Git.Head) != 40 || u.Git.Ref != "refs/heads/main" || !u.RolledBack || u.RollbackError != "" {
+			t.Fatalf("undo %s: exit %d, %+v (git %+v)", kind, res.ExitCode, u, u.Git)
+		}
+		if kind == api.UndoAuto && u.Class != "git" {
+			t.Fatalf("auto: class %q", u.Class)
+		}
+		if got := mustSh(t, sb, state); got != before {
+			t.Fatalf("undo %s: after the rollback\n%s\nwant\n%s", kind, got, before)
+		}
+	}
+	if got := mustSh(t, sb, "ps | grep -c '[s]leep 1000'"); got != "1\n" {
+		t.Fatalf("the git rollback ended the sandbox's processes: %q", got)
+	}
+
+	// A git that lies: HEAD's "commit" is an option for the rollback.
+	mustSh(t, sb, `printf '#!/bin/sh\nif [ "$1" = rev-parse ] && [ "$2" = -q ]; then echo --exec=/tmp/x; exit 0; fi\nexec /usr/bin/git "$@"\n' > /usr/local/bin/git && chmod +x /usr/local/bin/git`)
+	_, err = guarded("/workspace/repo", "touch ran && exit 1", api.UndoGit)
+	wantCode(t, err, api.CodeCheckpointFailed)
+	if sh(t, sb, "test -e /workspace/repo/ran").ExitCode == 0 {
+		t.Fatal("the command ran although its git undo failed")
+	}
+	res, err := guarded("/workspace/repo", "touch ran && exit 1", api.UndoAuto)
+	if err != nil || res.Undo.Kind != api.UndoCheckpoint || res.Undo.Class != "git" || !res.Undo.RolledBack {
+		t.Fatalf("auto with a lying git: %+v, %v", res, err)
+	}
+}
+
 // TestSnapshotChain remembers three steps and goes back to the second: the
 // sandbox keeps its name, runs with the second step's files and
 // processes, and the chain outlives the client that made it.
