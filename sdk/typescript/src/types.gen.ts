@@ -282,8 +282,8 @@ export interface ExecRequest {
   encoding?: "" | "utf-8" | "base64";
   /** Answer 202 at once with the pid. */
   detach?: boolean;
-  /** Taken before the command starts (docs/undo.md); not with `detach`. */
-  undo?: "" | "none" | "auto" | "checkpoint" | "snapshot";
+  /** Taken before the command starts (docs/undo.md): `git` a repository snapshot of the work tree that holds `cwd`, `checkpoint` a disk checkpoint, `snapshot` a memory snapshot, `auto` by the command's class (POST /v1/classify); not with `detach`. */
+  undo?: "" | "none" | "auto" | "git" | "checkpoint" | "snapshot";
   /** Put the undo back when the command exits non-zero; needs `undo`. */
   rollbackOnFailure?: boolean;
   /** Only on the terminal route (GET .../exec?tty=1, a WebSocket); POST with it, of any JSON kind, is 400 invalid_argument naming tty. */
@@ -310,16 +310,43 @@ export interface ExecResult {
 }
 
 export interface UndoResult {
-  kind: "none" | "checkpoint" | "snapshot";
+  kind: "none" | "git" | "checkpoint" | "snapshot";
   /** The command's class, for undo `auto`. */
   class?: "none" | "git" | "checkpoint" | "fork";
   /** The id of the checkpoint taken. */
   checkpoint?: string;
   /** The id of the snapshot taken. */
   snapshot?: string;
+  git?: GitUndo;
   rolledBack: boolean;
   /** Why a rollback that was due failed. */
   rollbackError?: string;
+}
+
+/** The repository snapshot of undo `git` (docs/undo.md, "The git undo"), what its rollback puts back. */
+export interface GitUndo {
+  /** The work tree's top directory, inside the sandbox. */
+  repo: string;
+  /** HEAD's commit (40 or 64 hex digits), `none` in a repository without commits. */
+  head: string;
+  /** The branch HEAD was on (`refs/heads/main`), or `detached`. */
+  ref: string;
+  /** The tree of the index (what was staged). */
+  indexTree: string;
+  /** The tree of the working tree with its untracked files (ignored files are not in it). */
+  workTree: string;
+}
+
+export interface ClassifyRequest {
+  /** A shell line (as `sh -c` runs it), or an argv (`["sh", "-c", S]` classifies the line S). */
+  cmd: string | string[];
+}
+
+/** The lightest undo that covers a command (docs/undo.md, "checkpointFor"). */
+export interface ClassifyResult {
+  undo: "none" | "git" | "checkpoint" | "fork";
+  /** One sentence: the part of the command that decided it, and what undoes it. */
+  reason: string;
 }
 
 /**

@@ -2,8 +2,8 @@
  * The public types of the sbx API v1, in camelCase: the types generated
  * from api/openapi.yaml (`types.gen.ts`, `npm run gen`) under the SDK's
  * names, refined only where the schema cannot say more (a discriminated
- * union of stream events, the git undo of guarded exec until the schema
- * lists it). The wire is snake_case; the transport converts (`wire.ts`).
+ * union of stream events). The wire is snake_case; the transport converts
+ * (`wire.ts`).
  *
  * @module
  */
@@ -95,7 +95,7 @@ export interface Image extends G.Image {}
 export interface ForkResultWire extends G.ForkResult {}
 
 /** The classes of {@link checkpointFor} and of guarded exec's `undo.class`: the lightest undo that covers a command. */
-export type UndoKind = 'none' | 'git' | 'checkpoint' | 'fork';
+export type UndoKind = G.ClassifyResult['undo'];
 
 /**
  * The `undo` option of exec: what sbxd takes before the command. `auto`
@@ -103,38 +103,18 @@ export type UndoKind = 'none' | 'git' | 'checkpoint' | 'fork';
  * in a git work tree, else a checkpoint; fork → a memory snapshot; none →
  * nothing); `git` needs `cwd` in a work tree (409 `conflict` otherwise).
  */
-export type ExecUndoMode = Exclude<G.ExecRequest['undo'], '' | undefined> | 'git';
+export type ExecUndoMode = Exclude<G.ExecRequest['undo'], '' | undefined>;
 
 /** A repository snapshot of guarded exec (`undo: 'git'`): what a rollback puts back. */
-export interface GitUndo {
-  /** The work tree's top directory, e.g. `/workspace/p`. */
-  repo: string;
-  /** The commit HEAD named, or `none` in a repository without commits. */
-  head: string;
-  /** The branch HEAD was on (`refs/heads/main`), or `detached`. */
-  ref: string;
-  /** The tree of the index. */
-  indexTree: string;
-  /** The tree of the working tree, untracked files included. */
-  workTree: string;
-}
+export interface GitUndo extends G.GitUndo {}
 
-/** What a guarded exec took and whether it rolled back (`result.undo`). */
-export interface ExecUndo extends Omit<G.UndoResult, 'kind' | 'class'> {
-  /** What was taken: `none`, `git`, `checkpoint` or `snapshot`. */
-  kind: G.UndoResult['kind'] | 'git';
-  /** For `undo: 'auto'`: the command's class. */
-  class?: UndoKind;
-  /** For kind `git`: the repository snapshot. */
-  git?: GitUndo;
-}
+/** What a guarded exec took (`kind`: `none`, `git`, `checkpoint`, `snapshot`) and whether it rolled back (`result.undo`). */
+export interface ExecUndo extends G.UndoResult {}
 
 /** The buffered answer of exec: `exitCode`, `stdout`, `stderr`, `durationMs` (ms), ... */
-export interface ExecResult extends Omit<G.ExecResult, 'undo' | 'pid'> {
+export interface ExecResult extends Omit<G.ExecResult, 'pid'> {
   /** The process id in the sandbox. */
   pid?: number;
-  /** Set when the exec had an `undo`. */
-  undo?: ExecUndo;
 }
 
 /** One event of a streamed exec. */
@@ -144,13 +124,8 @@ export type ExecEvent =
   | { type: 'stderr'; data: string }
   | { type: 'exit'; exitCode: number; durationMs: number; timedOut?: boolean; undo?: ExecUndo };
 
-/** The answer of `POST /v1/classify` ({@link Runtime.classify}). */
-export interface ClassifyResult {
-  /** The lightest undo that covers the command. */
-  undo: UndoKind;
-  /** One sentence: why. */
-  reason: string;
-}
+/** The answer of `POST /v1/classify` ({@link Runtime.classify}): `undo`, the lightest undo that covers the command, and `reason`, one sentence. */
+export interface ClassifyResult extends G.ClassifyResult {}
 
 /** Receives the `info` lines of a long operation: the message, and its time (RFC 3339). */
 export type ProgressCallback = (message: string, time?: string) => void;
