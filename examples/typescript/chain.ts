@@ -4,11 +4,12 @@
 //   cd sdk/typescript && npm ci && npm run build
 //   SBX_SOCKET=/run/sbx/sbx.sock node dist/examples/chain.js
 import { pathToFileURL } from 'node:url';
-import { Client, chain, goBackTo, randomSuffix, remember } from '@sbx/sdk';
+import { Runtime, Sandbox, chain, goBackTo, randomSuffix, remember } from '@sbx/sdk';
 
-export async function main(client = new Client()) {
-  await using sb = await client.create({
-    name: `ex-chain-${randomSuffix()}`, cpus: 1, memory_mb: 512, network: { internet: false },
+export async function main() {
+  const runtime = new Runtime();
+  await using sb = await Sandbox.create({
+    name: `ex-chain-${randomSuffix()}`, cpus: 1, memoryMb: 512, network: { internet: false },
   });
   // A process whose memory only a snapshot keeps: it counts the steps.
   await sb.start(['sh', '-c', 'n=0; while sleep 0.2; do n=$((n+1)); echo $n > /tmp/ticks; done']);
@@ -16,7 +17,7 @@ export async function main(client = new Client()) {
   try {
     for (let i = 1; i <= 5; i++) {
       const r = await sb.exec(`echo step-${i} >> /workspace/log.txt`);
-      if (r.exit_code !== 0) throw new Error(r.stderr);
+      if (r.exitCode !== 0) throw new Error(r.stderr);
       const snap = await remember(sb, `step-${i}`);
       ids.push(snap.id);
       console.log(`remembered step-${i}: ${snap.id}`);
@@ -27,12 +28,15 @@ export async function main(client = new Client()) {
     const oldId = sb.id;
     await goBackTo(sb, 'step-2');
     const log = (await sb.readText('/workspace/log.txt')).trim().split('\n');
-    const ticking = (await sb.exec('pgrep -f "sleep 0.2" >/dev/null || pgrep sh >/dev/null')).exit_code === 0;
+    const ticking = (await sb.exec('pgrep -f "sleep 0.2" >/dev/null || pgrep sh >/dev/null')).exitCode === 0;
     console.log(`back at step-2: ${sb.name} (${oldId} -> ${sb.id}), log: ${log.join(', ')}, counter running: ${ticking}`);
     await sb.exec('echo step-3b >> /workspace/log.txt');
+    if (log.join(',') !== 'step-1,step-2' || sb.id === oldId) throw new Error('chain: sbx did not behave as shown');
+    console.log('chain: OK');
     return { steps, log, name: sb.name, oldId, newId: sb.id };
   } finally {
-    for (const id of ids) await client.deleteSnapshot(id).catch(() => {});
+    for (const id of ids) await runtime.snapshots.delete(id).catch(() => {});
+    runtime.close();
   }
 }
 

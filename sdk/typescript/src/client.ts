@@ -1,18 +1,22 @@
 /**
- * The sbx client: {@link Client} talks to one sbxd; {@link Sandbox} is a
- * handle on one sandbox with its methods.
+ * The sbx client: {@link Runtime} talks to one sbxd (`runtime.sandboxes`,
+ * `runtime.snapshots`); {@link Sandbox} is a handle on one sandbox with its
+ * methods (`Sandbox.create()` uses a default runtime from the environment).
+ * Every field and option is camelCase; the transport converts to and from
+ * the wire's snake_case.
  *
  * @module
  */
 import { SandboxNotFoundError, SbxProtocolError, errorFromCode } from './errors.js';
 import type { IncomingMessage } from 'node:http';
-import { NDJSON, Transport, ndjsonLines, readAll, seg, type Query } from './http.js';
+import { Transport, readAll, seg, type Query } from './http.js';
 import { openPty, type AttachPtyOptions, type Pty, type PtyOptions } from './pty.js';
 import type {
-  Checkpoint, CreateKeyRequest, CreatedKey, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecRequest, ExecResult, ExecUndoMode,
+  Checkpoint, ClassifyResult, CreateKeyRequest, CreatedKey, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecResult, ExecUndoMode,
   FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo, Secret, SecretInfo, SecretRule,
   Key, ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, Usage, UsageGroupBy, KeyLimitAnswer, WriteFileResult,
 } from './types.js';
+import type { ExecRequest as WireExecRequest } from './types.gen.js';
 
 // Node 20 has Symbol.asyncDispose (as Symbol.for('nodejs.asyncDispose')); older
 // runtimes get the same registered symbol, so `await using` works everywhere.
@@ -22,7 +26,7 @@ import type {
 /** Where sbxd listens when neither option nor `SBX_SOCKET` says otherwise. */
 export const DEFAULT_SOCKET = '/run/sbx/sbx.sock';
 
-/** Options of a {@link Client}. */
+/** Options of a {@link Runtime}. */
 export interface ClientOptions {
   /** Unix socket path. Default: `$SBX_SOCKET`, else `/run/sbx/sbx.sock` (used when no URL is given). */
   socket?: string;
@@ -43,8 +47,17 @@ export interface LongOptions extends CallOptions {
   onProgress?: ProgressCallback;
 }
 
-/** A command: a shell line (run as `["sh","-c",line]`), an argv, or a whole wire exec request. */
-export type Command = string | string[] | ExecRequest;
+/** A command: a shell line (run as `["sh","-c",line]`), or an argv (`cmd[0]` without a `/` is looked up in PATH). */
+export type Command = string | string[];
+
+/** Options of {@link Runtime.create} and {@link Sandbox.create}: the sandbox's fields (all optional), and the call's. */
+export type CreateOptions = CreateSandboxRequest & LongOptions;
+
+/** Options of {@link Sandbox.fork} and {@link Sandbox.forkMany}: the copies' name, labels and network rules. */
+export type ForkOptions = Omit<ForkRequest, 'count'> & LongOptions;
+
+/** Options of {@link Sandbox.snapshot}. */
+export type SnapshotOptions = SnapshotRequest & LongOptions;
 
 /** Options of {@link Sandbox.exec} and {@link Sandbox.execStream}. */
 export interface ExecOptions extends CallOptions {
@@ -56,46 +69,118 @@ export interface ExecOptions extends CallOptions {
   stdin?: string | Uint8Array;
   /** `base64`: `stdout`/`stderr` (and each stream event's `data`) are the exact bytes in standard base64; decode them with `Buffer.from(x, 'base64')`. */
   encoding?: 'utf-8' | 'base64';
-  /** Server-side undo taken before the command (wire `undo`). */
+  /**
+   * Taken by sbxd before the command: `auto` (the lightest that covers the
+   * command), `git`, `checkpoint`, `snapshot`, `none`. The result's `undo`
+   * says what was taken.
+   */
   undo?: ExecUndoMode;
-  /** Put the undo back when the command exits non-zero (wire `rollback_on_failure`); needs `undo`. */
+  /** Put the undo back when the command exits non-zero; needs `undo`. */
   rollbackOnFailure?: boolean;
 }
 
-/** Result of a fork: one sandbox or error per copy. */
-export interface ForkResult {
+/** The exec request (camelCase) of a command and its options. */
+export type ExecRequest = Omit<WireExecRequest, 'undo'> & { undo?: ExecUndoMode };
+
+/** Result of {@link Sandbox.forkMany}: the copies made, and why the others failed. */
+export interface ForkManyResult {
+  /** The copies that were made, in order. */
+  sandboxes: Sandbox[];
+  /** One typed error per copy that failed (empty when all were made). */
+  errors: Error[];
   /** The id of the snapshot the fork took for itself. */
   snapshot: string;
+  /** How long the original was paused, in ms. */
   pausedMs: number;
-  /** The copies, `null` where one failed (see `errors`). */
-  copies: Array<Sandbox | null>;
-  errors: Array<Error | null>;
 }
 
-/** Builds the wire request of an exec. */
+/** Builds the request (camelCase; the transport sends it snake_case) of an exec. */
 export function execRequest(cmd: Command, o: ExecOptions = {}): ExecRequest {
-  const req: ExecRequest = typeof cmd === 'string' ? { cmd: ['sh', '-c', cmd] } : Array.isArray(cmd) ? { cmd } : { ...cmd };
+  if (typeof cmd !== 'string' && !Array.isArray(cmd)) {
+    throw new TypeError('exec: the command is a shell line (string) or an argv (string[])');
+  }
+  const req: ExecRequest = typeof cmd === 'string' ? { cmd: ['sh', '-c', cmd] } : { cmd };
   if (o.cwd !== undefined) req.cwd = o.cwd;
   if (o.env !== undefined) req.env = o.env;
-  if (o.timeoutMs !== undefined) req.timeout_ms = o.timeoutMs;
+  if (o.timeoutMs !== undefined) req.timeoutMs = o.timeoutMs;
   if (typeof o.stdin === 'string') req.stdin = o.stdin;
-  else if (o.stdin !== undefined) req.stdin_base64 = Buffer.from(o.stdin).toString('base64');
+  else if (o.stdin !== undefined) req.stdinBase64 = Buffer.from(o.stdin).toString('base64');
   if (o.encoding !== undefined) req.encoding = o.encoding;
   if (o.undo !== undefined) req.undo = o.undo;
-  if (o.rollbackOnFailure !== undefined) req.rollback_on_failure = o.rollbackOnFailure;
+  if (o.rollbackOnFailure !== undefined) req.rollbackOnFailure = o.rollbackOnFailure;
   return req;
+}
+
+/** Splits call options (signal, onProgress) off a request's fields. */
+function split<T extends object>(o: T & LongOptions): { req: T; signal?: AbortSignal; onProgress?: ProgressCallback } {
+  const { signal, onProgress, ...req } = o;
+  return { req: req as T, signal, onProgress };
 }
 
 function sbPath(idOrName: string, ...rest: string[]): string {
   return '/v1/sandboxes/' + seg(idOrName) + rest.map((r) => '/' + r).join('');
 }
 
-/** A client of one sbxd. */
-export class Client {
+/** `runtime.sandboxes`: create, get, list, update and delete sandboxes. */
+export interface Sandboxes {
+  /** {@link Runtime.create}: a new sandbox, running; `{ snapshot }` starts it from a memory snapshot. */
+  create(opts?: CreateOptions): Promise<Sandbox>;
+  /** {@link Runtime.get}: a sandbox by name or id; {@link SandboxNotFoundError} if none. */
+  get(nameOrId: string, o?: CallOptions): Promise<Sandbox>;
+  /** {@link Runtime.list}: sandboxes, oldest first; with `labels`, those that carry all of them. */
+  list(o?: CallOptions & { labels?: Record<string, string> }): Promise<Sandbox[]>;
+  /** {@link Runtime.update}: the fields given change. */
+  update(nameOrId: string, req: UpdateSandboxRequest, o?: CallOptions): Promise<Sandbox>;
+  /** {@link Runtime.delete}: deletes a sandbox by name or id. */
+  delete(nameOrId: string, o?: CallOptions): Promise<void>;
+}
+
+/** `runtime.snapshots`: the memory snapshots (taken with {@link Sandbox.snapshot}). */
+export interface Snapshots {
+  /** Snapshots not expired, newest first; with `sandbox` (a name), of that sandbox. */
+  list(o?: CallOptions & { sandbox?: string }): Promise<Snapshot[]>;
+  /** One snapshot by id, or {@link SnapshotNotFoundError}. */
+  get(id: string, o?: CallOptions): Promise<Snapshot>;
+  /** Deletes a snapshot. */
+  delete(id: string, o?: CallOptions): Promise<void>;
+}
+
+let defaultRuntime: Runtime | undefined;
+
+/**
+ * A client of one sbxd. `new Runtime()` reads the environment: `SBX_URL`
+ * and `SBX_API_KEY` (TCP), else `SBX_SOCKET`, else {@link DEFAULT_SOCKET}.
+ */
+export class Runtime {
   /** @internal */
   readonly t: Transport;
+  /** Sandboxes: `runtime.sandboxes.create({ snapshot })`, `.get`, `.list`, `.update`, `.delete`. */
+  readonly sandboxes: Sandboxes;
+  /** Memory snapshots: `runtime.snapshots.list`, `.get`, `.delete`. */
+  readonly snapshots: Snapshots;
+
+  /**
+   * The runtime `Sandbox.create()` and `Sandbox.connect()` use: made from
+   * the environment on first use, then the same one.
+   */
+  static default(): Runtime {
+    defaultRuntime ??= new Runtime();
+    return defaultRuntime;
+  }
 
   constructor(options: ClientOptions = {}) {
+    this.sandboxes = {
+      create: (o) => this.create(o),
+      get: (n, o) => this.get(n, o),
+      list: (o) => this.list(o),
+      update: (n, r, o) => this.update(n, r, o),
+      delete: (n, o) => this.delete(n, o),
+    };
+    this.snapshots = {
+      list: (o) => this.listSnapshots(o),
+      get: (id, o) => this.getSnapshot(id, o),
+      delete: (id, o) => this.deleteSnapshot(id, o),
+    };
     const env = process.env;
     let url = options.url;
     let socket = options.socket;
@@ -128,18 +213,28 @@ export class Client {
   }
 
   /**
-   * Creates and starts a sandbox (`POST /v1/sandboxes`). With `onProgress`
-   * it streams progress (the default image's first build takes minutes).
+   * Creates and starts a sandbox (`POST /v1/sandboxes`): `{ name, image,
+   * cpus, memoryMb, diskMb, env, labels, network, timeoutMs, secrets,
+   * snapshot, ... }`, all optional; `snapshot` (an id) starts it from a
+   * memory snapshot, running. With `onProgress` it streams progress (the
+   * default image's first build takes minutes). Throws
+   * {@link InvalidArgumentError}, `NameTakenError`, `CapacityError`, ...
    */
-  async create(req: CreateSandboxRequest = {}, o: LongOptions = {}): Promise<Sandbox> {
-    const r = { method: 'POST', path: '/v1/sandboxes', json: req, signal: o.signal };
-    const info = o.onProgress ? await this.t.long<SandboxInfo>(r, o.onProgress) : await this.t.json<SandboxInfo>(r);
+  async create(opts: CreateOptions = {}): Promise<Sandbox> {
+    const { req, signal, onProgress } = split<CreateSandboxRequest>(opts);
+    const r = { method: 'POST', path: '/v1/sandboxes', json: req, signal };
+    const info = onProgress ? await this.t.long<SandboxInfo>(r, onProgress) : await this.t.json<SandboxInfo>(r);
     return this.wrap(info);
   }
 
-  /** Starts a new sandbox, running, from a memory snapshot (`POST /v1/sandboxes` with `snapshot`). */
-  createFromSnapshot(snapshotId: string, req: Omit<CreateSandboxRequest, 'snapshot'> = {}, o: LongOptions = {}): Promise<Sandbox> {
-    return this.create({ ...req, snapshot: snapshotId }, o);
+  /**
+   * Classifies a command (`POST /v1/classify`): the lightest undo that
+   * covers it (`none`, `git`, `checkpoint`, `fork`) and why. A string is a
+   * shell line; an argv `["sh","-c",S]` classifies S. Throws
+   * {@link InvalidArgumentError} for an empty command.
+   */
+  classify(cmd: Command, o: CallOptions = {}): Promise<ClassifyResult> {
+    return this.t.json<ClassifyResult>({ method: 'POST', path: '/v1/classify', json: { cmd }, signal: o.signal });
   }
 
   /** Gets a sandbox by name or id. Throws {@link SandboxNotFoundError}. */
@@ -212,7 +307,7 @@ export class Client {
 
   /**
    * Events kept for a key no sandbox waits on yet (of `key`; of every key
-   * without it), oldest first, each with `expire_time`: every page of
+   * without it), oldest first, each with `expireTime`: every page of
    * `GET /v1/events`.
    */
   async pendingEvents(key?: string, o: CallOptions = {}): Promise<SbxEvent[]> {
@@ -222,16 +317,10 @@ export class Client {
       const query: Query = {};
       if (key) query.key = key;
       if (cursor) query.cursor = cursor;
-      const res = await this.t.request({ method: 'GET', path: '/v1/events', query, accept: 'application/json', signal: o.signal });
-      const buf = await readAll(res);
-      try {
-        out.push(...((buf.length ? JSON.parse(buf.toString('utf8')) : []) as SbxEvent[]));
-      } catch (e) {
-        throw new SbxProtocolError(`decode GET /v1/events answer: ${(e as Error).message}`);
-      }
-      const next = res.headers['x-next-cursor'];
-      if (typeof next !== 'string' || next === '') break;
-      cursor = next;
+      const page = await this.t.jsonPage<SbxEvent[] | null>({ method: 'GET', path: '/v1/events', query, signal: o.signal });
+      out.push(...(page.value ?? []));
+      if (!page.next) break;
+      cursor = page.next;
     }
     return out;
   }
@@ -260,7 +349,7 @@ export class Client {
 
   /**
    * The bytes of a delivery's archive (tar, zstd), whole. Their sha256 is
-   * the record's `archive_digest`; verify the record itself with
+   * the record's `archiveDigest`; verify the record itself with
    * `sbx delivery verify` rather than trust the transfer.
    */
   async deliveryArchive(id: string, o: CallOptions = {}): Promise<Buffer> {
@@ -271,6 +360,7 @@ export class Client {
    * The archive of a delivery as a stream (`Content-Length` is its size,
    * `X-Sbx-Digest` its `archive_digest`); a chunk lost from the blob store
    * cuts the stream (an `error` event). Read it to the end or destroy it.
+   * Its bytes are the archive's, as sent.
    */
   deliveryArchiveStream(id: string, o: CallOptions = {}): Promise<IncomingMessage> {
     return this.t.request({ method: 'GET', path: '/v1/deliveries/' + seg(id) + '/archive', accept: 'application/x-tar+zstd', signal: o.signal });
@@ -314,7 +404,7 @@ export class Client {
    */
   usage(o: CallOptions & { since?: Date | string; until?: Date | string; groupBy?: UsageGroupBy } = {}): Promise<Usage> {
     const time = (t?: Date | string) => (t instanceof Date ? t.toISOString().replace(/\.\d{3}Z$/, 'Z') : t || undefined);
-    const query: Query = { since: time(o.since), until: time(o.until), group_by: o.groupBy || undefined };
+    const query: Query = { since: time(o.since), until: time(o.until), groupBy: o.groupBy || undefined };
     return this.t.json<Usage>({ method: 'GET', path: '/v1/usage', query, signal: o.signal });
   }
 
@@ -322,10 +412,10 @@ export class Client {
    * Replaces an API key's daily spending limit in US dollars (`null`: no
    * limit); with `resumeSuspended`, the sandboxes the limit suspended
    * resume once the key is under it. Admin keys only. Answers the key's
-   * record (wire field names).
+   * record.
    */
   setKeyLimit(id: string, dailyLimitUsd: number | null, o: CallOptions & { resumeSuspended?: boolean } = {}): Promise<KeyLimitAnswer> {
-    const json = { daily_limit_usd: dailyLimitUsd, resume_suspended: o.resumeSuspended || undefined };
+    const json = { dailyLimitUsd, resumeSuspended: o.resumeSuspended || undefined };
     return this.t.json<KeyLimitAnswer>({ method: 'PUT', path: '/v1/keys/' + seg(id) + '/limit', json, signal: o.signal });
   }
 
@@ -335,22 +425,89 @@ export class Client {
   }
 }
 
-/** A handle on one sandbox. Its calls address the sandbox by id. */
-export class Sandbox {
-  /** The sandbox object as last seen. */
-  info: SandboxInfo;
-  readonly client: Client;
+/**
+ * `sb.network`: the sandbox's egress rules, enforced on the host. Each
+ * call reads or writes sbxd's rules (`GET|PUT .../network`).
+ */
+export class SandboxNetwork {
+  /** @internal */
+  constructor(private readonly sb: Sandbox) {}
 
-  constructor(client: Client, info: SandboxInfo) {
-    this.client = client;
-    this.info = info;
+  /** The rules now: `{ internet, allow, deny, connect }`. */
+  get(o: CallOptions = {}): Promise<NetworkRules> {
+    return this.sb.client.t.json<NetworkRules>({ method: 'GET', path: sbPath(this.sb.id, 'network'), signal: o.signal });
   }
 
+  /**
+   * Replaces the rules; answers them as stored (lists in canonical form).
+   * `internet` left out means true. Throws {@link InvalidArgumentError}
+   * for a malformed domain or CIDR (the rules stay as they were).
+   */
+  async set(rules: NetworkRules, o: CallOptions = {}): Promise<NetworkRules> {
+    const out = await this.sb.client.t.json<NetworkRules>({ method: 'PUT', path: sbPath(this.sb.id, 'network'), json: rules, signal: o.signal });
+    this.sb.info.network = out;
+    return out;
+  }
+
+  /**
+   * Cuts all egress (`internet: false`), keeping the lists, so that
+   * {@link on} brings back the rules as they were. Two requests (read,
+   * then replace): a change made between them by another client is lost.
+   */
+  async off(o: CallOptions = {}): Promise<NetworkRules> {
+    return this.set({ ...(await this.get(o)), internet: false }, o);
+  }
+
+  /** Opens egress again (`internet: true`) under the lists (`allow`, `deny`, `connect`) as they are. Two requests, as {@link off}. */
+  async on(o: CallOptions = {}): Promise<NetworkRules> {
+    return this.set({ ...(await this.get(o)), internet: true }, o);
+  }
+
+  /** What the host refused (`refused`, newest first), counts, and the requests that carried a secret. */
+  log(o: CallOptions = {}): Promise<NetworkLog> {
+    return this.sb.client.t.json<NetworkLog>({ method: 'GET', path: sbPath(this.sb.id, 'network', 'log'), signal: o.signal });
+  }
+}
+
+/**
+ * A handle on one sandbox; its calls address the sandbox by id.
+ * `await using sb = await Sandbox.create()` deletes it at the end of the
+ * scope.
+ */
+export class Sandbox {
+  /** The sandbox object as last seen (refreshed by {@link refresh} and the calls that answer it). */
+  info: SandboxInfo;
+  /** The runtime this handle talks through. */
+  readonly client: Runtime;
+  /** The egress rules: `sb.network.get()`, `.set({...})`, `.off()`, `.on()`, `.log()`. */
+  readonly network: SandboxNetwork;
+
+  constructor(client: Runtime, info: SandboxInfo) {
+    this.client = client;
+    this.info = info;
+    this.network = new SandboxNetwork(this);
+  }
+
+  /**
+   * Creates a sandbox through the default runtime ({@link Runtime.default}:
+   * `SBX_URL` + `SBX_API_KEY`, else the socket `SBX_SOCKET` or
+   * {@link DEFAULT_SOCKET}). Options as {@link Runtime.create}.
+   */
+  static create(opts: CreateOptions = {}): Promise<Sandbox> {
+    return Runtime.default().create(opts);
+  }
+
+  /** Gets an existing sandbox by name or id through the default runtime; {@link SandboxNotFoundError} if none. */
+  static connect(nameOrId: string, o: CallOptions = {}): Promise<Sandbox> {
+    return Runtime.default().get(nameOrId, o);
+  }
+
+  /** Immutable: `sbx_` + 16 hex digits. */
   get id(): string { return this.info.id; }
+  /** The name as last seen (a promotion by {@link tryInCopy} keeps it). */
   get name(): string { return this.info.name; }
   get state(): string { return this.info.state; }
   get labels(): Record<string, string> { return this.info.labels ?? {}; }
-  get network(): NetworkRules { return this.info.network; }
 
   private get t(): Transport { return this.client.t; }
   private p(...rest: string[]): string { return sbPath(this.info.id, ...rest); }
@@ -372,7 +529,7 @@ export class Sandbox {
     await this.t.json({ method: 'DELETE', path: this.p(), signal: o.signal });
   }
 
-  /** `await using sb = await client.create()` deletes it at the end of the scope (a sandbox already gone is fine). */
+  /** `await using sb = await Sandbox.create()` deletes it at the end of the scope (a sandbox already gone is fine). */
   async [Symbol.asyncDispose](): Promise<void> {
     try {
       await this.delete();
@@ -399,9 +556,11 @@ export class Sandbox {
   }
 
   /**
-   * Runs a command and waits for it (buffered answer). A string runs as
-   * `["sh","-c",cmd]`; an array is the argv; an object is a wire exec
-   * request (options override its fields).
+   * Runs a command and waits for it: `{ exitCode, stdout, stderr,
+   * durationMs, timedOut, truncated, undo }`. A string runs as
+   * `["sh","-c",cmd]`; an array is the argv. A command that fails is not an
+   * error: read `exitCode` (124 on timeout). Throws
+   * {@link SandboxNotFoundError}, {@link InvalidArgumentError}, ...
    */
   exec(cmd: Command, o: ExecOptions = {}): Promise<ExecResult> {
     return this.t.json<ExecResult>({ method: 'POST', path: this.p('exec'), json: execRequest(cmd, o), signal: o.signal });
@@ -413,17 +572,11 @@ export class Sandbox {
    * died) is thrown as a typed error.
    */
   async *execStream(cmd: Command, o: ExecOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
-    const res = await this.t.request({ method: 'POST', path: this.p('exec'), json: execRequest(cmd, o), accept: NDJSON, signal: o.signal });
-    try {
-      for await (const ev of ndjsonLines(res)) {
-        if (ev.type === 'error') throw errorFromCode(ev.code || 'internal', ev.error ?? '', { streamed: true });
-        yield ev as ExecEvent;
-        if (ev.type === 'exit') return;
-      }
-      throw new SbxProtocolError('exec stream ended without an exit line');
-    } finally {
-      res.destroy();
+    for await (const ev of this.t.lines<ExecEvent>({ method: 'POST', path: this.p('exec'), json: execRequest(cmd, o), signal: o.signal })) {
+      yield ev;
+      if (ev.type === 'exit') return;
     }
+    throw new SbxProtocolError('exec stream ended without an exit line');
   }
 
   /** Starts a detached process; returns its pid. */
@@ -484,7 +637,7 @@ export class Sandbox {
    * for a directory, a FIFO or a device.
    */
   async readFile(path: string, o: CallOptions & { maxBytes?: number } = {}): Promise<Buffer> {
-    const query: Query = { path, max_bytes: o.maxBytes !== undefined ? String(o.maxBytes) : undefined };
+    const query: Query = { path, maxBytes: o.maxBytes !== undefined ? String(o.maxBytes) : undefined };
     const res = await this.t.request({ method: 'GET', path: this.p('files'), query, signal: o.signal });
     return readAll(res);
   }
@@ -539,37 +692,54 @@ export class Sandbox {
     return this.t.json<Diff>({ method: 'GET', path: this.p('checkpoints', seg(o.to || 'live'), 'diff'), query, signal: o.signal });
   }
 
-  /** Takes a memory snapshot (NDJSON). */
-  snapshot(o: LongOptions & { name?: string; retentionDays?: number; metadata?: Record<string, unknown> } = {}): Promise<Snapshot> {
-    const json: SnapshotRequest = {};
-    if (o.name !== undefined) json.name = o.name;
-    if (o.retentionDays !== undefined) json.retention_days = o.retentionDays;
-    if (o.metadata !== undefined) json.metadata = o.metadata;
-    return this.t.long<Snapshot>({ method: 'POST', path: this.p('snapshot'), json, signal: o.signal }, o.onProgress);
+  /**
+   * Takes a memory snapshot (memory, processes and disk): `{ name,
+   * retentionDays, metadata }`, all optional (`metadata` is your JSON
+   * object, kept as is; default retention 7 days). Answers the snapshot,
+   * with its `id`; start a sandbox from it with
+   * `runtime.sandboxes.create({ snapshot: id })`. Throws
+   * `SandboxHasVolumeError`, `SnapshotFailedError` (nothing changed), ...
+   */
+  snapshot(opts: SnapshotOptions = {}): Promise<Snapshot> {
+    const { req, signal, onProgress } = split<SnapshotRequest>(opts);
+    return this.t.long<Snapshot>({ method: 'POST', path: this.p('snapshot'), json: req, signal }, onProgress);
   }
 
-  /** Forks live copies (NDJSON). */
-  async fork(req: ForkRequest = {}, o: LongOptions = {}): Promise<ForkResult> {
-    const out = await this.t.long<ForkResultWire>({ method: 'POST', path: this.p('fork'), json: req, signal: o.signal }, o.onProgress);
-    const res: ForkResult = { snapshot: out.snapshot, pausedMs: out.paused_ms, copies: [], errors: [] };
-    for (const c of out.copies ?? []) {
-      if (c.sandbox) {
-        res.copies.push(this.client.wrap(c.sandbox));
-        res.errors.push(null);
-      } else {
-        res.copies.push(null);
-        res.errors.push(errorFromCode(c.error?.code || 'fork_failed', c.error?.message ?? 'fork failed', { streamed: true }));
-      }
-    }
-    return res;
-  }
-
-  /** Forks one copy and returns it; a failed copy is thrown. */
-  async forkOne(req: Omit<ForkRequest, 'count'> = {}, o: LongOptions = {}): Promise<Sandbox> {
-    const r = await this.fork(req, o);
-    const c = r.copies[0];
+  /**
+   * Forks a live copy (memory, processes, disk) and answers it, a
+   * {@link Sandbox}: `{ name, labels, network }` are the copy's (default a
+   * generated name, and the original's labels and rules). The original
+   * pauses for a moment and runs on. A copy that could not be made is
+   * thrown (typed: `CapacityError`, `ForkFailedError`, ...).
+   */
+  async fork(opts: ForkOptions = {}): Promise<Sandbox> {
+    const r = await this.forkCopies(undefined, opts);
+    const c = r.sandboxes[0];
     if (!c) throw r.errors[0] ?? new SbxProtocolError('fork answered no copy');
     return c;
+  }
+
+  /**
+   * Forks `n` live copies (1 to 16) from one snapshot: with `name` they are
+   * NAME-1 ... NAME-n. Answers the copies that were made and one typed
+   * error per copy that was not (a fork can succeed in part); throws when
+   * the fork as a whole fails ({@link InvalidArgumentError} for `n` out of
+   * range, sbxd's check).
+   */
+  forkMany(n: number, opts: ForkOptions = {}): Promise<ForkManyResult> {
+    return this.forkCopies(n, opts);
+  }
+
+  private async forkCopies(n: number | undefined, opts: ForkOptions): Promise<ForkManyResult> {
+    const { req, signal, onProgress } = split<Omit<ForkRequest, 'count'>>(opts);
+    const json: ForkRequest = n === undefined ? req : { ...req, count: n };
+    const out = await this.t.long<ForkResultWire>({ method: 'POST', path: this.p('fork'), json, signal }, onProgress);
+    const res: ForkManyResult = { sandboxes: [], errors: [], snapshot: out.snapshot, pausedMs: out.pausedMs };
+    for (const c of out.copies ?? []) {
+      if (c.sandbox) res.sandboxes.push(this.client.wrap(c.sandbox));
+      else res.errors.push(errorFromCode(c.error?.code || 'fork_failed', c.error?.message ?? 'fork failed', { streamed: true }));
+    }
+    return res;
   }
 
   /**
@@ -592,23 +762,6 @@ export class Sandbox {
   /** This sandbox's deliveries, oldest first. */
   deliveries(o: CallOptions = {}): Promise<Delivery[]> {
     return this.client.listDeliveries({ ...o, sandbox: this.info.id });
-  }
-
-  /** The network rules. */
-  getNetwork(o: CallOptions = {}): Promise<NetworkRules> {
-    return this.t.json<NetworkRules>({ method: 'GET', path: this.p('network'), signal: o.signal });
-  }
-
-  /** Replaces the network rules; answers them as stored. */
-  async setNetwork(rules: NetworkRules, o: CallOptions = {}): Promise<NetworkRules> {
-    const out = await this.t.json<NetworkRules>({ method: 'PUT', path: this.p('network'), json: rules, signal: o.signal });
-    this.info.network = out;
-    return out;
-  }
-
-  /** What the host refused, and counts. */
-  networkLog(o: CallOptions = {}): Promise<NetworkLog> {
-    return this.t.json<NetworkLog>({ method: 'GET', path: this.p('network', 'log'), signal: o.signal });
   }
 
   /** The secrets, by name: placeholders and rules, never values. */
@@ -639,7 +792,7 @@ export class Sandbox {
 
   /** Suspends it (memory and disk to the blob store); `wakeOn` an event key. */
   async suspend(o: LongOptions & { wakeOn?: string } = {}): Promise<this> {
-    const json = o.wakeOn ? { wake_on: o.wakeOn } : {};
+    const json = o.wakeOn ? { wakeOn: o.wakeOn } : {};
     const info = await this.t.long<SandboxInfo>({ method: 'POST', path: this.p('suspend'), json, signal: o.signal }, o.onProgress);
     if (info) this.info = info;
     return this;
@@ -661,22 +814,16 @@ export class Sandbox {
     const out: SbxEvent[] = [];
     let cursor: string | undefined;
     for (let pages = 0; pages < 100000; pages++) {
-      const res = await this.t.request({
-        method: 'GET', path: this.p('events'), query: cursor ? { cursor } : undefined,
-        accept: 'application/json', signal: o.signal,
-      });
-      const buf = await readAll(res);
-      let page: SbxEvent[];
-      try {
-        page = buf.length ? (JSON.parse(buf.toString('utf8')) as SbxEvent[]) : [];
-      } catch (e) {
-        throw new SbxProtocolError(`decode GET events answer: ${(e as Error).message}`);
-      }
-      out.push(...(page ?? []));
-      const next = res.headers['x-next-cursor'];
-      if (typeof next !== 'string' || next === '') break;
-      cursor = next;
+      const page = await this.t.jsonPage<SbxEvent[] | null>({ method: 'GET', path: this.p('events'), query: cursor ? { cursor } : undefined, signal: o.signal });
+      out.push(...(page.value ?? []));
+      if (!page.next) break;
+      cursor = page.next;
     }
     return out;
   }
 }
+
+/** The former name of {@link Runtime}. */
+export const Client = Runtime;
+/** The former name of {@link Runtime}. */
+export type Client = Runtime;

@@ -9,11 +9,12 @@ import * as http from 'node:http';
 import * as https from 'node:https';
 import { SbxConnectionError, SbxProtocolError, codeOfStatus, errorFromCode } from './errors.js';
 import type { ProgressCallback } from './types.js';
+import { fromWire, toWire, wireName } from './wire.js';
 
 export const NDJSON = 'application/x-ndjson';
 export const JSON_TYPE = 'application/json';
 
-/** Query values: a string, a list (repeated key), or undefined (left out). */
+/** Query values by camelCase name (sent as snake_case): a string, a list (repeated key), or undefined (left out). */
 export type Query = Record<string, string | string[] | undefined>;
 
 export interface RequestOptions {
@@ -21,7 +22,7 @@ export interface RequestOptions {
   /** Escaped path, starting with `/v1/`. */
   path: string;
   query?: Query;
-  /** A value sent as JSON, or bytes sent as they are with `contentType`. */
+  /** A value sent as JSON (camelCase, converted to the wire's snake_case), or bytes sent as they are with `contentType`. */
   json?: unknown;
   body?: Uint8Array | string;
   contentType?: string;
@@ -76,7 +77,7 @@ export class Transport {
       const q = new URLSearchParams();
       for (const [k, v] of Object.entries(o.query)) {
         if (v === undefined) continue;
-        for (const x of Array.isArray(v) ? v : [v]) q.append(k, x);
+        for (const x of Array.isArray(v) ? v : [v]) q.append(wireName(k), x);
       }
       const s = q.toString();
       if (s) pathQ += '?' + s;
@@ -84,7 +85,7 @@ export class Transport {
     const headers: Record<string, string> = {};
     let payload: Buffer | undefined;
     if (o.json !== undefined) {
-      payload = Buffer.from(JSON.stringify(o.json));
+      payload = Buffer.from(JSON.stringify(toWire(o.json)));
       headers['Content-Type'] = JSON_TYPE;
     } else if (o.body !== undefined) {
       payload = typeof o.body === 'string' ? Buffer.from(o.body) : Buffer.from(o.body.buffer, o.body.byteOffset, o.body.byteLength);
@@ -135,15 +136,44 @@ export class Transport {
     return res;
   }
 
-  /** Sends a request and decodes a JSON answer (undefined for an empty body). */
+  /** Sends a request and decodes a JSON answer into camelCase (undefined for an empty body). */
   async json<T>(o: RequestOptions): Promise<T> {
+    return (await this.jsonPage<T>(o)).value;
+  }
+
+  /**
+   * Sends a request and decodes a JSON answer into camelCase, with the
+   * `X-Next-Cursor` header of a paged list (`''` on the last page).
+   */
+  async jsonPage<T>(o: RequestOptions): Promise<{ value: T; next: string }> {
     const res = await this.request({ accept: JSON_TYPE, ...o });
     const buf = await readAll(res);
-    if (buf.length === 0) return undefined as T;
+    const h = res.headers['x-next-cursor'];
+    const next = typeof h === 'string' ? h : '';
+    if (buf.length === 0) return { value: undefined as T, next };
+    let v: unknown;
     try {
-      return JSON.parse(buf.toString('utf8')) as T;
+      v = JSON.parse(buf.toString('utf8'));
     } catch (e) {
       throw new SbxProtocolError(`decode ${o.method} ${o.path} answer: ${(e as Error).message}`);
+    }
+    return { value: fromWire<T>(v), next };
+  }
+
+  /**
+   * Sends a request answered by an NDJSON stream (a streamed exec) and
+   * yields its lines in camelCase; an `error` line is thrown as a typed
+   * error. The response is closed when the caller stops.
+   */
+  async *lines<T>(o: RequestOptions): AsyncGenerator<T, void, undefined> {
+    const res = await this.request({ ...o, accept: NDJSON });
+    try {
+      for await (const line of ndjsonLines(res)) {
+        if (line && line.type === 'error') throw errorFromCode(line.code || 'internal', line.error ?? '', { streamed: true });
+        yield fromWire<T>(line);
+      }
+    } finally {
+      res.destroy();
     }
   }
 
@@ -158,7 +188,7 @@ export class Transport {
     if (!ctype.startsWith(NDJSON)) {
       // Not a stream (e.g. an operation that answers at once): plain JSON.
       const buf = await readAll(res);
-      return (buf.length ? JSON.parse(buf.toString('utf8')) : undefined) as T;
+      return fromWire<T>(buf.length ? JSON.parse(buf.toString('utf8')) : undefined);
     }
     for await (const line of ndjsonLines(res)) {
       switch (line.type) {
@@ -167,7 +197,9 @@ export class Transport {
           break;
         case 'complete':
           res.resume();
-          return line.data as T;
+          // The result is converted as a value of its own: `data` is a
+          // free-form field name elsewhere (an event's data).
+          return fromWire<T>(line.data);
         case 'error':
           res.resume();
           throw errorFromCode(line.code || 'internal', line.error ?? '', { streamed: true });
@@ -184,7 +216,7 @@ export async function readAll(res: http.IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-/** Yields the parsed JSON objects of an NDJSON body, one a line. */
+/** Yields the parsed JSON objects of an NDJSON body, one a line, as sent (wire names). */
 export async function* ndjsonLines(res: AsyncIterable<Buffer | string>): AsyncGenerator<any> {
   let buf = '';
   const dec = new TextDecoder('utf-8');

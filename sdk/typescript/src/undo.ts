@@ -1,8 +1,11 @@
 /**
  * The undo helpers of docs/undo.md: {@link tryInCopy}, {@link guarded},
- * {@link remember}, {@link goBackTo}, {@link chain}.
+ * {@link checkpointFor}, {@link remember}, {@link goBackTo}, {@link chain}.
+ * They are thin: the classification of commands and the undos themselves
+ * (git, checkpoint, snapshot) are sbxd's (`POST /v1/classify`, guarded
+ * exec), so every SDK agrees by construction.
  *
- * **These patterns are a convenience, not a security boundary.** They pick
+ * **These patterns are a convenience, not a security boundary.** sbxd picks
  * an undo from the text of a command, and a command can do more than its
  * text says. The sandbox is the boundary; effects outside it (a `git push`,
  * an HTTP POST to an allowed host) are undone by no undo.
@@ -11,8 +14,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { InvalidArgumentError, SandboxNotFoundError, SnapshotNotFoundError } from './errors.js';
-import type { Sandbox } from './client.js';
-import { checkpointFor } from './classify.js';
+import { Runtime, type CallOptions, type Command, type Sandbox } from './client.js';
 import type { ExecResult, NetworkRules, Snapshot, UndoKind } from './types.js';
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
@@ -84,7 +86,7 @@ async function promote(original: Sandbox, replacement: Sandbox, rules: NetworkRu
   const oldName = derivedName(name, 'old');
   let renamedAway = false;
   try {
-    if (rules) await replacement.setNetwork(rules);
+    if (rules) await replacement.network.set(rules);
     await original.rename(oldName);
     renamedAway = true;
     await replacement.rename(name);
@@ -113,9 +115,9 @@ async function promote(original: Sandbox, replacement: Sandbox, rules: NetworkRu
 export async function tryInCopy(sandbox: Sandbox, step: string, verify?: string | null, options: TryOptions = {}): Promise<TryResult> {
   const offline = options.offline ?? true;
   await sandbox.refresh(); // its current name and labels
-  const rules = await sandbox.getNetwork();
+  const rules = await sandbox.network.get();
   const labels = sandbox.labels;
-  const copy = await sandbox.forkOne({
+  const copy = await sandbox.fork({
     name: derivedName(sandbox.name, 'try'),
     labels,
     ...(offline ? { network: { internet: false } } : {}),
@@ -125,12 +127,12 @@ export async function tryInCopy(sandbox: Sandbox, step: string, verify?: string 
   const opts = options.cwd !== undefined ? { cwd: options.cwd } : {};
   try {
     stepRes = await copy.exec(step, opts);
-    if (stepRes.exit_code === 0 && verify) verifyRes = await copy.exec(verify, opts);
+    if (stepRes.exitCode === 0 && verify) verifyRes = await copy.exec(verify, opts);
   } catch (err) {
     await deleteQuietly(copy, 2);
     throw err;
   }
-  const passed = stepRes.exit_code === 0 && (verifyRes === null || verifyRes.exit_code === 0);
+  const passed = stepRes.exitCode === 0 && (verifyRes === null || verifyRes.exitCode === 0);
   if (!passed) {
     const gone = await deleteQuietly(copy, 3);
     return { kept: false, sandbox, step: stepRes, verify: verifyRes, leftover: gone ? '' : copy.name };
@@ -139,91 +141,52 @@ export async function tryInCopy(sandbox: Sandbox, step: string, verify?: string 
   return { kept: true, sandbox: kept, step: stepRes, verify: verifyRes, leftover };
 }
 
-/** Repository snapshot script of docs/undo.md; prints `top head ref itree wtree`, exits 3 outside a work tree. */
-export const GIT_SNAPSHOT_SCRIPT = `set -e
-git rev-parse --is-inside-work-tree >/dev/null 2>&1 || exit 3
-top=$(git rev-parse --show-toplevel)
-cd "$top"
-head=$(git rev-parse -q --verify HEAD || echo none)
-ref=$(git symbolic-ref -q HEAD || echo detached)
-itree=$(git write-tree)
-idx=$(mktemp)
-cp "$(git rev-parse --git-path index)" "$idx" 2>/dev/null || rm -f "$idx"
-wtree=$(GIT_INDEX_FILE="$idx" git add -A . && GIT_INDEX_FILE="$idx" git write-tree)
-rm -f "$idx"
-c=$(git commit-tree "$wtree" -m "sbx guard")
-git update-ref refs/sbx/guard "$c"
-echo "$top $head $ref $itree $wtree"
-`;
-
-/** Rollback script of docs/undo.md (`sh -c SCRIPT sh TOP HEAD REF ITREE WTREE`). */
-export const GIT_ROLLBACK_SCRIPT = `set -e
-cd "$1"
-for op in rebase merge cherry-pick revert am; do git "$op" --abort >/dev/null 2>&1 || true; done
-if [ "$2" != none ]; then
-  if [ "$3" = detached ]; then git update-ref --no-deref HEAD "$2"
-  else git update-ref "$3" "$2" && git symbolic-ref HEAD "$3"; fi
-fi
-git read-tree "$5"
-git checkout-index -a -f
-git clean -fdq
-git read-tree "$4"
-`;
+/**
+ * The lightest undo that covers `command`, as sbxd classifies it
+ * (`POST /v1/classify`): `none` (reads), `git` (edits inside a git work
+ * tree), `checkpoint` (other changes on disk), `fork` (changes to running
+ * processes). A string is a shell line; an argv `["sh","-c",S]` classifies
+ * S. Uses `runtime`, else {@link Runtime.default}.
+ */
+export async function checkpointFor(command: Command, runtime?: Runtime, o: CallOptions = {}): Promise<UndoKind> {
+  return (await (runtime ?? Runtime.default()).classify(command, o)).undo;
+}
 
 /** Result of {@link guarded}. */
 export interface GuardResult {
-  /** The agent's sandbox from now on. */
+  /** The agent's sandbox from now on (the same: every undo is put back in place). */
   sandbox: Sandbox;
-  /** The undo taken: `none`, `git`, `checkpoint` or `fork`. */
+  /** The command's class, the undo sbxd took for it: `none`, `git`, `checkpoint` or `fork`. */
   undo: UndoKind;
-  /** The command's exec result. */
+  /** The command's exec result; `result.undo` says what was taken (its `checkpoint`, `snapshot` or `git`). */
   result: ExecResult;
   /** True when the command failed and its effects were undone. */
-  rolled_back: boolean;
-  /** Why a rollback failed, when it did. */
-  rollback_error?: string;
+  rolledBack: boolean;
+  /** Why a rollback that was due failed, when it did. */
+  rollbackError?: string;
 }
 
 /** Options of {@link guarded}. */
-export interface GuardOptions {
+export interface GuardOptions extends CallOptions {
+  /** Working directory (absolute); for class `git`, the work tree that contains it is snapshotted. */
   cwd?: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
 }
 
 /**
- * Takes the lightest undo that covers `command` ({@link checkpointFor}),
- * runs it, and rolls back when it exits non-zero.
+ * Runs `command` guarded, in one call: sbxd takes the lightest undo that
+ * covers it (a repository snapshot of the git work tree around `cwd`, a
+ * disk checkpoint, or a memory snapshot; nothing for a read), runs it, and
+ * puts everything back when it exits non-zero.
  */
-export async function guarded(sandbox: Sandbox, command: string, options: GuardOptions = {}): Promise<GuardResult> {
-  let kind = checkpointFor(command);
-  const opts = options.cwd !== undefined ? { cwd: options.cwd } : {};
-  if (kind === 'none') {
-    const result = await sandbox.exec(command, opts);
-    return { sandbox, undo: 'none', result, rolled_back: false };
-  }
-  if (kind === 'git') {
-    const snap = await sandbox.exec(['sh', '-c', GIT_SNAPSHOT_SCRIPT], opts);
-    const fields = snap.stdout.trim().split(' ');
-    if (snap.exit_code === 0 && fields.length >= 5) {
-      const [head, ref, itree, wtree] = fields.slice(-4);
-      const top = fields.slice(0, -4).join(' ');
-      const result = await sandbox.exec(command, opts);
-      if (result.exit_code === 0) return { sandbox, undo: 'git', result, rolled_back: false };
-      const rb = await sandbox.exec(['sh', '-c', GIT_ROLLBACK_SCRIPT, 'sh', top, head, ref, itree, wtree], opts);
-      const out: GuardResult = { sandbox, undo: 'git', result, rolled_back: rb.exit_code === 0 };
-      if (rb.exit_code !== 0) out.rollback_error = `rollback script exited ${rb.exit_code}: ${rb.stderr.trim()}`;
-      return out;
-    }
-    // Not a git working tree (exit 3), or git could not snapshot it: take a checkpoint.
-    kind = 'checkpoint';
-  }
-  if (kind === 'checkpoint') {
-    const result = await sandbox.exec(command, { ...opts, undo: 'checkpoint', rollbackOnFailure: true });
-    const out: GuardResult = { sandbox, undo: 'checkpoint', result, rolled_back: result.undo?.rolled_back ?? false };
-    if (result.undo?.rollback_error) out.rollback_error = result.undo.rollback_error;
-    return out;
-  }
-  const tr = await tryInCopy(sandbox, command, null, { offline: false, cwd: options.cwd });
-  return { sandbox: tr.sandbox, undo: 'fork', result: tr.step, rolled_back: !tr.kept };
+export async function guarded(sandbox: Sandbox, command: Command, options: GuardOptions = {}): Promise<GuardResult> {
+  const result = await sandbox.exec(command, { ...options, undo: 'auto', rollbackOnFailure: true });
+  const u = result.undo;
+  const undo: UndoKind = u?.class ?? (u?.kind === 'snapshot' ? 'fork' : u?.kind === 'git' || u?.kind === 'checkpoint' ? u.kind : 'none');
+  const out: GuardResult = { sandbox, undo, result, rolledBack: u?.rolledBack ?? false };
+  if (u?.rollbackError) out.rollbackError = u.rollbackError;
+  return out;
 }
 
 /** Options of {@link remember}. */
@@ -232,7 +195,7 @@ export interface RememberOptions {
   retentionDays?: number;
 }
 
-/** The `metadata.sbx_chain` of a chain snapshot. */
+/** The `metadata.sbx_chain` of a chain snapshot (metadata is the caller's JSON: its keys stay snake_case, as every SDK writes them). */
 export interface ChainMark {
   sandbox: string;
   step: string;
@@ -254,13 +217,18 @@ export function remember(sandbox: Sandbox, step: string, options: RememberOption
   });
 }
 
+function chainMark(s: Snapshot): ChainMark | undefined {
+  const m = s.metadata?.sbx_chain as Partial<ChainMark> | undefined;
+  return m && typeof m === 'object' && typeof m.sandbox === 'string' && typeof m.step === 'string' ? (m as ChainMark) : undefined;
+}
+
 /** The sandbox's chain: its snapshots taken by {@link remember}, oldest first. */
 export async function chain(sandbox: Sandbox): Promise<Snapshot[]> {
-  const all = await sandbox.client.listSnapshots({ sandbox: sandbox.name });
-  const mine = all.filter((s) => s.metadata && typeof s.metadata === 'object' && s.metadata.sbx_chain && s.metadata.sbx_chain.sandbox === sandbox.name);
+  const all = await sandbox.client.snapshots.list({ sandbox: sandbox.name });
+  const mine = all.filter((s) => chainMark(s)?.sandbox === sandbox.name);
   return mine
     .map((s, i) => ({ s, i }))
-    .sort((a, b) => Date.parse(a.s.create_time) - Date.parse(b.s.create_time) || b.i - a.i)
+    .sort((a, b) => Date.parse(a.s.createTime) - Date.parse(b.s.createTime) || b.i - a.i)
     .map((x) => x.s);
 }
 
@@ -272,14 +240,14 @@ export async function chain(sandbox: Sandbox): Promise<Snapshot[]> {
  * chain has no such step. Returns the handle, now on the new sandbox.
  */
 export async function goBackTo(sandbox: Sandbox, step: string): Promise<Sandbox> {
-  const snaps = (await chain(sandbox)).filter((s) => s.metadata.sbx_chain.step === step);
+  const snaps = (await chain(sandbox)).filter((s) => chainMark(s)?.step === step);
   const snap = snaps[snaps.length - 1];
   if (!snap) {
     throw new SnapshotNotFoundError('snapshot_not_found', `no snapshot of step ${JSON.stringify(step)} in the chain of sandbox ${sandbox.name}`, { status: 404 });
   }
   await sandbox.refresh(); // its current name and labels
-  const rules = await sandbox.getNetwork();
-  const back = await sandbox.client.create({
+  const rules = await sandbox.network.get();
+  const back = await sandbox.client.sandboxes.create({
     snapshot: snap.id,
     name: derivedName(sandbox.name, 'back'),
     labels: sandbox.labels,

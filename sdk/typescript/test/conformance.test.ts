@@ -1,14 +1,18 @@
 // Conformance: sdk/testdata/conformance.json is a script of SDK calls with
 // the exact request each must send and a canned answer (docs/undo.md,
 // Conformance). A local HTTP server serves the answers in order; each call
-// goes through the client over TCP with API key test-key.
+// goes through the client over TCP with API key test-key. The script's
+// arguments are wire objects (snake_case): the adapter gives them to the SDK
+// in camelCase (fromWire), as a user writes them, and the SDK must send the
+// script's snake_case request.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as http from 'node:http';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
-import { Client, SbxError, type Sandbox } from '../src/index.js';
+import { Runtime, SbxError, checkpointFor, type Sandbox } from '../src/index.js';
+import { fromWire } from '../src/wire.js';
 
 const file = fileURLToPath(new URL('../../../testdata/conformance.json', import.meta.url));
 
@@ -45,22 +49,28 @@ function multimap(q: URLSearchParams): Record<string, string[]> {
   return m;
 }
 
-async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promise<void> {
+async function call(client: Runtime, c: Case, cur: { sb: Sandbox | null }): Promise<void> {
   const a = c.args ?? {};
+  const camel = (v: unknown): any => fromWire(v ?? {});
   const sb = () => {
     assert.ok(cur.sb, `${c.call}: no current sandbox`);
     return cur.sb!;
   };
   switch (c.call) {
     case 'health': await client.health(); return;
-    case 'create': cur.sb = await client.create(a.request); return;
-    case 'get': cur.sb = await client.get(a.name); return;
-    case 'list': await client.list({ labels: a.labels }); return;
+    case 'create': cur.sb = await client.sandboxes.create(camel(a.request)); return;
+    case 'get': cur.sb = await client.sandboxes.get(a.name); return;
+    case 'list': await client.sandboxes.list({ labels: a.labels }); return;
     case 'exec': await sb().exec(a.command); return;
-    case 'run': await sb().exec(a.request); return;
+    case 'run': {
+      const { cmd, ...opts } = camel(a.request);
+      await sb().exec(cmd, opts);
+      return;
+    }
     case 'stream': {
       const types: string[] = [];
-      for await (const ev of sb().execStream(a.request)) types.push(ev.type);
+      const { cmd, ...opts } = camel(a.request);
+      for await (const ev of sb().execStream(cmd, opts)) types.push(ev.type);
       assert.equal(types[types.length - 1], 'exit');
       return;
     }
@@ -78,21 +88,26 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
     case 'restore': await sb().restore(a.id); return;
     case 'diff': await sb().diff({ from: a.from, to: a.to }); return;
     case 'snapshot': {
-      const r = a.request ?? {};
-      await sb().snapshot({ name: r.name, retentionDays: r.retention_days, metadata: r.metadata });
+      const snap = await sb().snapshot(camel(a.request));
+      assert.ok(snap.id, 'the snapshot answers its id');
       return;
     }
-    case 'list_snapshots': await client.listSnapshots({ sandbox: a.sandbox }); return;
-    case 'get_snapshot': await client.getSnapshot(a.id); return;
-    case 'delete_snapshot': await client.deleteSnapshot(a.id); return;
-    case 'fork': await sb().fork(a.request); return;
-    case 'get_network': await sb().getNetwork(); return;
-    case 'set_network': await sb().setNetwork(a.rules); return;
+    case 'list_snapshots': await client.snapshots.list({ sandbox: a.sandbox }); return;
+    case 'get_snapshot': await client.snapshots.get(a.id); return;
+    case 'delete_snapshot': await client.snapshots.delete(a.id); return;
+    case 'fork': {
+      const copy = await sb().fork(camel(a.request));
+      assert.equal(copy.name, 'c1-try', 'fork answers the copy, a Sandbox');
+      assert.equal(typeof copy.exec, 'function');
+      return;
+    }
+    case 'get_network': await sb().network.get(); return;
+    case 'set_network': await sb().network.set(camel(a.rules)); return;
     case 'list_secrets': await sb().secrets(); return;
-    case 'set_secrets': await sb().setSecrets(a.secrets); return;
-    case 'put_secret': await sb().putSecret(a.name, { value: a.value, rules: a.secret_rules }); return;
+    case 'set_secrets': await sb().setSecrets(camel(a).secrets); return;
+    case 'put_secret': await sb().putSecret(a.name, { value: a.value, rules: camel(a).secretRules }); return;
     case 'delete_secret': await sb().deleteSecret(a.name); return;
-    case 'update': await sb().update(a.request); return;
+    case 'update': await sb().update(camel(a.request)); return;
     case 'suspend': await sb().suspend({ wakeOn: a.wake_on }); return;
     case 'resume': await sb().resume(); return;
     case 'events': await sb().events(); return;
@@ -114,7 +129,7 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
       return;
     case 'delivery_key': assert.equal(await client.deliveryPublicKey(), c.response.body_text); return;
     case 'create_key': {
-      const k = await client.createKey(a.request);
+      const k = await client.createKey(camel(a.request));
       assert.ok(k.secret.startsWith('sbxk_'), 'the created key carries its secret');
       return;
     }
@@ -123,6 +138,7 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
     case 'revoke_key': await client.revokeKey(a.id); return;
     case 'usage': {
       const u = await client.usage({ since: a.since, until: a.until, groupBy: a.group_by });
+      assert.equal(typeof u.groupBy, 'string', 'answers in camelCase');
       assert.equal(u.total.cost, u.usage.reduce((n, e) => n + e.cost, 0));
       return;
     }
@@ -132,6 +148,11 @@ async function call(client: Client, c: Case, cur: { sb: Sandbox | null }): Promi
       return;
     }
     case 'delete': await sb().delete(); return;
+    case 'classify': {
+      const want = (c.response.body as { undo: string }).undo;
+      assert.equal(await checkpointFor(a.command, client), want);
+      return;
+    }
     default: assert.fail(`unknown call ${c.call}`);
   }
 }
@@ -170,7 +191,7 @@ test('conformance: sdk/testdata/conformance.json', async (t) => {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
-  const client = new Client({ url: `http://127.0.0.1:${port}`, apiKey: 'test-key' });
+  const client = new Runtime({ url: `http://127.0.0.1:${port}`, apiKey: 'test-key' });
   const cur: { sb: Sandbox | null } = { sb: null };
   try {
     for (const [i, c] of script.cases.entries()) {

@@ -5,9 +5,11 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import ts from 'typescript';
 import {
-  Client, ConflictError, FileNotFoundError, InvalidArgumentError, NotFoundError, SandboxNotFoundError, SnapshotNotFoundError, UnauthorizedError,
-  chain, goBackTo, guarded, randomSuffix, remember, tryInCopy, type Pty, type Sandbox,
+  Runtime, ConflictError, FileNotFoundError, InvalidArgumentError, NotFoundError, SandboxNotFoundError, SnapshotNotFoundError, UnauthorizedError,
+  chain, checkpointFor, goBackTo, guarded, randomSuffix, remember, tryInCopy, type Pty, type Sandbox,
 } from '../src/index.js';
 
 /** Reads the terminal until its output (from the start) contains want. */
@@ -25,7 +27,7 @@ const haveSocket = !!env.SBX_SOCKET;
 const haveTcp = !!env.SBX_URL;
 const configured = haveSocket || haveTcp;
 const LABEL = { 'sdk-ts-test': '1' };
-const SMALL = { cpus: 1, memory_mb: 512, network: { internet: false }, labels: LABEL };
+const SMALL = { cpus: 1, memoryMb: 512, network: { internet: false }, labels: LABEL };
 const T = { timeout: 180_000 };
 
 function skipReason(need: boolean, what: string): string | false {
@@ -38,12 +40,12 @@ function requireConfigured(need: boolean, what: string) {
   if (!need) assert.fail(`CI=true but ${what} is not set: integration tests must run in CI`);
 }
 
-const socketClient = () => new Client({ socket: env.SBX_SOCKET });
-const tcpClient = (key = env.SBX_API_KEY) => new Client({ url: env.SBX_URL, apiKey: key });
+const socketClient = () => new Runtime({ socket: env.SBX_SOCKET });
+const tcpClient = (key = env.SBX_API_KEY) => new Runtime({ url: env.SBX_URL, apiKey: key });
 const mainClient = () => (haveSocket ? socketClient() : tcpClient());
 const uname = (p: string) => `ts-${p}-${randomSuffix()}`;
 
-async function basics(client: Client) {
+async function basics(client: Runtime) {
   const name = uname('basic');
   const sb = await client.create({ name, ...SMALL });
   try {
@@ -52,7 +54,7 @@ async function basics(client: Client) {
     const r = await sb.exec('echo hello; echo oops >&2; exit 4');
     assert.equal(r.stdout, 'hello\n');
     assert.equal(r.stderr, 'oops\n');
-    assert.equal(r.exit_code, 4);
+    assert.equal(r.exitCode, 4);
     const argv = await sb.exec(['printf', '%s|', 'a b', 'c'], { cwd: '/tmp', env: { X: '1' } });
     assert.equal(argv.stdout, 'a b|c|');
     const w = await sb.writeFile('/workspace/dir/a.txt', 'content\n', { mode: 0o600 });
@@ -99,7 +101,7 @@ describe('sbxd transports', () => {
 });
 
 describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET nor SBX_URL set' }, () => {
-  let client: Client;
+  let client: Runtime;
   let sb: Sandbox;
 
   before(async () => {
@@ -136,7 +138,8 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     assert.equal(err, 'two\n');
     const exit = events[events.length - 1];
     assert.equal(exit.type, 'exit');
-    assert.equal((exit as { exit_code: number }).exit_code, 3);
+    assert.equal((exit as { exitCode: number }).exitCode, 3);
+    assert.ok((exit as { durationMs: number }).durationMs >= 0);
   });
 
   test('pty: type, resize, signal, exit; keep, attach again by pid, one client at a time', T, async () => {
@@ -208,10 +211,10 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     assert.match(d.id, /^dlv_/);
     assert.equal(d.name, 'ts-release');
     assert.equal(d.sandbox, sb.name);
-    assert.equal(d.sandbox_id, sb.id);
+    assert.equal(d.sandboxId, sb.id);
     assert.equal(d.files, 1);
     assert.deepEqual(d.metadata, { ticket: 'T-16' });
-    assert.match(d.archive_digest, /^sha256:[0-9a-f]{64}$/);
+    assert.match(d.archiveDigest, /^sha256:[0-9a-f]{64}$/);
     assert.equal(d.envelope.payloadType, 'application/vnd.in-toto+json');
     assert.equal(d.teardown, undefined);
     assert.ok((await client.listDeliveries({ sandbox: sb.name })).some((x) => x.id === d.id));
@@ -219,15 +222,15 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     assert.ok((await sb.deliveries()).some((x) => x.id === d.id));
     assert.equal((await client.getDelivery(d.id)).digest, d.digest);
     const archive = await client.deliveryArchive(d.id);
-    assert.equal(archive.length, d.archive_bytes);
+    assert.equal(archive.length, d.archiveBytes);
     assert.deepEqual([...archive.subarray(0, 4)], [0x28, 0xb5, 0x2f, 0xfd]); // zstd frame magic
-    assert.equal('sha256:' + createHash('sha256').update(archive).digest('hex'), d.archive_digest);
+    assert.equal('sha256:' + createHash('sha256').update(archive).digest('hex'), d.archiveDigest);
     const tar = spawnSync('sh', ['-c', 'zstd -dc | tar -xOf - workspace/out/result.txt'], { input: archive });
     assert.equal(tar.status, 0, String(tar.stderr));
     assert.equal(String(tar.stdout), 'delivered by ts\n');
     const streamed = createHash('sha256');
     for await (const c of await client.deliveryArchiveStream(d.id)) streamed.update(c as Buffer);
-    assert.equal('sha256:' + streamed.digest('hex'), d.archive_digest);
+    assert.equal('sha256:' + streamed.digest('hex'), d.archiveDigest);
     assert.match(await client.deliveryPublicKey(), /^-----BEGIN PUBLIC KEY-----/);
     const err = await sb.deliver(['/workspace/no-such-file']).then(() => null, (e) => e);
     assert.ok(err instanceof InvalidArgumentError, String(err));
@@ -253,8 +256,8 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     const r = await tryInCopy(sb, 'echo changed > /workspace/try.txt', 'false');
     assert.equal(r.kept, false);
     assert.equal(r.sandbox.id, id);
-    assert.equal(r.step.exit_code, 0);
-    assert.ok(r.verify && r.verify.exit_code === 1);
+    assert.equal(r.step.exitCode, 0);
+    assert.ok(r.verify && r.verify.exitCode === 1);
     assert.equal(r.leftover, '');
     await assert.rejects(sb.readFile('/workspace/try.txt'), FileNotFoundError);
     const all = await client.list();
@@ -264,13 +267,13 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
   test('tryInCopy: step fails → verify not run', T, async () => {
     const r = await tryInCopy(sb, 'echo x > /workspace/try2.txt; exit 7', 'touch /workspace/verified');
     assert.equal(r.kept, false);
-    assert.equal(r.step.exit_code, 7);
+    assert.equal(r.step.exitCode, 7);
     assert.equal(r.verify, null);
     await assert.rejects(sb.readFile('/workspace/try2.txt'), FileNotFoundError);
   });
 
   test('tryInCopy: pass → the copy takes the name, rules and labels; the original id is gone', T, async () => {
-    const rules = await sb.setNetwork({ internet: true, allow: ['pkg.example.org'], deny: [], connect: [] });
+    const rules = await sb.network.set({ internet: true, allow: ['pkg.example.org'], deny: [], connect: [] });
     const oldId = sb.id;
     const name = sb.name;
     const r = await tryInCopy(sb, 'echo kept > /workspace/kept.txt', 'grep -q kept /workspace/kept.txt');
@@ -283,20 +286,22 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     const got = await client.get(name);
     assert.equal(got.id, sb.id);
     assert.deepEqual(got.labels, LABEL);
-    assert.deepEqual(await sb.getNetwork(), rules);
+    assert.deepEqual(await sb.network.get(), rules);
     assert.equal(await sb.readText('/workspace/kept.txt'), 'kept\n');
-    await sb.setNetwork({ internet: false });
+    await sb.network.set({ internet: false });
   });
 
   test('guarded: git rollback of a failing edit', T, async () => {
     const setup = await sb.exec(`mkdir -p /workspace/repo && cd /workspace/repo && git init -q && echo hello > a.txt &&
       git add . && git -c user.name=t -c user.email=t@example.org commit -qm init`);
-    assert.equal(setup.exit_code, 0, setup.stderr);
+    assert.equal(setup.exitCode, 0, setup.stderr);
     const id = sb.id;
     const g = await guarded(sb, "sed -i 's/hello/bye/' a.txt && echo new > b.txt && rm a.txt && false", { cwd: '/workspace/repo' });
     assert.equal(g.undo, 'git');
-    assert.equal(g.result.exit_code, 1);
-    assert.equal(g.rolled_back, true, g.rollback_error);
+    assert.equal(g.result.exitCode, 1);
+    assert.equal(g.rolledBack, true, g.rollbackError);
+    assert.equal(g.result.undo?.kind, 'git', 'a repository snapshot, server-side');
+    assert.equal(g.result.undo?.git?.repo, '/workspace/repo');
     assert.equal(g.sandbox.id, id);
     assert.equal(await sb.readText('/workspace/repo/a.txt'), 'hello\n');
     await assert.rejects(sb.readFile('/workspace/repo/b.txt'), FileNotFoundError);
@@ -305,14 +310,15 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     // A passing edit stays.
     const ok = await guarded(sb, "sed -i 's/hello/bye/' a.txt", { cwd: '/workspace/repo' });
     assert.equal(ok.undo, 'git');
-    assert.equal(ok.rolled_back, false);
+    assert.equal(ok.rolledBack, false);
     assert.equal(await sb.readText('/workspace/repo/a.txt'), 'bye\n');
   });
 
   test('guarded: git outside a repository falls back to a checkpoint', T, async () => {
     const g = await guarded(sb, 'echo x > notes.txt && false', { cwd: '/tmp' });
-    assert.equal(g.undo, 'checkpoint');
-    assert.equal(g.rolled_back, true);
+    assert.equal(g.undo, 'git', 'the class');
+    assert.equal(g.result.undo?.kind, 'checkpoint', 'what was taken: no work tree around /tmp');
+    assert.equal(g.rolledBack, true);
     await assert.rejects(sb.readFile('/tmp/notes.txt'), FileNotFoundError);
   });
 
@@ -320,20 +326,21 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     const g = await guarded(sb, 'echo broken > /etc/sbx-test.conf && exit 1');
     assert.equal(g.undo, 'checkpoint');
     assert.equal(g.result.undo?.kind, 'checkpoint');
-    assert.equal(g.rolled_back, true);
+    assert.equal(g.rolledBack, true);
     await assert.rejects(sb.readFile('/etc/sbx-test.conf'), FileNotFoundError);
     const n = await guarded(sb, 'ls /');
     assert.equal(n.undo, 'none');
-    assert.equal(n.result.undo, undefined);
+    assert.equal(n.result.undo?.kind ?? 'none', 'none', 'nothing taken for a read');
+    assert.equal(n.rolledBack, false);
   });
 
   test('exec undo fields (server-side, auto)', T, async () => {
     await sb.writeFile('/workspace/keep.txt', 'keep');
     const r = await sb.exec('rm /workspace/keep.txt && exit 2', { undo: 'auto', rollbackOnFailure: true });
-    assert.equal(r.exit_code, 2);
+    assert.equal(r.exitCode, 2);
     assert.equal(r.undo?.kind, 'checkpoint');
     assert.equal(r.undo?.class, 'checkpoint');
-    assert.equal(r.undo?.rolled_back, true);
+    assert.equal(r.undo?.rolledBack, true);
     assert.equal(await sb.readText('/workspace/keep.txt'), 'keep');
   });
 
@@ -369,9 +376,77 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     {
       await using tmp = await client.create({ name: uname('using'), ...SMALL });
       name = tmp.name;
-      assert.equal((await tmp.exec('true')).exit_code, 0);
+      assert.equal((await tmp.exec('true')).exitCode, 0);
     }
     await assert.rejects(client.get(name), SandboxNotFoundError);
+  });
+
+  test('checkpointFor: sbxd classifies', T, async () => {
+    assert.equal(await checkpointFor('ls -la', client), 'none');
+    assert.equal(await checkpointFor("sed -i 's/a/b/' main.go", client), 'git');
+    assert.equal(await checkpointFor('echo 127.0.0.1 db >> /etc/hosts', client), 'checkpoint');
+    assert.equal(await checkpointFor(['sh', '-c', 'rm -rf build'], client), 'git');
+    const c = await client.classify('apt-get install -y jq');
+    assert.ok(c.reason.length > 0);
+    // Not a string or an argv: sbxd's 400, typed.
+    await assert.rejects(client.classify(42 as unknown as string), InvalidArgumentError);
+  });
+
+  test('network: get, off, on, log', T, async () => {
+    await sb.network.set({ internet: true, allow: ['pkg.example.org'] });
+    const off = await sb.network.off();
+    assert.equal(off.internet, false);
+    assert.deepEqual(off.allow, ['pkg.example.org'], 'off keeps the lists');
+    assert.equal((await sb.network.get()).internet, false);
+    const on = await sb.network.on();
+    assert.equal(on.internet, true);
+    assert.deepEqual(on.allow, ['pkg.example.org']);
+    const log = await sb.network.log();
+    assert.equal(typeof log.counts.dnsAnswered, 'number');
+    await sb.network.set({ internet: false });
+  });
+
+  test('fork answers a Sandbox; forkMany answers the copies', T, async () => {
+    await sb.writeFile('/workspace/forked.txt', 'from the original');
+    const copy = await sb.fork({ name: uname('fk'), labels: LABEL, network: { internet: false } });
+    try {
+      assert.notEqual(copy.id, sb.id);
+      assert.equal(await copy.readText('/workspace/forked.txt'), 'from the original');
+      assert.deepEqual(copy.labels, LABEL);
+    } finally {
+      await copy.delete();
+    }
+    const many = await sb.forkMany(2, { name: uname('fm'), labels: LABEL });
+    try {
+      assert.equal(many.sandboxes.length, 2, String(many.errors));
+      assert.deepEqual(many.errors, []);
+      assert.ok(many.pausedMs >= 0);
+    } finally {
+      for (const c of many.sandboxes) await c.delete();
+    }
+  });
+
+  test('README: every ```ts block runs', { timeout: 900_000 }, async () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const blocks = [...readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
+    assert.ok(blocks.length >= 8, `found ${blocks.length} blocks`);
+    // In the package (dist/readme/), so that '@sbx/sdk' resolves to it.
+    const dir = new URL('../readme/', import.meta.url);
+    mkdirSync(dir, { recursive: true });
+    const quiet = console.log;
+    console.log = () => {};
+    try {
+      for (const [i, code] of blocks.entries()) {
+        const js = ts.transpileModule(code, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } }).outputText;
+        const file = new URL(`block-${i}.mjs`, dir);
+        writeFileSync(file, js);
+        await import(file.href).catch((e) => {
+          throw new Error(`README block ${i}:\n${code}\n${e?.stack ?? e}`);
+        });
+      }
+    } finally {
+      console.log = quiet;
+    }
   });
 
   test('examples', { timeout: 600_000 }, async () => {
@@ -379,14 +454,14 @@ describe('sbxd features', { skip: configured || ci ? false : 'neither SBX_SOCKET
     const quiet = console.log;
     console.log = () => {};
     try {
-      const t1 = await (await load('try-in-copy.js')).main(client);
+      const t1 = await (await load('try-in-copy.js')).main();
       assert.equal(t1.firstKept, true);
       assert.equal(t1.secondKept, false);
       assert.equal(t1.toolOutput, 'tool 1.0');
       assert.notEqual(t1.oldId, t1.newId);
-      const t2 = await (await load('guarded-edit.js')).main(client);
+      const t2 = await (await load('guarded-edit.js')).main();
       assert.deepEqual(t2, { gitUndo: 'git', gitRolledBack: true, greeting: 'hello', extraExists: false, cpUndo: 'checkpoint', cpRolledBack: true, confExists: false });
-      const t3 = await (await load('chain.js')).main(client);
+      const t3 = await (await load('chain.js')).main();
       assert.deepEqual(t3.steps, ['step-1', 'step-2', 'step-3', 'step-4', 'step-5']);
       assert.deepEqual(t3.log, ['step-1', 'step-2']);
       for (const n of [t1.name, t3.name]) await assert.rejects(client.get(n), SandboxNotFoundError);
