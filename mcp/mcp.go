@@ -155,7 +155,13 @@ func progress(ctx context.Context, req *sdk.CallToolRequest) client.Progress {
 func toolError(err error) error {
 	var ae *client.Error
 	if !errors.As(err, &ae) {
-		return err
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		// No answer from sbxd at all (it is not running, or the socket or
+		// URL is wrong): the model should not retry at once.
+		return fmt.Errorf("%s: sbxd did not answer: %v. Next: sbx cannot reach sbxd; ask the user to check that it runs (sbx version), then retry",
+			api.CodeUnavailable, err)
 	}
 	hint := ""
 	switch ae.Code {

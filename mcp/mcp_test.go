@@ -71,8 +71,10 @@ func TestToolErrorSaysWhatNext(t *testing.T) {
 			t.Errorf("%v → %q, want the code first and %q", tc.err, got, tc.want)
 		}
 	}
-	if got := toolError(fmt.Errorf("plain")).Error(); got != "plain" {
-		t.Errorf("a non-API error changed: %q", got)
+	// No answer at all: unavailable, and what to do.
+	got := toolError(fmt.Errorf("dial unix /run/sbx/sbx.sock: connect: connection refused")).Error()
+	if !strings.HasPrefix(got, "unavailable: sbxd did not answer: dial unix") || !strings.Contains(got, "Next: ") {
+		t.Errorf("a transport error → %q", got)
 	}
 }
 

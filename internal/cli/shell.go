@@ -211,6 +211,10 @@ func (a *app) terminal(ctx context.Context, name string, detachable bool, open o
 		return &exitError{code: 130}
 	}
 	if err != nil {
+		if detachable {
+			// A kept terminal outlives its client, sbxd's restart too.
+			err = fmt.Errorf("%w\nsbx: process %d was kept: when sbxd answers again, attach to it with sbx shell %s --attach %d", err, t.PID, name, t.PID)
+		}
 		return &exitError{code: 125, err: err}
 	}
 	if code == 124 {
