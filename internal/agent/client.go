@@ -621,17 +621,28 @@ func sendData(o *op, r io.Reader) error {
 		n, err := r.Read(buf)
 		if n > 0 {
 			if werr := o.write(FrameData, buf[:n]); werr != nil {
-				return werr
+				return &writeError{werr}
 			}
 		}
 		if err == io.EOF {
-			return o.write(FrameData, nil)
+			if werr := o.write(FrameData, nil); werr != nil {
+				return &writeError{werr}
+			}
+			return nil
 		}
 		if err != nil {
 			return err
 		}
 	}
 }
+
+// writeError is sendData's failure to write to the agent (as opposed to
+// a failure to read the body): the agent stopped reading, and its answer
+// may already be on the way.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
 
 // upload sends r after req and reads the result into v. The agent reads the
 // whole body even when it fails, so the result is read after sending: the
@@ -646,9 +657,16 @@ func (cl *Client) upload(ctx context.Context, req *Request, r io.Reader, v any) 
 	sendErr := make(chan error, 1)
 	go func() {
 		err := sendData(o, r)
-		if err != nil {
+		var we *writeError
+		switch {
+		case errors.As(err, &we):
+			// The agent stopped reading: it answered (an error, or a
+			// result it gave before the body's end) or it died. Read what
+			// it said rather than close under its answer.
+			_ = o.c.SetReadDeadline(time.Now().Add(cl.stall()))
+		case err != nil:
 			o.c.Close() // the agent would wait for the rest of the body
-		} else {
+		default:
 			// The pending read of the result takes this deadline.
 			_ = o.c.SetReadDeadline(time.Now().Add(cl.work()))
 		}
@@ -656,7 +674,7 @@ func (cl *Client) upload(ctx context.Context, req *Request, r io.Reader, v any) 
 	}()
 	rerr := o.result(v)
 	var ae *Error
-	if errors.As(rerr, &ae) {
+	if errors.As(rerr, &ae) || rerr == nil {
 		return rerr
 	}
 	if serr := <-sendErr; serr != nil && rerr != nil {

@@ -611,5 +611,13 @@ func tarIn(c *conn, root string) error {
 			res.Bytes += n
 		}
 	}
+	// The archive ended; the body has not (what follows the end-of-archive
+	// blocks, and the empty frame that ends the body). Read it all before
+	// answering: closing with bytes unread would reset the connection under
+	// a client still writing them, and its write would fail (EPIPE) instead
+	// of reading this answer.
+	if _, err := io.Copy(io.Discard, body); err != nil {
+		return err
+	}
 	return c.sendJSON(FrameResult, res)
 }

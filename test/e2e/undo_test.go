@@ -280,7 +280,9 @@ func TestGitUndo(t *testing.T) {
 	state := "cd /workspace/repo && cat a b s notes && git status --porcelain && git log --oneline | wc -l && git rev-parse --abbrev-ref HEAD"
 	before := mustSh(t, sb, state)
 	for _, kind := range []string{api.UndoGit, api.UndoAuto} {
-		res, err := guarded("/workspace/repo", "git -c user.name=a -c user.email=a@b commit -qam x && git checkout -qb other && rm b notes && echo two > a && echo junk > new && exit 1", kind)
+		// A branch the command makes stays (the rollback puts back HEAD's
+		// branch, not the other refs): each round makes its own.
+		res, err := guarded("/workspace/repo", "git -c user.name=a -c user.email=a@b commit -qam x && git checkout -qb other-"+kind+" && rm b notes && echo two > a && echo junk > new && exit 1", kind)
 		if err != nil {
 			t.Fatal(err)
 		}
