@@ -298,7 +298,8 @@ func TestGitUndo(t *testing.T) {
 			t.Fatalf("undo %s: after the rollback\n%s\nwant\n%s", kind, got, before)
 		}
 	}
-	if got := mustSh(t, sb, "ps | grep -c '[s]leep 1000'"); got != "1\n" {
+	// procps' ps (this image) lists only the caller's session without -e.
+	if got := mustSh(t, sb, "ps -e -o args | grep -c '^[s]leep 1000'"); got != "1\n" {
 		t.Fatalf("the git rollback ended the sandbox's processes: %q", got)
 	}
 
