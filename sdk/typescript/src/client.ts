@@ -450,17 +450,17 @@ export class SandboxNetwork {
   }
 
   /**
-   * Cuts all egress (`internet: false`), keeping the lists, so that
-   * {@link on} brings back the rules as they were. Two requests (read,
-   * then replace): a change made between them by another client is lost.
+   * Cuts all egress: replaces the rules with `{internet: false}` (no
+   * allow, deny or connect entries), in one request, as Go's
+   * `Network().Off` and Python's `network.off()`.
    */
-  async off(o: CallOptions = {}): Promise<NetworkRules> {
-    return this.set({ ...(await this.get(o)), internet: false }, o);
+  off(o: CallOptions = {}): Promise<NetworkRules> {
+    return this.set({ internet: false }, o);
   }
 
-  /** Opens egress again (`internet: true`) under the lists (`allow`, `deny`, `connect`) as they are. Two requests, as {@link off}. */
-  async on(o: CallOptions = {}): Promise<NetworkRules> {
-    return this.set({ ...(await this.get(o)), internet: true }, o);
+  /** Opens egress to the internet: replaces the rules with `{internet: true}` (no lists), in one request. */
+  on(o: CallOptions = {}): Promise<NetworkRules> {
+    return this.set({ internet: true }, o);
   }
 
   /** What the host refused (`refused`, newest first), counts, and the requests that carried a secret. */
