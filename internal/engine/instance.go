@@ -46,7 +46,7 @@ type instance struct {
 	ports map[*portConn]bool
 	// terminals are the pids whose terminal has a client attached (one
 	// at a time: claimTerminal), each with the claim that holds it.
-	terminals map[int]*struct{}
+	terminals map[int]chan struct{}
 	// restores counts its disk restores and restoredTo names the latest
 	// ("checkpoint v3"): a terminal cut by one says so (noteRestore).
 	restores   int

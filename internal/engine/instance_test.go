@@ -233,3 +233,26 @@ func TestFakeNoInstanceAfterDeleteFromStaleRecord(t *testing.T) {
 		t.Fatal("a running sandbox's first request made no instance")
 	}
 }
+
+// TestFakeClaimWaitsForRelease: an attach that comes while the client
+// before it is letting go (closed its terminal just now) waits for it and
+// gets the terminal; one that stays attached is a conflict after claimWait.
+func TestFakeClaimWaitsForRelease(t *testing.T) {
+	t.Parallel()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	sb := f.create(t, "c")
+	release, err := f.e.claimTerminal(sb.ID, "c", 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(200 * time.Millisecond); release() }()
+	again, err := f.e.claimTerminal(sb.ID, "c", 42)
+	if err != nil {
+		t.Fatalf("an attach right after the other client let go: %v", err)
+	}
+	start := time.Now()
+	if _, err := f.e.claimTerminal(sb.ID, "c", 42); !errors.Is(err, errdefs.ErrConflict) || time.Since(start) < claimWait {
+		t.Fatalf("an attach while another client stays: %v after %s", err, time.Since(start))
+	}
+	again()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/agent"
@@ -85,17 +86,33 @@ func (e *Engine) AttachTerminal(ctx context.Context, idOrName string, pid int, s
 	return proc, nil
 }
 
+// claimWait is how long an attach waits for the client attached before it
+// to let go: one that closed its terminal just now (to attach again, say)
+// is still being released.
+const claimWait = 2 * time.Second
+
 // claimTerminal records a client attached to the terminal of process pid
-// in sandbox id (named name), or fails with ErrConflict when one is. The
-// returned func ends the claim (once; later calls do nothing).
+// in sandbox id (named name), or fails with ErrConflict when one still is
+// after claimWait. The returned func ends the claim (once; later calls do
+// nothing).
 func (e *Engine) claimTerminal(id, name string, pid int) (func(), error) {
 	in := e.liveInstance(id)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.terminals[pid] != nil {
-		return nil, errdefs.Conflictf("process %d in sandbox %q already has a terminal attached: one client at a time; close the other one (or end its process)", pid, name)
+	timer := time.NewTimer(claimWait)
+	defer timer.Stop()
+	for {
+		in.mu.Lock()
+		held := in.terminals[pid]
+		if held == nil {
+			defer in.mu.Unlock()
+			return e.claimLocked(in, pid), nil
+		}
+		in.mu.Unlock()
+		select {
+		case <-held:
+		case <-timer.C:
+			return nil, errdefs.Conflictf("process %d in sandbox %q already has a terminal attached: one client at a time; close the other one (or end its process)", pid, name)
+		}
 	}
-	return e.claimLocked(in, pid), nil
 }
 
 // forceClaimTerminal claims the terminal of a process that just started
@@ -109,9 +126,9 @@ func (e *Engine) forceClaimTerminal(id string, pid int) func() {
 
 func (e *Engine) claimLocked(in *instance, pid int) func() {
 	if in.terminals == nil {
-		in.terminals = map[int]*struct{}{}
+		in.terminals = map[int]chan struct{}{}
 	}
-	gen := &struct{}{}
+	gen := make(chan struct{}) // closed when this claim ends
 	in.terminals[pid] = gen
 	done := false
 	return func() {
@@ -121,6 +138,7 @@ func (e *Engine) claimLocked(in *instance, pid int) func() {
 			return
 		}
 		done = true
+		close(gen)
 		if in.terminals[pid] == gen { // not taken over meanwhile
 			delete(in.terminals, pid)
 		}
