@@ -59,17 +59,34 @@ func (e *Engine) monitor(ctx context.Context, id string) {
 		return
 	}
 	defer unix.Close(fd)
+	// The poll also waits on a pipe whose write end is closed when ctx
+	// ends, so an unwatch or a Close wakes it at once (a poll timeout
+	// made every Close of the engine wait up to a second).
+	var stop [2]int
+	if err := unix.Pipe2(stop[:], unix.O_CLOEXEC); err != nil {
+		e.log.Warn("monitor: pipe", "id", id, "err", err)
+		return
+	}
+	defer unix.Close(stop[0])
+	cancelWake := context.AfterFunc(ctx, func() { unix.Close(stop[1]) })
+	defer func() {
+		if cancelWake() {
+			unix.Close(stop[1])
+		}
+	}()
 	for ctx.Err() == nil {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 1000)
-		if err == unix.EINTR || n == 0 {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(stop[0]), Events: unix.POLLIN}}
+		_, err := unix.Poll(fds, -1)
+		if err == unix.EINTR {
 			continue
 		}
-		if err != nil {
+		if err != nil || fds[1].Revents != 0 {
 			return
 		}
-		e.handleExit(ctx, id)
-		return
+		if fds[0].Revents != 0 {
+			e.handleExit(ctx, id)
+			return
+		}
 	}
 }
 

@@ -93,7 +93,10 @@ func AgentBinary(t *testing.T) string {
 			agentErr = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "sbx-agent"), "github.com/sbxhq/sbx/cmd/sbx-agent")
+		// -buildvcs=false: the test binary needs no version stamp, and
+		// git refuses to read a checkout another user owns (a root-owned
+		// clone tested as an unprivileged user).
+		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", filepath.Join(dir, "sbx-agent"), "github.com/sbxhq/sbx/cmd/sbx-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			agentErr = errors.New("build sbx-agent: " + err.Error() + ": " + string(out))
