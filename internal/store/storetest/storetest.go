@@ -26,6 +26,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Snapshots", func(t *testing.T) { testSnapshots(t, open(t)) })
 	t.Run("Suspend", func(t *testing.T) { testSuspend(t, open(t)) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
+	t.Run("TakePendingRace", func(t *testing.T) { testTakePendingRace(t, open(t)) })
 	t.Run("SandboxUsage", func(t *testing.T) { testSandboxUsage(t, open(t)) })
 	t.Run("Deliveries", func(t *testing.T) { testDeliveries(t, open(t)) })
 	t.Run("Usage", func(t *testing.T) { testUsage(t, open(t)) })
@@ -822,5 +823,53 @@ func testSecrets(t *testing.T, s store.Store) {
 	}
 	if got, _ := s.GetSandbox(ctx, "sec"); got.Secrets != nil {
 		t.Fatalf("removed secrets read back: %+v", got.Secrets)
+	}
+}
+
+// testTakePendingRace: sandboxes taking the pending events of one key at
+// once (on several sbxd nodes) get each event exactly once.
+func testTakePendingRace(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const events, takers = 60, 4
+	now := time.Now().UTC()
+	for i := range events {
+		if err := s.AddEvent(ctx, &store.Event{ID: fmt.Sprintf("ev_%03d", i), Key: "race", Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		evs []*store.Event
+		err error
+	}
+	results := make(chan result, takers)
+	for i := range takers {
+		go func() {
+			var all []*store.Event
+			for range events / takers {
+				evs, err := s.TakePending(ctx, "race", fmt.Sprintf("sbx_%d", i), nil, now)
+				if err != nil {
+					results <- result{err: err}
+					return
+				}
+				all = append(all, evs...)
+			}
+			results <- result{evs: all}
+		}()
+	}
+	seen := map[string]string{}
+	for range takers {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		for _, ev := range r.evs {
+			if prev, ok := seen[ev.ID]; ok {
+				t.Fatalf("event %s delivered to both %s and %s", ev.ID, prev, ev.SandboxID)
+			}
+			seen[ev.ID] = ev.SandboxID
+		}
+	}
+	if n, _, err := s.CountEvents(ctx, store.EventQuery{Pending: true, Key: "race"}); err != nil || n+len(seen) != events {
+		t.Fatalf("%d delivered and %d pending (%v), want %d in all", len(seen), n, err, events)
 	}
 }

@@ -1,0 +1,231 @@
+// Package pgtest starts a throwaway PostgreSQL server for tests: Debian's
+// postgresql package (initdb and postgres from /usr/lib/postgresql/*/bin),
+// a cluster in a temporary directory, reached only through a Unix socket in
+// that directory (no TCP port), fsync off. Under root the server runs as
+// the "postgres" user (or "nobody"), since PostgreSQL refuses to run as
+// root.
+//
+// A test package calls Main from its TestMain, then URL for each database
+// it needs. Without PostgreSQL installed, URL skips the test, or fails it
+// when CI=true (the CI installs it: scripts/install.sh --test-deps).
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StartTimeout bounds initdb plus the server's start.
+const StartTimeout = 2 * time.Minute
+
+var (
+	mu      sync.Mutex
+	started bool
+	srv     *server
+	srvErr  error
+	schemas atomic.Int64
+)
+
+type server struct {
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	// url reaches the "postgres" database as the superuser "sbx".
+	url string
+}
+
+// Main runs the package's tests and then stops the server, if one was
+// started. Call it from TestMain: os.Exit(pgtest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	mu.Lock()
+	defer mu.Unlock()
+	if srv != nil {
+		srv.stop()
+	}
+	return code
+}
+
+// Binaries returns the directory that holds initdb and postgres, the
+// newest installed version's; an error when there is none.
+func Binaries() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", errors.New("PostgreSQL is not installed (apt-get install postgresql)")
+}
+
+func version(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// URL returns the URL of a fresh, empty schema of the test server (a
+// postgres:// URL whose search_path is that schema), starting the server
+// on first use.
+func URL(t testing.TB) string {
+	t.Helper()
+	s := get(t)
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), schemas.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.url)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA `+name); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return s.url + "&search_path=" + name
+}
+
+// ServerURL is the URL of the test server's "postgres" database as its
+// superuser, starting the server on first use.
+func ServerURL(t testing.TB) string {
+	t.Helper()
+	return get(t).url
+}
+
+func get(t testing.TB) *server {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if !started {
+		started = true
+		srv, srvErr = start()
+	}
+	if srvErr != nil {
+		if os.Getenv("CI") == "true" || !errors.Is(srvErr, errNotInstalled) {
+			t.Fatalf("pgtest: %v", srvErr)
+		}
+		t.Skipf("pgtest: %v", srvErr)
+	}
+	return srv
+}
+
+var errNotInstalled = errors.New("not installed")
+
+func start() (*server, error) {
+	bin, err := Binaries()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotInstalled, err)
+	}
+	dir, err := os.MkdirTemp("", "sbx-pg-")
+	if err != nil {
+		return nil, err
+	}
+	cred, err := runAs()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "sbx", "--auth=trust",
+		"--no-locale", "-E", "UTF8", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.Dir = dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	defer logf.Close()
+	// The server dies with the test process (SIGQUIT: immediate shutdown).
+	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", dir, "-c", "listen_addresses=",
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+	cmd.Stdout, cmd.Stderr, cmd.Dir = logf, logf, dir
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &server{dir: dir, cmd: cmd, done: make(chan struct{}),
+		url: "postgres://sbx@/postgres?host=" + dir + "&sslmode=disable"}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	for {
+		conn, err := pgx.Connect(ctx, s.url)
+		if err == nil {
+			conn.Close(ctx)
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("postgres exited at start: %s", log)
+		case <-ctx.Done():
+			s.stop()
+			return nil, fmt.Errorf("postgres did not answer within %v: %v", StartTimeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// runAs is the credential the server runs with: nil (this process's) unless
+// it is root.
+func runAs() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+		if err1 == nil && err2 == nil {
+			return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+		}
+	}
+	return nil, errors.New(`running as root, and there is neither a "postgres" nor a "nobody" user to run PostgreSQL as`)
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+	if !strings.HasPrefix(s.dir, os.TempDir()) {
+		return
+	}
+	os.RemoveAll(s.dir)
+}
