@@ -105,6 +105,8 @@ type soakSnap struct {
 	id      string
 	from    string
 	markers markers
+	// deleting: a delete of it was cut by a kill, so it may be gone.
+	deleting bool
 }
 
 // soakAgent works on its own sandboxes, one operation at a time.
@@ -468,8 +470,11 @@ func (a *soakAgent) snapshot(ctx context.Context, b *soakBox) {
 			o, err := a.do(ctx, "delete", "snapshot "+old.id, func(ctx context.Context) error {
 				return a.s.c.Snapshots.Delete(ctx, old.id)
 			})
-			if o == outOK || errors.Is(err, client.ErrSnapshotNotFound) {
+			switch {
+			case o == outOK || errors.Is(err, client.ErrSnapshotNotFound):
 				a.snaps = a.snaps[1:]
+			case o == outInterrupted:
+				old.deleting = true
 			}
 		}
 	case outInterrupted:

@@ -143,10 +143,13 @@ func (s *soak) resync(ctx context.Context, label string, a *soakAgent, byName ma
 	var keep []*soakSnap
 	for _, sn := range a.snaps {
 		known[sn.id] = true
-		if _, ok := listed[sn.id]; !ok {
+		if _, ok := listed[sn.id]; !ok && sn.deleting {
+			continue // its delete, cut by the kill, was done
+		} else if !ok {
 			s.violation("%s: snapshot %s of %s (agent %d) is not listed, and nothing deleted it", label, sn.id, sn.from, a.n)
 			continue
 		}
+		sn.deleting = false
 		keep = append(keep, sn)
 	}
 	a.snaps = keep
