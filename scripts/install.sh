@@ -10,7 +10,8 @@
 #   ./scripts/install.sh              everything above
 #   ./scripts/install.sh --test-deps  what the tests need instead: packages, runsc,
 #                                     versitygw (a real S3-compatible server; ~6-9 min to build),
-#                                     Node.js + npm and python3 (the SDK suites)
+#                                     Node.js + npm and python3 (the SDK suites),
+#                                     PostgreSQL (the PostgreSQL store's suite), Chromium (the console)
 set -euo pipefail
 
 RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237 # what @latest gave on 2026-11-29
@@ -72,6 +73,12 @@ if [ "${1:-}" = "--test-deps" ]; then
   fi
   # PyYAML for the Python SDK's schema-drift test; setuptools, wheel and pip to build its wheel offline.
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-yaml python3-setuptools python3-wheel python3-pip >/dev/null
+  step "PostgreSQL for the PostgreSQL store's tests (they start their own throwaway server)"
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  fi
+  ls -d /usr/lib/postgresql/*/bin
   step "Chromium (headless) for the web console's browser test"
   if ! command -v chromium >/dev/null; then
     apt-get update -qq

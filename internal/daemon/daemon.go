@@ -27,6 +27,8 @@ import (
 	"github.com/sbxhq/sbx/internal/network"
 	"github.com/sbxhq/sbx/internal/runtime/gvisor"
 	"github.com/sbxhq/sbx/internal/server"
+	"github.com/sbxhq/sbx/internal/store"
+	"github.com/sbxhq/sbx/internal/store/postgres"
 	"github.com/sbxhq/sbx/internal/store/sqlite"
 )
 
@@ -66,6 +68,11 @@ type Config struct {
 	// or s3://bucket[/prefix]?endpoint=URL&region=R (credentials from the
 	// AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
 	BlobStore string `json:"blob_store"`
+	// Store is where records live: "" (default) for the SQLite file
+	// DataDir/sbx.db, or a PostgreSQL URL, postgres://user[:password]@host[:port]/db[?sslmode=…]
+	// (libpq's URI; host=/run/postgresql for a Unix socket). One sbxd uses
+	// a PostgreSQL database at a time (see postgres.Store.LockSingleNode).
+	Store string `json:"store"`
 	// PoolSize is the number of warm sandboxes kept booted.
 	PoolSize int `json:"pool_size"`
 	// DefaultCPUs and DefaultMemoryMB are a sandbox's shape when a create
@@ -179,12 +186,12 @@ func (c *Config) LoadFile(path string) error {
 // LoadEnv merges SBX_* environment variables into c: SBX_DATA_DIR,
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
 // SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
-// SBX_BLOB_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS, SBX_USAGE_INTERVAL.
+// SBX_BLOB_STORE, SBX_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS, SBX_USAGE_INTERVAL.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
 		"SBX_RUNSC": &c.Runsc, "SBX_PLATFORM": &c.Platform, "SBX_AGENT_BIN": &c.AgentBin,
-		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore,
+		"SBX_CACHE_DIR": &c.CacheDir, "SBX_LOG_LEVEL": &c.LogLevel, "SBX_BLOB_STORE": &c.BlobStore, "SBX_STORE": &c.Store,
 		"SBX_NETWORK_CIDR": &c.NetworkCIDR, "SBX_NETWORK_TAG": &c.NetworkTag, "SBX_DNS_UPSTREAM": &c.DNSUpstream,
 		"SBX_PREVIEW_DOMAIN": &c.PreviewDomain, "SBX_EVENT_RETENTION": &c.EventRetention,
 		"SBX_CAPTURE_TIMEOUT": &c.CaptureTimeout,
@@ -294,6 +301,9 @@ func (c *Config) Validate() error {
 	} else if c.BlobStore != "" && !filepath.IsAbs(c.BlobStore) {
 		errs = append(errs, fmt.Errorf("blob store %q: want an absolute directory or s3://bucket", c.BlobStore))
 	}
+	if c.Store != "" && !postgres.IsURL(c.Store) {
+		errs = append(errs, errors.New("store: want a postgres:// URL (or nothing, for SQLite in the data dir)"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -384,6 +394,27 @@ func findAgent(configured string) (string, error) {
 	return "", errors.New("sbx-agent not found next to sbxd or in PATH (go install ./cmd/... with CGO_ENABLED=0)")
 }
 
+// openStore opens the record store cfg names: the SQLite file in the data
+// dir, or a PostgreSQL database, which it takes for this sbxd alone
+// (errdefs.ErrConflict when another sbxd holds it). It returns the store
+// and its name for logs (a URL's password left out).
+func openStore(ctx context.Context, cfg Config) (store.Store, string, error) {
+	if cfg.Store == "" {
+		path := filepath.Join(cfg.DataDir, "sbx.db")
+		st, err := sqlite.Open(ctx, path)
+		return st, "sqlite " + path, err
+	}
+	st, err := postgres.Open(ctx, cfg.Store)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := st.LockSingleNode(ctx); err != nil {
+		st.Close()
+		return nil, "", err
+	}
+	return st, "postgres " + st.Name(), nil
+}
+
 // lockDataDir takes an exclusive flock on DIR/sbxd.lock, so that two sbxd
 // never manage the same sandboxes, and writes this process's pid into it
 // ("1234\n"): whoever holds the lock is the data dir's sbxd, however it
@@ -445,7 +476,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "sbx.db"))
+	st, storeName, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -545,7 +576,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("listening", "addr", ln.Addr().String())
 	}
 	kind, _, _, _ := eng.DiskLayers()
-	log.Info("sbxd ready", "runtime", eng.Runtime(), "layers", kind, "data_dir", cfg.DataDir, "pool", cfg.PoolSize, "blob_store", blobs.Name())
+	log.Info("sbxd ready", "runtime", eng.Runtime(), "layers", kind, "data_dir", cfg.DataDir, "pool", cfg.PoolSize, "blob_store", blobs.Name(), "store", storeName)
 	select {
 	case <-ctx.Done():
 	case err = <-errc:

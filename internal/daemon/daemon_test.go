@@ -14,11 +14,12 @@ func TestValidateReportsEverything(t *testing.T) {
 	c.PoolSize = -1
 	c.LogLevel = "loud"
 	c.PreviewDomain = "*.example.org"
+	c.Store = "mysql://db"
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"absolute", "API key", "pool size", "log level", "preview domain"} {
+	for _, want := range []string{"absolute", "API key", "pool size", "log level", "preview domain", "postgres:// URL"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
@@ -36,11 +37,13 @@ func TestConfigSources(t *testing.T) {
 	if err := c.LoadFile(p); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"SBX_POOL_SIZE": "7", "SBX_API_KEYS": "aaaaaaaaaaaaaaaa,bbbbbbbbbbbbbbbb", "SBX_PREVIEW_DOMAIN": "preview.example.org"}
+	env := map[string]string{"SBX_POOL_SIZE": "7", "SBX_API_KEYS": "aaaaaaaaaaaaaaaa,bbbbbbbbbbbbbbbb", "SBX_PREVIEW_DOMAIN": "preview.example.org",
+		"SBX_STORE": "postgres://sbx@db/sbx"}
 	if err := c.LoadEnv(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if c.PoolSize != 7 || c.DataDir != "/srv/sbx" || len(c.APIKeys) != 2 || c.PreviewDomain != "preview.example.org" {
+	if c.PoolSize != 7 || c.DataDir != "/srv/sbx" || len(c.APIKeys) != 2 || c.PreviewDomain != "preview.example.org" ||
+		c.Store != "postgres://sbx@db/sbx" {
 		t.Fatalf("%+v", c)
 	}
 	os.WriteFile(p, []byte(`{"pool": 5}`), 0o644)

@@ -31,6 +31,7 @@ import (
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
 	"github.com/sbxhq/sbx/internal/network/nettest"
+	"github.com/sbxhq/sbx/internal/store/postgres/pgtest"
 	"github.com/vishvananda/netlink"
 )
 
@@ -116,6 +117,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
+	defer pgtest.Stop()
 	h = &harness{
 		binDir:   filepath.Join(tmp, "bin"),
 		dataDir:  filepath.Join(tmp, "data"),

@@ -119,6 +119,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // on its database (an arbitrary constant: "sbx" and 1).
 const singleNodeLockID = 0x736278_00000001
 
+// Name is user@host/db of the database (never the password).
+func (s *Store) Name() string { return s.where }
+
 // LockSingleNode takes the database for this process: it holds a session
 // advisory lock on a connection of its own until Close. It fails with
 // errdefs.ErrConflict when another sbxd holds it, and with the connection's

@@ -5,8 +5,8 @@
 // the "postgres" user (or "nobody"), since PostgreSQL refuses to run as
 // root.
 //
-// A test package calls Main from its TestMain, then URL for each database
-// it needs. Without PostgreSQL installed, URL skips the test, or fails it
+// A test package calls Main from its TestMain (or Stop after its own
+// m.Run), then URL for each database it needs. Without PostgreSQL installed, URL skips the test, or fails it
 // when CI=true (the CI installs it: scripts/install.sh --test-deps).
 package pgtest
 
@@ -53,12 +53,19 @@ type server struct {
 // started. Call it from TestMain: os.Exit(pgtest.Main(m)).
 func Main(m *testing.M) int {
 	code := m.Run()
+	Stop()
+	return code
+}
+
+// Stop stops the server, if one was started, and removes its files. A
+// TestMain that runs m.Run itself calls it after.
+func Stop() {
 	mu.Lock()
 	defer mu.Unlock()
 	if srv != nil {
 		srv.stop()
+		srv = nil
 	}
-	return code
 }
 
 // Binaries returns the directory that holds initdb and postgres, the
