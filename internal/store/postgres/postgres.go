@@ -34,6 +34,10 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// DefaultMaxConns is the size of the connection pool when the URL does not
+// give one (pool_max_conns=N).
+const DefaultMaxConns = 16
+
 // ConnectTimeout bounds Open's first connection and its migration.
 const ConnectTimeout = 30 * time.Second
 
@@ -58,7 +62,8 @@ func IsURL(s string) bool {
 
 // Open connects to the database that url names (a postgres:// URL; query
 // parameters as libpq's, e.g. sslmode, host=/run/postgresql for a Unix
-// socket, search_path=schema) and migrates its schema to the newest
+// socket, search_path=schema; pool_max_conns, default DefaultMaxConns)
+// and migrates its schema to the newest
 // version. It fails, within ConnectTimeout, with an error that names the
 // database (not the password) when the URL is malformed, the server cannot
 // be reached or the migration fails.
@@ -67,6 +72,10 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		// pgx's parse errors redact the password.
 		return nil, fmt.Errorf("postgres store: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgx's default, max(4, CPUs), queues a busy sbxd's requests.
+		cfg.MaxConns = DefaultMaxConns
 	}
 	where := fmt.Sprintf("%s@%s/%s", cfg.ConnConfig.User, hostOf(cfg.ConnConfig), cfg.ConnConfig.Database)
 	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
