@@ -145,7 +145,13 @@ const testImageID = "img_fake"
 // after every agent of the test is killed.
 func newFakeDataDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "sbxe")
+	// A long TMPDIR (a CI's, a nested test's) would push the sockets'
+	// paths past sun_path: /tmp then.
+	base := os.TempDir()
+	if len(base) > 24 {
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "sbxe")
 	if err != nil {
 		t.Fatal(err)
 	}

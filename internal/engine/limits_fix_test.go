@@ -148,7 +148,7 @@ func TestLimitRefusedMessage(t *testing.T) {
 // sandbox that another operation holds; it leaves it running, records no
 // suspension, and tries again at a later pass.
 func TestFakeLimitSkipsBusySandbox(t *testing.T) {
-	f := startFakeEngine(t, t.TempDir(), Config{UsageInterval: time.Hour})
+	f := startFakeEngine(t, newFakeDataDir(t), Config{UsageInterval: time.Hour})
 	ctx := context.Background()
 	zero := 0.0
 	k, _, err := f.e.CreateKey(ctx, api.CreateKeyRequest{Name: "tenant"})
@@ -195,7 +195,7 @@ func TestFakeLimitSkipsBusySandbox(t *testing.T) {
 // suspended, is logged once while its key stays over the limit, not at
 // every pass, and no suspend of it is tried.
 func TestFakeLimitVolumeLoggedOnce(t *testing.T) {
-	f := startFakeEngine(t, t.TempDir(), Config{UsageInterval: time.Hour})
+	f := startFakeEngine(t, newFakeDataDir(t), Config{UsageInterval: time.Hour})
 	ctx := context.Background()
 	zero := 0.0
 	k, _, err := f.e.CreateKey(ctx, api.CreateKeyRequest{Name: "tenant"})
@@ -232,7 +232,7 @@ func TestFakeLimitVolumeLoggedOnce(t *testing.T) {
 // not only exec) is refused with quota_exceeded, and the sandbox stays
 // stopped.
 func TestFakeLimitStoppedNotBooted(t *testing.T) {
-	f := startFakeEngine(t, t.TempDir(), Config{UsageInterval: time.Hour})
+	f := startFakeEngine(t, newFakeDataDir(t), Config{UsageInterval: time.Hour})
 	ctx := context.Background()
 	k, _, err := f.e.CreateKey(ctx, api.CreateKeyRequest{Name: "tenant"})
 	if err != nil {
@@ -261,7 +261,7 @@ func TestFakeLimitStoppedNotBooted(t *testing.T) {
 // in the same record update as the suspended state, also when a restarted
 // sbxd completes a suspend whose memory and disk were stored.
 func TestFakeLimitReasonRecordedWithSuspend(t *testing.T) {
-	f := startFakeEngine(t, t.TempDir(), Config{UsageInterval: time.Hour})
+	f := startFakeEngine(t, newFakeDataDir(t), Config{UsageInterval: time.Hour})
 	ctx := context.Background()
 	sb := f.create(t, "s")
 	const reason = "spending_limit: API key ci passed its daily limit"

@@ -71,7 +71,7 @@ func TestSpendArithmetic(t *testing.T) {
 // nothing recorded as suspended by the limit); raising the limit lets the
 // key work again.
 func TestFakeSpendingLimit(t *testing.T) {
-	f := startFakeEngine(t, t.TempDir(), Config{UsageInterval: time.Hour})
+	f := startFakeEngine(t, newFakeDataDir(t), Config{UsageInterval: time.Hour})
 	ctx := context.Background()
 	one := 1.0
 	k, _, err := f.e.CreateKey(ctx, api.CreateKeyRequest{Name: "tenant", DailyLimitUSD: &one})

@@ -292,7 +292,7 @@ func TestAccrueSpan(t *testing.T) {
 // any periodic sample (the interval is an hour) is billed anyway: its
 // delete takes the last reading. Its memory is billed for its life.
 func TestFakeUsageShortLived(t *testing.T) {
-	f := startFakeEngine(t, t.TempDir(), Config{UsageInterval: time.Hour})
+	f := startFakeEngine(t, newFakeDataDir(t), Config{UsageInterval: time.Hour})
 	ctx := context.Background()
 	before := time.Now().Add(-time.Minute)
 	sb := f.create(t, "short")
