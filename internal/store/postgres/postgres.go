@@ -134,9 +134,11 @@ func (s *Store) Name() string { return s.where }
 // LockSingleNode takes the database for this process: it holds a session
 // advisory lock on a connection of its own until Close. It fails with
 // errdefs.ErrConflict when another sbxd holds it, and with the connection's
-// error when the server cannot be reached. The lock goes with the session:
+// error when the server cannot be reached within ConnectTimeout. The lock goes with the session:
 // if the server drops the connection, it is released.
 func (s *Store) LockSingleNode(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres store %s: %w", s.where, err)
@@ -292,6 +294,17 @@ func placeholders(from, n int) string {
 	return strings.Join(p, ", ")
 }
 
+// setList is "col2 = $2, col3 = $3, ..." for the columns of cols (a
+// comma-separated list) after the first, the key, which is $1.
+func setList(cols string) string {
+	names := strings.Split(cols, ",")[1:]
+	sets := make([]string, len(names))
+	for i, c := range names {
+		sets[i] = fmt.Sprintf("%s = $%d", strings.TrimSpace(c), i+2)
+	}
+	return strings.Join(sets, ", ")
+}
+
 // sandboxNameTaken maps a violation of the unique name to ErrNameTaken.
 func sandboxNameTaken(err error, sb *store.Sandbox) error {
 	if c, ok := uniqueViolation(err); ok {
@@ -376,12 +389,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	cols := strings.Split(sandboxCols, ",")
-	sets := make([]string, 0, len(cols)-1)
-	for i, c := range cols[1:] {
-		sets = append(sets, fmt.Sprintf("%s = $%d", strings.TrimSpace(c), i+2))
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+strings.Join(sets, ", ")+` WHERE id = $1`, args...)
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+setList(sandboxCols)+` WHERE id = $1`, args...)
 	if err != nil {
 		return sandboxNameTaken(err, sb)
 	}
@@ -568,12 +576,7 @@ func (s *Store) UpdateSnapshot(ctx context.Context, sn *store.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	cols := strings.Split(snapshotCols, ",")
-	sets := make([]string, 0, len(cols)-1)
-	for i, c := range cols[1:] {
-		sets = append(sets, fmt.Sprintf("%s = $%d", strings.TrimSpace(c), i+2))
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE snapshots SET `+strings.Join(sets, ", ")+` WHERE id = $1`, args...)
+	tag, err := s.pool.Exec(ctx, `UPDATE snapshots SET `+setList(snapshotCols)+` WHERE id = $1`, args...)
 	if err != nil {
 		return err
 	}
