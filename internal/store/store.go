@@ -8,6 +8,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -183,6 +184,19 @@ type Snapshot struct {
 	ExpireTime time.Time
 	// Owner is the id of the API key that owns the source sandbox.
 	Owner string
+	// StoreTime is when the memory image's chunks were flushed to the blob
+	// store and Memory recorded; zero while the image is only on the node
+	// that captured it (a hot image, stored in the background). AddSnapshot
+	// with a memory image (Memory neither empty nor "[]") and no StoreTime
+	// sets it to CreateTime.
+	StoreTime time.Time
+}
+
+// HasMemory reports whether Memory records a memory image (not empty, not
+// "[]").
+func (sn *Snapshot) HasMemory() bool {
+	m := strings.TrimSpace(string(sn.Memory))
+	return m != "" && m != "[]"
 }
 
 // Delivery is the record of a delivery: an archive of files taken from a
@@ -402,6 +416,11 @@ type Store interface {
 	// AddSnapshot inserts a snapshot; UpdateSnapshot replaces it.
 	AddSnapshot(ctx context.Context, sn *Snapshot) error
 	UpdateSnapshot(ctx context.Context, sn *Snapshot) error
+	// SetSnapshotStored records that a ready snapshot's memory image is in
+	// the blob store: its Memory, MemoryBytes, StoredBytes and StoreTime
+	// (now when zero). ErrSnapshotNotFound when there is no such ready
+	// record (deleted or expired meanwhile).
+	SetSnapshotStored(ctx context.Context, sn *Snapshot) error
 	// GetSnapshot returns one snapshot or ErrSnapshotNotFound.
 	GetSnapshot(ctx context.Context, id string) (*Snapshot, error)
 	// ListSnapshots returns snapshots, newest first; with sandboxID "" all.

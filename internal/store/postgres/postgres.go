@@ -512,15 +512,15 @@ func (s *Store) DeleteCheckpoints(ctx context.Context, sandboxID string) error {
 }
 
 const snapshotCols = `id, name, sandbox_id, sandbox_name, image, image_id, shape, memory, disk, memory_bytes,
-	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time, suspend, owner`
+	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time, suspend, owner, store_time`
 
 func scanSnapshot(r row) (*store.Snapshot, error) {
 	var sn store.Snapshot
 	var disk []byte
-	var et *time.Time
+	var et, st *time.Time
 	if err := r.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.SandboxName, &sn.Image, &sn.ImageID, &sn.Shape, &sn.Memory,
 		&disk, &sn.MemoryBytes, &sn.DiskBytes, &sn.StoredBytes, &sn.Metadata, &sn.Fork, &sn.State, &sn.CreateTime, &et,
-		&sn.Suspend, &sn.Owner); err != nil {
+		&sn.Suspend, &sn.Owner, &st); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal(disk, &sn.Disk); err != nil {
@@ -529,7 +529,7 @@ func scanSnapshot(r row) (*store.Snapshot, error) {
 	if len(sn.Metadata) == 0 {
 		sn.Metadata = nil
 	}
-	sn.CreateTime, sn.ExpireTime = sn.CreateTime.UTC(), utc(et)
+	sn.CreateTime, sn.ExpireTime, sn.StoreTime = sn.CreateTime.UTC(), utc(et), utc(st)
 	return &sn, nil
 }
 
@@ -548,7 +548,7 @@ func snapshotArgs(sn *store.Snapshot) ([]any, error) {
 	}
 	return []any{sn.ID, sn.Name, sn.SandboxID, sn.SandboxName, sn.Image, sn.ImageID, bytesOr(sn.Shape, "{}"),
 		bytesOr(sn.Memory, "[]"), d, sn.MemoryBytes, sn.DiskBytes, sn.StoredBytes, meta, sn.Fork, sn.State,
-		sn.CreateTime.UTC(), optTime(sn.ExpireTime), sn.Suspend, sn.Owner}, nil
+		sn.CreateTime.UTC(), optTime(sn.ExpireTime), sn.Suspend, sn.Owner, optTime(sn.StoreTime)}, nil
 }
 
 // AddSnapshot implements store.Store.
@@ -558,6 +558,9 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *store.Snapshot) error {
 	}
 	if sn.State == "" {
 		sn.State = "ready"
+	}
+	if sn.StoreTime.IsZero() && sn.HasMemory() {
+		sn.StoreTime = sn.CreateTime
 	}
 	args, err := snapshotArgs(sn)
 	if err != nil {
@@ -577,6 +580,22 @@ func (s *Store) UpdateSnapshot(ctx context.Context, sn *store.Snapshot) error {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE snapshots SET `+setList(snapshotCols)+` WHERE id = $1`, args...)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", sn.ID)
+	}
+	return nil
+}
+
+// SetSnapshotStored implements store.Store.
+func (s *Store) SetSnapshotStored(ctx context.Context, sn *store.Snapshot) error {
+	if sn.StoreTime.IsZero() {
+		sn.StoreTime = time.Now()
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE snapshots SET memory = $1, memory_bytes = $2, stored_bytes = $3, store_time = $4
+		WHERE id = $5 AND state = 'ready'`, bytesOr(sn.Memory, "[]"), sn.MemoryBytes, sn.StoredBytes, sn.StoreTime.UTC(), sn.ID)
 	if err != nil {
 		return err
 	}

@@ -391,13 +391,13 @@ func (s *Store) DeleteCheckpoints(ctx context.Context, sandboxID string) error {
 }
 
 const snapshotCols = `id, name, sandbox_id, sandbox_name, image, image_id, shape, memory, disk, memory_bytes,
-	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time, suspend, owner`
+	disk_bytes, stored_bytes, metadata, fork, state, create_time, expire_time, suspend, owner, store_time`
 
 func scanSnapshot(row interface{ Scan(...any) error }) (*store.Snapshot, error) {
 	var sn store.Snapshot
-	var shape, memory, disk, metadata, ct, et string
+	var shape, memory, disk, metadata, ct, et, st string
 	if err := row.Scan(&sn.ID, &sn.Name, &sn.SandboxID, &sn.SandboxName, &sn.Image, &sn.ImageID, &shape, &memory,
-		&disk, &sn.MemoryBytes, &sn.DiskBytes, &sn.StoredBytes, &metadata, &sn.Fork, &sn.State, &ct, &et, &sn.Suspend, &sn.Owner); err != nil {
+		&disk, &sn.MemoryBytes, &sn.DiskBytes, &sn.StoredBytes, &metadata, &sn.Fork, &sn.State, &ct, &et, &sn.Suspend, &sn.Owner, &st); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(disk), &sn.Disk); err != nil {
@@ -410,6 +410,9 @@ func scanSnapshot(row interface{ Scan(...any) error }) (*store.Snapshot, error) 
 	sn.CreateTime = parseTime(ct)
 	if et != "" {
 		sn.ExpireTime = parseTime(et)
+	}
+	if st != "" {
+		sn.StoreTime = parseTime(st)
 	}
 	return &sn, nil
 }
@@ -435,7 +438,7 @@ func snapshotArgs(sn *store.Snapshot) []any {
 	}
 	return []any{sn.ID, sn.Name, sn.SandboxID, sn.SandboxName, sn.Image, sn.ImageID, orJSON(sn.Shape, "{}"),
 		orJSON(sn.Memory, "[]"), toJSON(disk), sn.MemoryBytes, sn.DiskBytes, sn.StoredBytes, meta, sn.Fork, sn.State,
-		fmtTime(sn.CreateTime), et, sn.Suspend, sn.Owner}
+		fmtTime(sn.CreateTime), et, sn.Suspend, sn.Owner, optTime(sn.StoreTime)}
 }
 
 // AddSnapshot implements store.Store.
@@ -446,7 +449,10 @@ func (s *Store) AddSnapshot(ctx context.Context, sn *store.Snapshot) error {
 	if sn.State == "" {
 		sn.State = "ready"
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	if sn.StoreTime.IsZero() && sn.HasMemory() {
+		sn.StoreTime = sn.CreateTime
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		snapshotArgs(sn)...)
 	return err
 }
@@ -456,7 +462,27 @@ func (s *Store) UpdateSnapshot(ctx context.Context, sn *store.Snapshot) error {
 	args := snapshotArgs(sn)
 	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET name = ?, sandbox_id = ?, sandbox_name = ?, image = ?,
 		image_id = ?, shape = ?, memory = ?, disk = ?, memory_bytes = ?, disk_bytes = ?, stored_bytes = ?, metadata = ?,
-		fork = ?, state = ?, create_time = ?, expire_time = ?, suspend = ?, owner = ? WHERE id = ?`, append(args[1:], args[0])...)
+		fork = ?, state = ?, create_time = ?, expire_time = ?, suspend = ?, owner = ?, store_time = ? WHERE id = ?`, append(args[1:], args[0])...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", sn.ID)
+	}
+	return nil
+}
+
+// SetSnapshotStored implements store.Store.
+func (s *Store) SetSnapshotStored(ctx context.Context, sn *store.Snapshot) error {
+	if sn.StoreTime.IsZero() {
+		sn.StoreTime = time.Now()
+	}
+	memory := string(sn.Memory)
+	if memory == "" {
+		memory = "[]"
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET memory = ?, memory_bytes = ?, stored_bytes = ?, store_time = ?
+		WHERE id = ? AND state = 'ready'`, memory, sn.MemoryBytes, sn.StoredBytes, fmtTime(sn.StoreTime), sn.ID)
 	if err != nil {
 		return err
 	}

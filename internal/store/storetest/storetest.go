@@ -24,6 +24,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Checkpoints", func(t *testing.T) { testCheckpoints(t, open(t)) })
 	t.Run("Ops", func(t *testing.T) { testOps(t, open(t)) })
 	t.Run("Snapshots", func(t *testing.T) { testSnapshots(t, open(t)) })
+	t.Run("SnapshotStored", func(t *testing.T) { testSnapshotStored(t, open(t)) })
 	t.Run("Suspend", func(t *testing.T) { testSuspend(t, open(t)) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
 	t.Run("TakePendingRace", func(t *testing.T) { testTakePendingRace(t, open(t)) })
@@ -871,5 +872,50 @@ func testTakePendingRace(t *testing.T, s store.Store) {
 	}
 	if n, _, err := s.CountEvents(ctx, store.EventQuery{Pending: true, Key: "race"}); err != nil || n+len(seen) != events {
 		t.Fatalf("%d delivered and %d pending (%v), want %d in all", len(seen), n, err, events)
+	}
+}
+
+// testSnapshotStored: a snapshot recorded before its memory image is in the
+// blob store has no StoreTime; SetSnapshotStored records the image and the
+// time, only on a ready record; one added with its image is stored.
+func testSnapshotStored(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	created := time.Now().UTC().Add(-time.Minute).Truncate(time.Millisecond)
+	pending := &store.Snapshot{ID: "snap_p", SandboxID: "sbx_1", SandboxName: "s1", Image: "default", ImageID: "x",
+		Disk: []string{"d1"}, MemoryBytes: 10, StoredBytes: 3, CreateTime: created}
+	if err := s.AddSnapshot(ctx, pending); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSnapshot(ctx, "snap_p")
+	if err != nil || !got.StoreTime.IsZero() || got.HasMemory() || got.State != "ready" {
+		t.Fatalf("pending snapshot: %+v %v", got, err)
+	}
+	at := created.Add(30 * time.Second)
+	if err := s.SetSnapshotStored(ctx, &store.Snapshot{ID: "snap_p", Memory: []byte(`[{"name":"pages.img"}]`),
+		MemoryBytes: 100, StoredBytes: 40, StoreTime: at}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.GetSnapshot(ctx, "snap_p")
+	if err != nil || !got.StoreTime.Equal(at) || !got.HasMemory() || got.MemoryBytes != 100 || got.StoredBytes != 40 ||
+		len(got.Disk) != 1 || got.SandboxName != "s1" {
+		t.Fatalf("stored snapshot: %+v %v", got, err)
+	}
+	if err := s.SetSnapshotStored(ctx, &store.Snapshot{ID: "snap_none", Memory: []byte(`[]`)}); !errors.Is(err, errdefs.ErrSnapshotNotFound) {
+		t.Fatalf("SetSnapshotStored of a missing snapshot: %v", err)
+	}
+	got.State = "expired"
+	if err := s.UpdateSnapshot(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetSnapshotStored(ctx, &store.Snapshot{ID: "snap_p", Memory: []byte(`[{"name":"x"}]`)}); !errors.Is(err, errdefs.ErrSnapshotNotFound) {
+		t.Fatalf("SetSnapshotStored of an expired snapshot: %v", err)
+	}
+	whole := &store.Snapshot{ID: "snap_w", SandboxID: "sbx_1", SandboxName: "s1", Image: "default", ImageID: "x",
+		Memory: []byte(`[{"name":"pages.img"}]`), CreateTime: created}
+	if err := s.AddSnapshot(ctx, whole); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetSnapshot(ctx, "snap_w"); err != nil || !got.StoreTime.Equal(created) {
+		t.Fatalf("a snapshot added with its image: %+v %v", got, err)
 	}
 }
