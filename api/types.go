@@ -813,6 +813,12 @@ type Snapshot struct {
 	// be read: it cannot be restored or forked from (delete it); the blob
 	// collection keeps the chunks the record still names and goes on.
 	Health string `json:"health"`
+	// StoreTime is when its memory image was safely in the blob store; nil
+	// while the image is only on the node that took it, being stored in
+	// the background (memory_bytes is the image's size on that node;
+	// stored_bytes counts the disk only until then). A listed snapshot
+	// can be restored and forked from either way.
+	StoreTime *time.Time `json:"store_time"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{name}/fork.

@@ -90,6 +90,11 @@ type Config struct {
 	// not read), default 64 GiB, or twice the sandbox's disk quota when
 	// less.
 	CaptureMaxBytes int64 `json:"capture_max_bytes"`
+	// HotImageBytes bounds the memory images of stored snapshots kept on
+	// this node for fast restores and forks (default
+	// engine.DefaultHotImageBytes, 2 GiB; 0 keeps none once stored). Images
+	// of snapshots not yet in the blob store are always kept.
+	HotImageBytes *int64 `json:"hot_image_bytes"`
 	// DeliveryMaxBytes bounds one delivery's archive (file data plus 1536
 	// bytes an entry), checked before any work; default 1 GiB.
 	DeliveryMaxBytes int64 `json:"delivery_max_bytes"`
@@ -252,6 +257,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Prices.CPUHour < 0 || c.Prices.MemoryGiBHour < 0 || c.Prices.StorageGBMonth < 0 {
 		errs = append(errs, fmt.Errorf("prices %+v: must not be negative", c.Prices))
+	}
+	if c.HotImageBytes != nil && *c.HotImageBytes < 0 {
+		errs = append(errs, fmt.Errorf("hot image bytes %d: want 0 or more bytes", *c.HotImageBytes))
 	}
 	if c.CaptureMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("capture max bytes %d: want a positive number of bytes", c.CaptureMaxBytes))
@@ -524,7 +532,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Layers: cfg.Layers, DefaultDiskMB: cfg.DefaultDiskMB, MaxSandboxes: cfg.MaxSandboxes, MaxSnapshots: cfg.MaxSnapshots,
 		MemoryOvercommit: cfg.MemoryOvercommit, CPUOvercommit: cfg.CPUOvercommit,
 		ReserveCPUs: cfg.ReserveCPUs, ReserveMemoryMB: cfg.ReserveMemoryMB,
-		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes,
+		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes, HotImageBytes: hotImageBytes(cfg.HotImageBytes),
 		DeliveryMaxBytes: cfg.DeliveryMaxBytes,
 		Prices:           cfg.Prices, UsageInterval: usageInterval,
 	}, st, rt, images, netm, blobs, log)
@@ -588,4 +596,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("sbxd stopped; sandboxes keep running")
 	return err
+}
+
+// hotImageBytes is engine.Config.HotImageBytes for the config's
+// hot_image_bytes: unset is the engine's default, 0 none (-1 to the
+// engine).
+func hotImageBytes(b *int64) int64 {
+	switch {
+	case b == nil:
+		return 0
+	case *b == 0:
+		return -1
+	}
+	return *b
 }

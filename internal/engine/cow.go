@@ -78,7 +78,8 @@ func (e *Engine) kickIngest() {
 	}
 }
 
-// ingestLoop stores pending checkpoints whenever kicked, until Close.
+// ingestLoop stores pending checkpoints and snapshots' hot images
+// (hot.go) whenever kicked, until Close.
 func (e *Engine) ingestLoop() {
 	defer e.bg.Done()
 	for {
@@ -89,6 +90,9 @@ func (e *Engine) ingestLoop() {
 		}
 		if err := e.storeRound(e.ctx); err != nil && e.ctx.Err() == nil {
 			e.log.Error("store checkpoints in the blob store", "err", err)
+		}
+		if err := e.storeHotRound(e.ctx); err != nil && e.ctx.Err() == nil {
+			e.log.Error("store snapshots' memory images in the blob store", "err", err)
 		}
 	}
 }

@@ -89,6 +89,10 @@ type Config struct {
 	// UsageInterval is how often the meter samples running sandboxes and
 	// stored bytes (default DefaultUsageInterval).
 	UsageInterval time.Duration
+	// HotImageBytes bounds the hot images of stored snapshots kept on this
+	// node for fast restores (default DefaultHotImageBytes; negative: none
+	// once stored). See hot.go.
+	HotImageBytes int64
 	// Faults pause named points of operations (SBX_FAULTS, for crash
 	// tests); empty in production.
 	Faults map[string]time.Duration
@@ -143,6 +147,8 @@ type Engine struct {
 	meter *meter
 	// ingest stores snapshot checkpoints in the blob store (cow.go).
 	ingest *ingester
+	// hot counts the users of snapshots' hot memory images (hot.go).
+	hot *hotImages
 
 	bg     sync.WaitGroup
 	ctx    context.Context
@@ -233,6 +239,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		insts:        map[string]*instance{},
 		leases:       blob.NewLeases(),
 		ingest:       newIngester(),
+		hot:          newHotImages(),
 	}
 	e.meter = newMeter(e, rt, cfg.UsageInterval)
 	e.rt = &meteredRuntime{Runtime: rt, m: e.meter}
@@ -286,6 +293,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	if err := e.recoverCheckpoints(ctx); err != nil {
 		return fmt.Errorf("recover checkpoints: %w", err)
+	}
+	if err := e.recoverHot(ctx); err != nil {
+		return fmt.Errorf("recover snapshots' memory images: %w", err)
 	}
 	e.recoverGuards(ctx)
 	// A suspend that a crash interrupted and recovery completed has its

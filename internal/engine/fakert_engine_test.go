@@ -521,7 +521,7 @@ func (f *fakeEnv) plantOp(t *testing.T, sandboxID, kind string, data any) {
 func (f *fakeEnv) plantSuspendSnapshot(t *testing.T, sb *store.Sandbox, id string) {
 	t.Helper()
 	sn := &store.Snapshot{ID: id, Name: id, SandboxID: sb.ID, SandboxName: sb.Name, Image: sb.Image, ImageID: sb.ImageID,
-		Suspend: true, State: "ready", CreateTime: time.Now().UTC()}
+		Suspend: true, State: "ready", CreateTime: time.Now().UTC(), StoreTime: time.Now().UTC()}
 	if err := f.st.AddSnapshot(context.Background(), sn); err != nil {
 		t.Fatal(err)
 	}

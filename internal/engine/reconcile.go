@@ -101,10 +101,13 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			e.removeAll(ctx, id)
 		}
 	}
-	// Memory images of captures a crash cut short.
+	// Memory images of captures a crash cut short (hot images are
+	// recoverHot's).
 	if des, err := os.ReadDir(e.snapshotsDir()); err == nil {
 		for _, de := range des {
-			_ = os.RemoveAll(filepath.Join(e.snapshotsDir(), de.Name()))
+			if de.Name() != "hot" {
+				_ = os.RemoveAll(filepath.Join(e.snapshotsDir(), de.Name()))
+			}
 		}
 	}
 	return e.images.GC(ctx, imageIDs, true)

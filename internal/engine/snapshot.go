@@ -211,35 +211,63 @@ func (e *Engine) BeginSnapshot(ctx context.Context, idOrName string, req api.Sna
 	}}, nil
 }
 
-// snapshotLocked captures sb and stores the snapshot: memory image and
-// disk in the blob store, then the record. The caller holds sb's lock.
+// snapshotLocked captures sb and records the snapshot with its hot memory
+// image (takeSnapshot). The caller holds sb's lock.
 func (e *Engine) snapshotLocked(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, error) {
 	start := time.Now()
-	sn, c, err := e.takeSnapshot(ctx, sb, req, retention, fork, progress)
-	if err == nil {
-		progress(fmt.Sprintf("done in %d ms", time.Since(start).Milliseconds()))
+	sn, release, err := e.takeSnapshot(ctx, sb, req, retention, fork, progress)
+	if err != nil {
+		return nil, err
 	}
-	if c != nil {
-		os.RemoveAll(c.dir)
-	}
-	return sn, err
+	release()
+	progress(fmt.Sprintf("done in %d ms", time.Since(start).Milliseconds()))
+	return sn, nil
 }
 
-// takeSnapshot captures sb, stores memory and disk, and records the
-// snapshot; it returns the capture too, whose local image dir the caller
-// removes.
-func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, *captured, error) {
+// takeSnapshot captures sb, keeps the memory image as the snapshot's hot
+// image and records the snapshot, pending: the ingester stores the image
+// in the blob store in the background (hot.go). The disk is stored by the
+// capture. It returns the record and the hold on its hot image, which the
+// caller releases (holdHot).
+func (e *Engine) takeSnapshot(ctx context.Context, sb *store.Sandbox, req api.SnapshotRequest, retention time.Duration, fork bool, progress func(string)) (*store.Snapshot, func(), error) {
 	ctx, release := e.withLease(ctx)
 	defer release()
 	sn, c, err := e.captureSnapshot(ctx, sb, req, retention, fork, progress)
 	if err != nil {
-		return nil, c, err
+		return nil, nil, err
 	}
-	progress(fmt.Sprintf("captured (paused %d ms); storing the memory image", c.pausedMS))
-	if err := e.storeSnapshot(ctx, sn, c); err != nil {
-		return nil, c, fmt.Errorf("%v: %w", err, errdefs.ErrSnapshotFailed)
+	hold := e.holdHot(sn.ID)
+	if err := e.recordHot(ctx, sn, c); err != nil {
+		hold()
+		return nil, nil, snapshotFailed(sb, fork, err)
 	}
-	return sn, c, nil
+	progress(fmt.Sprintf("captured (paused %d ms); its memory image is stored in the background", c.pausedMS))
+	return sn, hold, nil
+}
+
+// recordHot makes capture c's memory image the hot image of snapshot sn
+// (newSnapshotRecord), records sn, pending, and kicks the ingester. On
+// failure nothing is left (the capture's dir and the hot image go). The
+// caller holds sn's hot image (holdHot) and a blob lease.
+func (e *Engine) recordHot(ctx context.Context, sn *store.Snapshot, c *captured) error {
+	ctx = context.WithoutCancel(ctx)
+	hot, err := e.keepHot(c.dir, sn.ID)
+	if err != nil {
+		os.RemoveAll(c.dir)
+		return err
+	}
+	c.dir = hot
+	sn.Memory, sn.StoreTime = []byte("[]"), time.Time{}
+	sn.MemoryBytes = dirBytes(hot)
+	e.fault("snapshot:before-record")
+	if err := e.st.AddSnapshot(ctx, sn); err != nil {
+		os.RemoveAll(hot)
+		return fmt.Errorf("record the snapshot of %s: %w", sn.SandboxName, err)
+	}
+	e.kickIngest()
+	e.log.Info("snapshot", "sandbox", sn.SandboxName, "id", sn.ID, "fork", sn.Fork, "paused_ms", c.pausedMS,
+		"memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes, "memory", "hot")
+	return nil
 }
 
 func snapshotFailed(sb *store.Sandbox, fork bool, err error) error {
@@ -297,9 +325,10 @@ func newSnapshotRecord(sb *store.Sandbox, id string, c *captured, kind snapshotK
 }
 
 // storeSnapshot stores the memory image of capture c in the blob store and
-// records snapshot sn (newSnapshotRecord) with it. Its errors carry no
-// class: the caller's operation gives one. The caller holds a blob lease
-// (withLease) and removes c's local image.
+// records snapshot sn (newSnapshotRecord) with it, stored (a suspend's:
+// recordHot records a kept snapshot's or a fork's before it is stored).
+// Its errors carry no class: the caller's operation gives one. The caller
+// holds a blob lease (withLease) and removes c's local image.
 func (e *Engine) storeSnapshot(ctx context.Context, sn *store.Snapshot, c *captured) error {
 	ctx = context.WithoutCancel(ctx)
 	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), c.dir)
@@ -311,9 +340,7 @@ func (e *Engine) storeSnapshot(ctx context.Context, sn *store.Snapshot, c *captu
 	}
 	sn.MemoryBytes = mstats.Bytes
 	sn.StoredBytes += mstats.AddedBytes
-	if !sn.Suspend {
-		e.fault("snapshot:before-record")
-	}
+	sn.StoreTime = time.Now().UTC()
 	if err := e.st.AddSnapshot(ctx, sn); err != nil {
 		return fmt.Errorf("record the snapshot of %s: %w", sn.SandboxName, err)
 	}
@@ -322,11 +349,16 @@ func (e *Engine) storeSnapshot(ctx context.Context, sn *store.Snapshot, c *captu
 	return nil
 }
 
-// removeSnapshot deletes snapshot id's record; its blobs go with the next
-// collection (kicked). A missing record is ErrSnapshotNotFound.
+// removeSnapshot deletes snapshot id's record; its hot image goes now
+// unless in use (else with the ingester's next trim, kicked), its blobs
+// with the next collection (kicked). A missing record is
+// ErrSnapshotNotFound.
 func (e *Engine) removeSnapshot(ctx context.Context, id string) error {
 	if err := e.st.DeleteSnapshot(ctx, id); err != nil {
 		return err
+	}
+	if !e.dropHot(id) {
+		e.kickIngest()
 	}
 	e.kickGC()
 	return nil
@@ -480,15 +512,13 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	defer admitted()
 	ctx, release := e.withLease(ctx)
 	defer release()
-	dir := filepath.Join(e.snapshotsDir(), "tmp-"+sb.ID)
-	defer os.RemoveAll(dir)
-	progress("fetching the memory image")
-	var im snapshot.Image
-	if err := json.Unmarshal(sn.Memory, &im); err != nil {
+	dir, hot, done, err := e.memoryImage(ctx, sn)
+	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
-	if err := snapshot.Fetch(ctx, e.blobsFor(ctx), im, dir); err != nil {
-		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
+	defer done()
+	if !hot {
+		progress("fetched the memory image from the blob store")
 	}
 	diskM, err := e.snapshotDisk(ctx, sn)
 	if err != nil {
@@ -610,10 +640,15 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	sn, c, err := e.captureSnapshot(ctx, sb, api.SnapshotRequest{Name: "fork of " + sb.Name}, 0, true, progress)
 	unlock()
 	if err != nil {
-		if c != nil {
-			os.RemoveAll(c.dir)
-		}
 		return nil, err
+	}
+	// The fork's own snapshot is recorded at once with its hot image
+	// (stored in the background, hot.go); the copies restore from that
+	// image, held until they run.
+	hold := e.holdHot(sn.ID)
+	defer hold()
+	if err := e.recordHot(ctx, sn, c); err != nil {
+		return nil, snapshotFailed(sb, true, err)
 	}
 	res := &ForkResult{Snapshot: sn, Copies: make([]*store.Sandbox, len(names)), Errors: make([]error, len(names)), PausedMS: c.pausedMS}
 	network := sb.Network
@@ -622,32 +657,9 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	}
 	progress(fmt.Sprintf("captured (paused %d ms); starting %d copies", c.pausedMS, len(names)))
 	e.fault("fork:captured")
-	// The snapshot the fork keeps for itself is stored while the copies
-	// start from the local image, and after: the fork answers once its
-	// copies run. The local image goes when both are done.
-	var copies sync.WaitGroup
-	copies.Add(1)
-	e.bg.Add(1)
-	// The store goes on after this operation's lease ends: it gets a lease
-	// of its own, pinning the captured disk before that one is released.
-	sctx, sle := e.newLease(ctx)
-	sle.Pin(c.diskRef...)
-	sle.Pin(c.disk.Chunks()...)
-	go func() {
-		defer e.bg.Done()
-		err := e.storeSnapshot(sctx, sn, c)
-		sle.Release()
-		copies.Wait()
-		os.RemoveAll(c.dir)
-		if err != nil {
-			// The copies run; only the fork's own record of the capture is lost.
-			e.log.Error("fork: store the snapshot", "sandbox", sb.Name, "err", err)
-			return
-		}
-		// Copies that failed, or were deleted meanwhile, do not hold it.
-		e.releaseForkSnapshot(context.WithoutCancel(ctx), sn.ID)
-	}()
-	defer copies.Done()
+	// Copies that failed, or were deleted meanwhile, do not hold the
+	// fork's snapshot.
+	defer e.releaseForkSnapshot(ctx, sn.ID)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, goruntime.NumCPU()))
 	for i, name := range names {
@@ -729,6 +741,7 @@ func (e *Engine) expireSnapshots(ctx context.Context) error {
 			if err := e.st.UpdateSnapshot(ctx, sn); err != nil {
 				return err
 			}
+			e.dropHot(sn.ID)
 			e.log.Info("snapshot expired", "snapshot", sn.ID, "sandbox", sn.SandboxName)
 		case sn.State == "expired" && now.Sub(sn.ExpireTime) > tombstoneAge:
 			if err := e.st.DeleteSnapshot(ctx, sn.ID); err != nil {

@@ -297,16 +297,12 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 }
 
 // snapshotInputs is what restoring sb from snapshot sn needs: the dir of
-// its memory image (see suspendImage; release removes a fetched copy) and
-// its disk manifest.
+// its memory image (see suspendImage; release ends its use) and its disk
+// manifest.
 func (e *Engine) snapshotInputs(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot) (imageDir string, diskM *disk.Manifest, release func(), err error) {
-	imageDir, fetched, err := e.suspendImage(ctx, sb, sn)
+	imageDir, release, err = e.suspendImage(ctx, sb, sn)
 	if err != nil {
 		return "", nil, nil, err
-	}
-	release = func() {}
-	if fetched {
-		release = func() { os.RemoveAll(imageDir) }
 	}
 	if err := snapshot.CheckSpec(imageDir, imageSpecVersion); err != nil {
 		release()
@@ -319,24 +315,17 @@ func (e *Engine) snapshotInputs(ctx context.Context, sb *store.Sandbox, sn *stor
 	return imageDir, diskM, release, nil
 }
 
-// suspendImage is the local dir of sb's memory image: this node's cache
-// when it holds the snapshot's image whole, else a copy fetched from the
-// blob store (fetched true: the caller removes it).
-func (e *Engine) suspendImage(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot) (string, bool, error) {
+// suspendImage is the local dir of the memory image of sb's snapshot sn:
+// this node's suspend cache when it holds the snapshot's image whole, else
+// sn's hot image or a copy fetched from the blob store (memoryImage;
+// release ends the use).
+func (e *Engine) suspendImage(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot) (string, func(), error) {
 	cache := e.suspendCache(sb.ID)
 	if b, err := os.ReadFile(filepath.Join(cache, suspendCacheReady)); err == nil && string(b) == sn.ID {
-		return cache, false, nil
+		return cache, func() {}, nil
 	}
-	var im snapshot.Image
-	if err := json.Unmarshal(sn.Memory, &im); err != nil {
-		return "", false, fmt.Errorf("its memory image record: %w", err)
-	}
-	dir := filepath.Join(e.snapshotsDir(), "tmp-"+newSnapshotID())
-	if err := snapshot.Fetch(ctx, e.blobsFor(ctx), im, dir); err != nil {
-		os.RemoveAll(dir)
-		return "", false, fmt.Errorf("fetch its memory image: %w", err)
-	}
-	return dir, true, nil
+	dir, _, release, err := e.memoryImage(ctx, sn)
+	return dir, release, err
 }
 
 // recoverSuspend finishes or rolls back a suspend or resume that a crash

@@ -25,6 +25,10 @@ func snapshotToAPI(sn *store.Snapshot) api.Snapshot {
 		t := sn.ExpireTime.UTC()
 		out.ExpireTime = &t
 	}
+	if !sn.StoreTime.IsZero() {
+		t := sn.StoreTime.UTC()
+		out.StoreTime = &t
+	}
 	return out
 }
 

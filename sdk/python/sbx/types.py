@@ -491,7 +491,7 @@ class Diff(_Model):
 
 
 @_wire("Snapshot", ("id", "name", "sandbox", "create_time", "expire_time", "memory_bytes", "disk_bytes", "stored_bytes",
-        "metadata", "billable", "health"))
+        "metadata", "billable", "health", "store_time"))
 @dataclass
 class Snapshot(_Model):
     """A memory snapshot: disk, memory and processes of a sandbox at one instant."""
@@ -508,6 +508,9 @@ class Snapshot(_Model):
     billable: bool = False
     # "ok", or "damaged" when its memory record cannot be read (delete it).
     health: str = "ok"
+    # When its memory image was safely in the blob store; None while it is
+    # only on the node that took it, being stored in the background.
+    store_time: Optional[datetime] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 

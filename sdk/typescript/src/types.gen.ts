@@ -629,6 +629,8 @@ export interface Snapshot {
   billable: boolean;
   /** `damaged` when its memory record cannot be read: it cannot be restored or forked from; delete it. */
   health: "ok" | "damaged";
+  /** When its memory image was safely in the blob store; null while the image is only on the node that took it (a hot image), being stored in the background (`stored_bytes` counts the disk only until then). A listed snapshot can be restored and forked from either way; one whose hot image is lost before it is stored is deleted. */
+  storeTime: string | null;
 }
 
 export interface DeliveryRequest {
