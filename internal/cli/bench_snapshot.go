@@ -28,6 +28,7 @@ while True:
 type snapshotRow struct {
 	MemoryMB        int     `json:"memory_mb"`
 	SnapshotMS      float64 `json:"snapshot_ms"`
+	StoredAfterMS   float64 `json:"stored_after_ms"`
 	PausedMS        int64   `json:"paused_ms"`
 	StartMS         float64 `json:"start_from_snapshot_ms"`
 	ForkMS          float64 `json:"fork_ms"`
@@ -44,8 +45,10 @@ func (a *app) benchSnapshotCmd() *cobra.Command {
 		Use:   "snapshot",
 		Short: "Measure memory snapshots and forks and print a table",
 		Long: "For sandboxes whose processes hold SIZES MB of touched memory: snapshot time (and how long\n" +
-			"the source was paused), start-from-snapshot time, fork time (to a copy that answers exec),\n" +
-			"a FANOUT-way fork, stored bytes, and the stored bytes of a second snapshot right after.",
+			"the source was paused), when its memory image was in the blob store (stored in the background\n" +
+			"after the snapshot answers), start-from-snapshot time, fork time (to a copy that answers exec;\n" +
+			"and how long the source was paused), a FANOUT-way fork, stored bytes, and the stored bytes of\n" +
+			"a second snapshot right after.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.checkOutput(); err != nil {
@@ -68,12 +71,12 @@ func (a *app) benchSnapshotCmd() *cobra.Command {
 			}
 			var out [][]string
 			for _, r := range rows {
-				out = append(out, []string{strconv.Itoa(r.MemoryMB), fmt.Sprintf("%.0f", r.SnapshotMS), strconv.FormatInt(r.PausedMS, 10),
-					fmt.Sprintf("%.0f", r.StartMS), fmt.Sprintf("%.0f", r.ForkMS), fmt.Sprintf("%.0f", r.Fork8MS),
-					humanBytes(r.MemoryImageSize), humanBytes(r.StoredBytes), humanBytes(r.SecondStoredB)})
+				out = append(out, []string{strconv.Itoa(r.MemoryMB), fmt.Sprintf("%.0f", r.SnapshotMS),
+					fmt.Sprintf("%.0f", r.StoredAfterMS), fmt.Sprintf("%.0f", r.StartMS), fmt.Sprintf("%.0f", r.ForkMS), strconv.FormatInt(r.PausedMS, 10),
+					fmt.Sprintf("%.0f", r.Fork8MS), humanBytes(r.MemoryImageSize), humanBytes(r.StoredBytes), humanBytes(r.SecondStoredB)})
 			}
-			a.table(fmt.Sprintf("MEMORY_MB\tSNAPSHOT_MS\tPAUSED_MS\tSTART_MS\tFORK_MS\tFORK_%d_MS\tIMAGE\tSTORED\tSECOND_STORED", fanout), out)
-			fmt.Fprintln(a.stdout, "targets: paused ≤ 1 s per GB; fork of 512 MB ≤ 250 ms; 8 forks of 50 MB ≤ 1 s; second snapshot ≤ 10% of the first")
+			a.table(fmt.Sprintf("MEMORY_MB\tSNAPSHOT_MS\tSTORED_AFTER_MS\tSTART_MS\tFORK_MS\tFORK_PAUSED_MS\tFORK_%d_MS\tIMAGE\tSTORED\tSECOND_STORED", fanout), out)
+			fmt.Fprintln(a.stdout, "targets (50 MB / 512 MB): snapshot ≤ 300 ms; fork paused ≤ 150 ms (50 MB); fork ≤ 250 / 500 ms; 8 forks of 50 MB ≤ 1 s; second snapshot ≤ 10% of the first")
 			return nil
 		},
 	}
@@ -106,9 +109,19 @@ func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, 
 		return nil, err
 	}
 	row.SnapshotMS = ms(time.Since(start))
+	// The snapshot answers once its memory image is on sbxd's node; the
+	// image goes to the blob store in the background: wait for it (what
+	// it stored, and when), so that no store runs under the next measure.
+	if sn, err = a.waitSnapshotStored(ctx, sn); err != nil {
+		return nil, err
+	}
+	row.StoredAfterMS = ms(sn.StoreTime.Sub(sn.CreateTime))
 	row.StoredBytes, row.MemoryImageSize = sn.StoredBytes, sn.MemoryBytes
 	sn2, err := src.Snapshot(ctx, api.SnapshotRequest{Name: "bench-2"})
 	if err != nil {
+		return nil, err
+	}
+	if sn2, err = a.waitSnapshotStored(ctx, sn2); err != nil {
 		return nil, err
 	}
 	row.SecondStoredB = sn2.StoredBytes
@@ -157,9 +170,24 @@ func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, 
 		}
 		row.Fork8MS = ms(time.Since(start))
 	}
-	fmt.Fprintf(a.stderr, "%d MB: snapshot %.0f ms (paused %d), start %.0f ms, fork %.0f ms, %d-way fork %.0f ms\n",
-		mb, row.SnapshotMS, row.PausedMS, row.StartMS, row.ForkMS, fanout, row.Fork8MS)
+	fmt.Fprintf(a.stderr, "%d MB: snapshot %.0f ms (in the blob store after %.0f ms), start %.0f ms, fork %.0f ms (paused %d), %d-way fork %.0f ms\n",
+		mb, row.SnapshotMS, row.StoredAfterMS, row.StartMS, row.ForkMS, row.PausedMS, fanout, row.Fork8MS)
 	return row, nil
+}
+
+// waitSnapshotStored waits, up to an hour, until snapshot sn's memory
+// image is in the blob store, and returns the snapshot then.
+func (a *app) waitSnapshotStored(ctx context.Context, sn *api.Snapshot) (*api.Snapshot, error) {
+	for deadline := time.Now().Add(time.Hour); sn.StoreTime == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("snapshot %s not in the blob store after an hour", sn.ID)
+		}
+		var err error
+		if sn, err = a.c.Snapshots.Get(ctx, sn.ID); err != nil {
+			return nil, err
+		}
+	}
+	return sn, nil
 }
 
 // fillMemory starts a process in sb that holds mb MB of touched,
