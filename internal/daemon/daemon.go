@@ -191,7 +191,8 @@ func (c *Config) LoadFile(path string) error {
 // LoadEnv merges SBX_* environment variables into c: SBX_DATA_DIR,
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
 // SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
-// SBX_BLOB_STORE, SBX_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS, SBX_USAGE_INTERVAL.
+// SBX_BLOB_STORE, SBX_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS, SBX_USAGE_INTERVAL,
+// SBX_HOT_IMAGE_BYTES.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
@@ -217,6 +218,13 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 			return fmt.Errorf("SBX_POOL_SIZE=%q: %w", v, err)
 		}
 		c.PoolSize = n
+	}
+	if v := getenv("SBX_HOT_IMAGE_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("SBX_HOT_IMAGE_BYTES=%q: %w", v, err)
+		}
+		c.HotImageBytes = &n
 	}
 	return nil
 }

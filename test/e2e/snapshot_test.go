@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,13 +176,111 @@ func TestSnapshotOutlivesItsSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	first = waitSnapshotStored(t, first.ID)
 	second, err := restored.Snapshot(ctx, api.SnapshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	second = waitSnapshotStored(t, second.ID)
 	t.Logf("snapshot of %d bytes of memory stored %d bytes; the next one %d", first.MemoryBytes, first.StoredBytes, second.StoredBytes)
 	if first.StoredBytes < 40_000_000 || second.StoredBytes > first.StoredBytes/10 {
 		t.Fatalf("a second snapshot with little change stored %d bytes (first: %d)", second.StoredBytes, first.StoredBytes)
+	}
+}
+
+// waitSnapshotStored waits until snapshot id's memory image is in the blob
+// store (store_time set) and returns the snapshot then.
+func waitSnapshotStored(t *testing.T, id string) *api.Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		sn, err := h.c.Snapshots.Get(ctxT(t), id)
+		if err != nil {
+			t.Fatalf("snapshot %s while waiting for its store: %v", id, err)
+		}
+		if sn.StoreTime != nil {
+			if sn.StoreTime.Before(sn.CreateTime) {
+				t.Fatalf("snapshot %s stored at %s, before it was taken (%s)", id, sn.StoreTime, sn.CreateTime)
+			}
+			return sn
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot %s not in the blob store after 2 minutes", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSnapshotStoredInBackground: a snapshot answers before its memory
+// image is in the blob store and can be started from at once; the image is
+// stored in the background; a SIGKILL of sbxd in the middle of that store
+// is recovered (the snapshot is stored after the restart and restores);
+// with no hot images kept (hot_image_bytes 0) the stored snapshot's local
+// image goes and a start from it fetches the image from the blob store.
+func TestSnapshotStoredInBackground(t *testing.T) {
+	ctx := ctxT(t)
+	sb := newSandbox(t, api.CreateSandboxRequest{Image: "default"})
+	startCounter(t, sb)
+	at := hit(t, sb)
+	sn, err := sb.Snapshot(ctx, api.SnapshotRequest{Name: "hot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.c.Snapshots.Delete(context.Background(), sn.ID) })
+	t.Logf("snapshot answered with store_time %v, stored_bytes %d, memory_bytes %d", sn.StoreTime, sn.StoredBytes, sn.MemoryBytes)
+	if sn.MemoryBytes == 0 || sn.Health != api.HealthOK {
+		t.Fatalf("snapshot: %+v", sn)
+	}
+	// Started from at once, stored or not.
+	cp := newSandbox(t, api.CreateSandboxRequest{Snapshot: sn.ID})
+	if got := hit(t, cp); got != at+1 {
+		t.Fatalf("the copy's counter answered %d, want %d", got, at+1)
+	}
+	stored := waitSnapshotStored(t, sn.ID)
+	if stored.StoredBytes <= sn.StoredBytes && sn.StoreTime == nil {
+		t.Fatalf("stored bytes did not grow with the memory image: %d then %d", sn.StoredBytes, stored.StoredBytes)
+	}
+
+	// SIGKILL in the middle of the store: chunks written, no record.
+	off := h.logSize()
+	h.restartWith(t, "SBX_FAULTS=snapshot:stored=60s")
+	cut, err := sb.Snapshot(ctx, api.SnapshotRequest{Name: "cut-store"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.c.Snapshots.Delete(context.Background(), cut.ID) })
+	h.waitLog(t, off, "fault point reached", 60*time.Second)
+	if got, err := h.c.Snapshots.Get(ctx, cut.ID); err != nil || got.StoreTime != nil {
+		t.Fatalf("the snapshot whose store is held: %+v %v, want listed, not stored", got, err)
+	}
+	h.restartWith(t)
+	waitSnapshotStored(t, cut.ID)
+	cp2 := newSandbox(t, api.CreateSandboxRequest{Snapshot: cut.ID})
+	if got := hit(t, cp2); got != at+1 {
+		t.Fatalf("the copy of the recovered snapshot answered %d, want %d", got, at+1)
+	}
+
+	// No hot images kept: the image goes once stored; a start fetches it.
+	h.restartWith(t, "SBX_HOT_IMAGE_BYTES=0")
+	defer h.restartWith(t)
+	cold, err := sb.Snapshot(ctx, api.SnapshotRequest{Name: "cold"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.c.Snapshots.Delete(context.Background(), cold.ID) })
+	waitSnapshotStored(t, cold.ID)
+	hotDir := filepath.Join(h.dataDir, "snapshots", "hot", cold.ID)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(hotDir); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hot image of a stored snapshot is kept with hot_image_bytes 0: %s", hotDir)
+		}
+	}
+	cp3 := newSandbox(t, api.CreateSandboxRequest{Snapshot: cold.ID})
+	if got := hit(t, cp3); got != at+1 {
+		t.Fatalf("the copy started from the blob store answered %d, want %d", got, at+1)
 	}
 }
 
