@@ -47,8 +47,14 @@ type Server struct {
 	lns       []net.Listener
 	conns     map[net.Conn]bool
 	quiescing bool
-	ctl       net.Listener
-	hostname  string // the last set_hostname, when fsRoot is set (the host's is not changed)
+	// checkpointWait: a goroutine waits on /proc/gvisor/checkpoint to wake
+	// the agent when the checkpoint ends (wakeAfterCheckpoint).
+	checkpointWait bool
+	// wakeMu makes wake's check and listen one step (a SIGUSR1 and the end
+	// of a checkpoint may come together).
+	wakeMu   sync.Mutex
+	ctl      net.Listener
+	hostname string // the last set_hostname, when fsRoot is set (the host's is not changed)
 }
 
 // ControlSocket is the abstract Unix socket (inside the sandbox) on which
@@ -74,10 +80,8 @@ func NewServer(sock, control string, logf func(string, ...any)) (*Server, error)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() {
 		for range usr1 {
-			if s.isQuiescing() {
-				if err := s.Unquiesce(); err != nil && s.logf != nil {
-					s.logf("agent: listen again: %v", err)
-				}
+			if err := s.wake(); err != nil && s.logf != nil {
+				s.logf("agent: listen again: %v", err)
 			}
 		}
 	}()
@@ -115,6 +119,7 @@ var quiesceLag time.Duration
 // quiesceExcept closes every host socket but keep (nil: all of them).
 func (s *Server) quiesceExcept(keep net.Conn) {
 	time.Sleep(quiesceLag)
+	s.wakeAfterCheckpoint()
 	s.mu.Lock()
 	s.quiescing = true
 	lns, conns := s.lns, s.conns
@@ -143,6 +148,62 @@ func (s *Server) Unquiesce() error {
 	s.quiescing = false
 	s.mu.Unlock()
 	return nil
+}
+
+// wake listens on the host socket again if the agent is quiesced
+// (Unquiesce); otherwise it does nothing.
+func (s *Server) wake() error {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	if !s.isQuiescing() {
+		return nil
+	}
+	return s.Unquiesce()
+}
+
+// CheckpointFile is gVisor's /proc/gvisor/checkpoint: a read of it blocks
+// until the first checkpoint that ends after the open, then gives
+// "resume" (the sandbox that was saved runs on), "restore" (a copy
+// restored from it runs) or "error" (the save failed; it runs on). The
+// open file is saved with the sandbox. A variable for tests.
+var CheckpointFile = "/proc/gvisor/checkpoint"
+
+// wakeAfterCheckpoint makes the agent listen again by itself when the
+// checkpoint that follows a quiesce ends, in the sandbox that was saved and
+// in every copy restored from it: the host need not signal it (a runsc
+// kill, ~60-100 ms of CLI start-up) and only waits for its socket. It
+// opens CheckpointFile now, before the quiesce is answered, so the wait is
+// for that checkpoint; one wait at a time (a capture that failed before
+// its checkpoint leaves its wait for the next one). Without the file (not
+// gVisor) it does nothing: SIGUSR1 wakes the agent.
+func (s *Server) wakeAfterCheckpoint() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.checkpointWait {
+		return
+	}
+	f, err := os.Open(CheckpointFile)
+	if err != nil {
+		return
+	}
+	s.checkpointWait = true
+	go func() {
+		buf := make([]byte, 16)
+		_, err := f.Read(buf)
+		f.Close()
+		s.mu.Lock()
+		s.checkpointWait = false
+		s.mu.Unlock()
+		if err != nil {
+			if s.logf != nil {
+				s.logf("agent: wait for the checkpoint: %v", err)
+			}
+			return
+		}
+		if err := s.wake(); err != nil && s.logf != nil {
+			s.logf("agent: listen again after the checkpoint: %v", err)
+		}
+	}()
 }
 
 // serveControl takes one line a connection from the hook: "save" to

@@ -26,6 +26,9 @@ import (
 // It returns the files' contents by name.
 func (f *fakeEnv) plantHot(t *testing.T, id string, size int, record bool, created time.Time) map[string][]byte {
 	t.Helper()
+	// Held while planted, as a capture holds it until it is recorded: a
+	// running ingester's trim would drop a hot image without a record.
+	defer f.e.holdHot(id)()
 	dir := filepath.Join(f.dir, "snapshots", "hot", id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -119,14 +122,10 @@ func TestHotImageStoredInBackground(t *testing.T) {
 	if !f.hotExists("snap_a") {
 		t.Fatal("the hot image of a stored snapshot was dropped within the budget")
 	}
-	if err := f.e.DeleteSnapshot(ctx, "snap_a"); err != nil {
-		t.Fatal(err)
-	}
-	if f.hotExists("snap_a") {
-		t.Fatal("the hot image of a deleted snapshot is left")
-	}
 	// A stored snapshot without its hot image is fetched from the blob store.
-	sn.ID = "snap_a"
+	if !f.e.dropHot("snap_a") {
+		t.Fatal("dropHot of an unused hot image did nothing")
+	}
 	dir, hot, release, err = f.e.memoryImage(ctx, sn)
 	if err != nil || hot {
 		t.Fatalf("memory image without a hot image: %q hot=%v %v", dir, hot, err)
@@ -138,6 +137,16 @@ func TestHotImageStoredInBackground(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("a fetched image is left after its release: %v", err)
 	}
+	// Deleting a snapshot drops its hot image.
+	f.plantHot(t, "snap_b", 10<<10, true, time.Now())
+	f.e.kickIngest()
+	f.waitStored(t, "snap_b")
+	if err := f.e.DeleteSnapshot(ctx, "snap_b"); err != nil {
+		t.Fatal(err)
+	}
+	if f.hotExists("snap_b") {
+		t.Fatal("the hot image of a deleted snapshot is left")
+	}
 }
 
 // TestHotImageLostIsNotRestorable: a pending snapshot whose hot image is
@@ -147,11 +156,12 @@ func TestHotImageLostIsNotRestorable(t *testing.T) {
 	t.Parallel()
 	f := startFakeEngine(t, newFakeDataDir(t), Config{})
 	ctx := context.Background()
-	f.plantHot(t, "snap_l", 1<<10, true, time.Now())
-	if err := os.RemoveAll(filepath.Join(f.dir, "snapshots", "hot", "snap_l")); err != nil {
+	// A pending record whose hot image is not there (as if lost).
+	sn := &store.Snapshot{ID: "snap_l", SandboxID: "sbx_src", SandboxName: "src", Image: "default", ImageID: testImageID,
+		Memory: []byte("[]"), State: "ready", CreateTime: time.Now().UTC()}
+	if err := f.st.AddSnapshot(ctx, sn); err != nil {
 		t.Fatal(err)
 	}
-	sn, _ := f.st.GetSnapshot(ctx, "snap_l")
 	if _, _, _, err := f.e.memoryImage(ctx, sn); !errors.Is(err, errMemoryImageLost) {
 		t.Fatalf("memory image of a pending snapshot without its hot image: %v", err)
 	}

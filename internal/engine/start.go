@@ -111,16 +111,18 @@ func (e *Engine) start(ctx context.Context, sb *store.Sandbox, from startFrom) (
 		if err := e.rt.Restore(ctx, spec, e.bundleDir(sb.ID), from.image, from.background); err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
-		// The restored agent closed its host socket before the save: wake it.
-		if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
-			return err
-		}
 	}
 	tRun = time.Now()
 	e.dropAgent(sb.ID)
 	wctx, cancel := context.WithTimeout(ctx, e.cfg.BootTimeout)
 	defer cancel()
-	if err := e.agentFor(sb).WaitReady(wctx); err != nil {
+	wait := e.agentFor(sb).WaitReady
+	if !cold {
+		// The restored agent closed its host socket before the save; it
+		// listens again by itself when the restore ends (or is signalled).
+		wait = func(ctx context.Context) error { return e.awaitAgent(ctx, sb) }
+	}
+	if err := wait(wctx); err != nil {
 		if cold {
 			return fmt.Errorf("boot sandbox %s: %w", sb.Name, err)
 		}
@@ -138,6 +140,34 @@ func (e *Engine) start(ctx context.Context, sb *store.Sandbox, from startFrom) (
 		"disk_ms", tDisk.Sub(t0).Milliseconds(), "netns_ms", tNet.Sub(tDisk).Milliseconds(),
 		"run_ms", tRun.Sub(tNet).Milliseconds(), "agent_ms", time.Since(tRun).Milliseconds())
 	return nil
+}
+
+// selfWakeWait is how long the host waits for a captured or restored
+// agent to listen again by itself (agent.CheckpointFile) before it sends
+// SIGUSR1: an agent older than that wait, or one whose capture failed
+// before its checkpoint, needs the signal.
+const selfWakeWait = 500 * time.Millisecond
+
+// awaitAgent waits, within ctx, until sb's agent, quiesced for a capture
+// that is over (or restored from one), answers again: first for it to
+// wake by itself (selfWakeWait), then with SIGUSR1 (a runsc kill). Errors
+// are the signal's or the last wait's.
+func (e *Engine) awaitAgent(ctx context.Context, sb *store.Sandbox) error {
+	ag := e.agentFor(sb)
+	sctx, cancel := context.WithTimeout(ctx, selfWakeWait)
+	err := ag.WaitReady(sctx)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	e.log.Debug("the agent did not wake by itself: signalling it", "sandbox", sb.Name)
+	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
+		return err
+	}
+	return ag.WaitReady(ctx)
 }
 
 // teardown stops what start started for sandbox id: the container's

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"syscall"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -191,19 +190,17 @@ func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, w
 
 // runOn makes a sandbox that was captured run and answer again after
 // what (for the log): its container resumes when paused, and its agent,
-// quiesced for the capture, is told to listen (SIGUSR1) and waited for.
+// quiesced for the capture, is waited for (awaitAgent: it wakes by itself
+// when the checkpoint ended, else on SIGUSR1).
 func (e *Engine) runOn(ctx context.Context, sb *store.Sandbox, paused bool, what string) {
 	if paused {
 		if err := e.rt.Resume(ctx, sb.ID); err != nil {
 			e.log.Error("resume after "+what, "sandbox", sb.Name, "err", err)
 		}
 	}
-	if err := e.rt.Signal(ctx, sb.ID, syscall.SIGUSR1); err != nil {
-		e.log.Error("wake the agent after "+what, "sandbox", sb.Name, "err", err)
-	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := e.agentFor(sb).WaitReady(wctx); err != nil {
+	if err := e.awaitAgent(wctx, sb); err != nil {
 		e.log.Error("agent after "+what, "sandbox", sb.Name, "err", err)
 	}
 }
