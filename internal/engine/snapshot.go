@@ -146,6 +146,10 @@ func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string,
 		return nil, err
 	}
 	c.pausedMS = got.Paused.Milliseconds()
+	st := got.Steps
+	e.log.Debug("capture", "sandbox", sb.Name, "paused_ms", c.pausedMS, "quiesce_ms", st.Quiesce.Milliseconds(),
+		"pause_ms", st.Pause.Milliseconds(), "disk_ms", st.Disk.Milliseconds(), "checkpoint_ms", st.Checkpoint.Milliseconds(),
+		"resume_ms", st.Resume.Milliseconds(), "wake_ms", st.Wake.Milliseconds())
 	return c, nil
 }
 

@@ -61,6 +61,14 @@ type Captured struct {
 	// Paused is how long the container was paused: until it resumed, or,
 	// held, until the image was written.
 	Paused time.Duration
+	// Steps is how long each step took.
+	Steps Steps
+}
+
+// Steps are the durations of a capture's steps (zero for one not taken):
+// the runtime's pause, checkpoint and resume are each one runsc call.
+type Steps struct {
+	Quiesce, Pause, Disk, Checkpoint, Resume, Wake time.Duration
 }
 
 // Capture takes a container's disk and memory at one paused instant:
@@ -74,11 +82,19 @@ func Capture(ctx context.Context, o CaptureOptions) (c *Captured, err error) {
 	if progress == nil {
 		progress = func(string) {}
 	}
+	var steps Steps
+	t := time.Now()
+	// step records the time since the last step's end into d.
+	step := func(d *time.Duration) {
+		now := time.Now()
+		*d, t = now.Sub(t), now
+	}
 	if o.Quiesce != nil {
 		if err := o.Quiesce(ctx); err != nil {
 			return nil, fmt.Errorf("quiesce the agent: %w", err)
 		}
 	}
+	step(&steps.Quiesce)
 	paused, held := false, false
 	defer func() {
 		if err != nil {
@@ -90,7 +106,11 @@ func Capture(ctx context.Context, o CaptureOptions) (c *Captured, err error) {
 			}
 		}
 		if !held && o.Wake != nil {
+			t = time.Now()
 			o.Wake(ctx)
+			if c != nil {
+				step(&c.Steps.Wake)
+			}
 		}
 	}()
 	progress("pausing the sandbox")
@@ -98,6 +118,7 @@ func Capture(ctx context.Context, o CaptureOptions) (c *Captured, err error) {
 	if err := o.Runtime.Pause(ctx, o.ID); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
 	}
+	step(&steps.Pause)
 	paused = true
 	if o.Fault != nil {
 		o.Fault(Paused)
@@ -107,6 +128,7 @@ func Capture(ctx context.Context, o CaptureOptions) (c *Captured, err error) {
 			return nil, fmt.Errorf("capture the disk: %w", err)
 		}
 	}
+	step(&steps.Disk)
 	progress("saving memory and processes")
 	if err := o.Runtime.Checkpoint(ctx, o.ID, o.Dir); err != nil {
 		return nil, fmt.Errorf("checkpoint the memory: %w", err)
@@ -114,7 +136,8 @@ func Capture(ctx context.Context, o CaptureOptions) (c *Captured, err error) {
 	if err := WriteSpec(o.Dir, o.SpecVersion); err != nil {
 		return nil, err
 	}
-	c = &Captured{Dir: o.Dir}
+	step(&steps.Checkpoint)
+	c = &Captured{Dir: o.Dir, Steps: steps}
 	if o.Hold {
 		held = true
 		c.Paused = time.Since(start)
@@ -123,6 +146,7 @@ func Capture(ctx context.Context, o CaptureOptions) (c *Captured, err error) {
 	if err := o.Runtime.Resume(ctx, o.ID); err != nil {
 		return nil, fmt.Errorf("resume: %w", err)
 	}
+	step(&c.Steps.Resume)
 	paused = false
 	c.Paused = time.Since(start)
 	return c, nil
