@@ -40,13 +40,6 @@ func (e *Engine) withLease(ctx context.Context) (context.Context, func()) {
 	return context.WithValue(ctx, leaseKey{}, le), le.Release
 }
 
-// newLease begins a blob lease of its own for ctx's operation (one that
-// outlives the operation that started it, e.g. a fork's background store).
-func (e *Engine) newLease(ctx context.Context) (context.Context, *blob.Lease) {
-	le := e.leases.Begin()
-	return context.WithValue(ctx, leaseKey{}, le), le
-}
-
 // leaseOf is ctx's blob lease, nil if none.
 func leaseOf(ctx context.Context) *blob.Lease {
 	le, _ := ctx.Value(leaseKey{}).(*blob.Lease)

@@ -89,10 +89,12 @@ CASES: Dict[str, Any] = {
     "Snapshot": (
         {"id": "snap_1", "name": "before-deploy", "sandbox": "dev", "create_time": "2026-11-29T10:00:00Z",
          "expire_time": "2026-11-30T10:00:00Z", "memory_bytes": 1 << 30, "disk_bytes": 4096,
-         "stored_bytes": 2048, "metadata": {"step": 3, "tags": ["a"]}, "billable": True, "health": "damaged"},
+         "stored_bytes": 2048, "metadata": {"step": 3, "tags": ["a"]}, "billable": True, "health": "damaged",
+         "store_time": "2026-11-29T10:00:01Z"},
         T.Snapshot(id="snap_1", name="before-deploy", sandbox="dev", create_time=t(2026, 11, 29, 10, 0, 0),
                    expire_time=t(2026, 11, 30, 10, 0, 0), memory_bytes=1 << 30, disk_bytes=4096,
-                   stored_bytes=2048, metadata={"step": 3, "tags": ["a"]}, billable=True, health="damaged")),
+                   stored_bytes=2048, metadata={"step": 3, "tags": ["a"]}, billable=True, health="damaged",
+                   store_time=t(2026, 11, 29, 10, 0, 1))),
     "Process": (
         {"pid": 12, "cmd": ["sleep", "60"], "start_time": "2026-11-29T10:00:00Z", "state": "exited",
          "exit_code": 0, "output_bytes": 99},
