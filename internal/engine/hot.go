@@ -39,8 +39,10 @@ import (
 //     record whose hot image is gone can never be restored: it is deleted,
 //     and logged.
 //
-// A suspend does not use them: a suspended sandbox must survive the loss
-// of this node, so its image is stored before the suspend answers.
+// A suspend uses them too: a suspended sandbox's snapshot is pending until
+// its image is stored. One whose hot image is lost before that is not
+// deleted (its sandbox names it): its resume fails (errMemoryImageLost);
+// the sandbox can be deleted.
 
 // DefaultHotImageBytes is the default of Config.HotImageBytes: 2 GiB of
 // stored snapshots' hot images kept on this node for fast restores.
@@ -192,10 +194,9 @@ func (e *Engine) storeHotRound(ctx context.Context) error {
 }
 
 // pendingHot reports whether sn waits for its hot image to be stored: a
-// ready snapshot, not a suspend's (stored before the suspend answers),
-// without a StoreTime.
+// ready snapshot without a StoreTime.
 func pendingHot(sn *store.Snapshot) bool {
-	return sn.State == "ready" && !sn.Suspend && sn.StoreTime.IsZero()
+	return sn.State == "ready" && sn.StoreTime.IsZero()
 }
 
 // storeHot stores pending snapshot sn's hot image in the blob store and
@@ -206,6 +207,9 @@ func (e *Engine) storeHot(ctx context.Context, sn *store.Snapshot) error {
 	ctx, release := e.withLease(ctx)
 	defer release()
 	dir, done, ok := e.openHot(sn.ID)
+	if !ok && sn.Suspend {
+		return fmt.Errorf("suspended sandbox %s: %w", sn.SandboxName, errMemoryImageLost)
+	}
 	if !ok {
 		e.log.Error("a snapshot waiting to be stored has lost its memory image: deleting it", "snapshot", sn.ID, "sandbox", sn.SandboxName)
 		if err := e.removeSnapshot(ctx, sn.ID); err != nil && !errors.Is(err, errdefs.ErrSnapshotNotFound) {
@@ -326,6 +330,10 @@ func (e *Engine) recoverHot(ctx context.Context) error {
 			continue
 		}
 		if fi, err := os.Stat(e.hotImage(sn.ID)); err == nil && fi.IsDir() {
+			continue
+		}
+		if sn.Suspend {
+			e.log.Error("recover: a suspended sandbox's memory image was only on this node and is gone: it cannot be resumed", "snapshot", sn.ID, "sandbox", sn.SandboxName)
 			continue
 		}
 		e.log.Error("recover: a snapshot waiting to be stored has no memory image on this node: deleting it", "snapshot", sn.ID, "sandbox", sn.SandboxName)

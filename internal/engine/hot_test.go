@@ -220,7 +220,23 @@ func TestHotImageRecover(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "snapshots", "tmp-snap_half"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// A suspended sandbox's pending snapshot whose hot image is gone.
+	susp := &store.Snapshot{ID: "snap_susp", SandboxID: "sbx_s", SandboxName: "s", Image: "default", ImageID: testImageID,
+		Memory: []byte("[]"), Suspend: true, State: "ready", CreateTime: time.Now().UTC()}
+	if err := f.st.AddSnapshot(ctx, susp); err != nil {
+		t.Fatal(err)
+	}
 	g := startFakeEngine(t, dir, Config{})
+	// It stays (its sandbox names it); its resume fails, saying why.
+	if _, err := g.st.GetSnapshot(ctx, "snap_susp"); err != nil {
+		t.Fatalf("a suspended sandbox's snapshot whose image is lost: %v, want kept", err)
+	}
+	if !strings.Contains(g.logs.String(), "cannot be resumed") {
+		t.Fatalf("the lost suspend image is not logged:\n%s", g.logs.String())
+	}
+	if _, _, _, err := g.e.memoryImage(ctx, susp); !errors.Is(err, errMemoryImageLost) {
+		t.Fatalf("memory image of the lost suspend snapshot: %v", err)
+	}
 	if _, err := g.st.GetSnapshot(ctx, "snap_gone"); !errors.Is(err, errdefs.ErrSnapshotNotFound) {
 		t.Fatalf("a pending snapshot whose hot image is gone: %v, want deleted", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -17,12 +18,14 @@ import (
 )
 
 // A suspended sandbox holds no CPU, memory, network namespace or writable
-// layer: its memory image and disk are a snapshot in the blob store
-// (Snapshot.Suspend), named by the record's SuspendSnapshot, so any sbxd
-// that reaches the same store and blob store can wake it. This sbxd also
-// keeps the memory image it captured on local disk (suspendCache) so that a
-// resume here restores from it at once (runsc restore --background) instead
-// of fetching it from the blob store first.
+// layer: its memory image and disk are a snapshot (Snapshot.Suspend),
+// named by the record's SuspendSnapshot. The disk is in the blob store
+// when the suspend answers; the memory image is the snapshot's hot image
+// on this node, stored in the blob store in the background (hot.go): from
+// its store_time on, any sbxd that reaches the same store and blob store
+// can wake it. A resume here restores from the hot image while this node
+// keeps it. (sbxd before hot images kept a suspend cache, suspendCache;
+// a resume still reads one it finds.)
 
 // wakeKeyRE is the form of an event key.
 var wakeKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:/-]{1,256}$`)
@@ -57,7 +60,8 @@ func (e *Engine) suspendCache(id string) string {
 const suspendCacheReady = ".ready"
 
 // Suspend captures a running sandbox's memory and disk at one paused
-// instant, stores both in the blob store, and releases its container,
+// instant, stores the disk in the blob store (the memory image follows in
+// the background, hot.go), and releases its container,
 // network namespace and writable layer; it becomes suspended. With
 // wake_on, POST /v1/events/{key} resumes it; an event already waiting on
 // that key (posted before) resumes it at once. Suspending a suspended
@@ -134,26 +138,24 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, r
 		return nil, failed(err)
 	}
 	// From here the sandbox is paused: it either ends suspended or runs on.
+	hold := e.holdHot(id)
+	defer hold()
 	undo := func() {
 		e.runOn(ctx, sb, true, "a failed suspend")
 		os.RemoveAll(dir)
 		_ = e.removeSnapshot(ctx, id)
 		_ = e.st.DeleteOp(ctx, opID)
 	}
-	progress(fmt.Sprintf("captured (paused %d ms); storing memory and disk", c.pausedMS))
+	progress(fmt.Sprintf("captured (paused %d ms); its memory image is stored in the background", c.pausedMS))
+	// The memory image is the snapshot's hot image, recorded at once and
+	// stored in the blob store in the background (hot.go): a resume here
+	// restores from it.
 	sn := newSnapshotRecord(sb, id, c, snapshotKind{name: "suspend", suspend: true})
-	if err := e.storeSnapshot(ctx, sn, c); err != nil {
+	if err := e.recordHot(ctx, sn, c); err != nil {
 		undo()
 		return nil, failed(err)
 	}
 	e.fault("suspend:stored")
-	// Keep the image here for a fast resume on this node.
-	cache := e.suspendCache(sb.ID)
-	_ = os.RemoveAll(cache)
-	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err == nil && os.Rename(dir, cache) == nil {
-		_ = os.WriteFile(filepath.Join(cache, suspendCacheReady), []byte(id), 0o600)
-	}
-	os.RemoveAll(dir)
 	if err := e.finishSuspend(ctx, sb, sn.ID, wakeOn, reason); err != nil {
 		return nil, failed(err)
 	}
@@ -288,7 +290,7 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	_ = e.removeSnapshot(ctx, sn.ID)
 	_ = e.st.DeleteOp(ctx, opID)
 	e.log.Info("resumed", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
-		"image_ms", tImage.Sub(start).Milliseconds(), "from_cache", imageDir == e.suspendCache(sb.ID))
+		"image_ms", tImage.Sub(start).Milliseconds(), "image_local", !strings.HasPrefix(filepath.Base(imageDir), "tmp-"))
 	progress(fmt.Sprintf("resumed in %d ms", time.Since(start).Milliseconds()))
 	return nil
 }
