@@ -788,6 +788,18 @@ type SnapshotRequest struct {
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
+// CaptureStepsPrefix begins the progress line of a snapshot, fork or
+// suspend that gives its capture's steps, in ms: "capture steps (ms):
+// quiesce Q, runsc pause P, disk D, runsc checkpoint C, runsc resume R,
+// agent wake W" (resume and wake 0 for a suspend). StartStepsPrefix begins
+// that of a start from a snapshot or a resume: "start steps (ms): disk D,
+// netns N, runsc restore R, agent A". The words may grow; sbx bench reads
+// the numbers after each name.
+const (
+	CaptureStepsPrefix = "capture steps (ms):"
+	StartStepsPrefix   = "start steps (ms):"
+)
+
 // MaxMetadataBytes bounds a snapshot's metadata.
 const MaxMetadataBytes = 64 << 10
 

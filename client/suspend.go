@@ -41,8 +41,13 @@ func (sb *Sandbox) SuspendStream(ctx context.Context, wakeOn string, progress Pr
 // Errors: *Error with code conflict (stopped) or resume_failed (it stays
 // suspended).
 func (sb *Sandbox) Resume(ctx context.Context) error {
+	return sb.ResumeStream(ctx, nil)
+}
+
+// ResumeStream is Resume with progress lines.
+func (sb *Sandbox) ResumeStream(ctx context.Context, progress Progress) error {
 	var out api.Sandbox
-	if err := sb.c.long(ctx, http.MethodPost, sbPath(sb.ID, "resume"), nil, nil, "", nil, &out); err != nil {
+	if err := sb.c.long(ctx, http.MethodPost, sbPath(sb.ID, "resume"), nil, nil, "", progress, &out); err != nil {
 		return err
 	}
 	sb.Sandbox = out

@@ -36,6 +36,9 @@ type snapshotRow struct {
 	StoredBytes     int64   `json:"stored_bytes"`
 	SecondStoredB   int64   `json:"second_stored_bytes"`
 	MemoryImageSize int64   `json:"memory_bytes"`
+	// Breakdowns say where the snapshot's, the start's and the fork's
+	// time went.
+	Breakdowns []breakdown `json:"breakdowns"`
 }
 
 func (a *app) benchSnapshotCmd() *cobra.Command {
@@ -75,6 +78,11 @@ func (a *app) benchSnapshotCmd() *cobra.Command {
 					fmt.Sprintf("%.0f", r.StoredAfterMS), fmt.Sprintf("%.0f", r.StartMS), fmt.Sprintf("%.0f", r.ForkMS), strconv.FormatInt(r.PausedMS, 10),
 					fmt.Sprintf("%.0f", r.Fork8MS), humanBytes(r.MemoryImageSize), humanBytes(r.StoredBytes), humanBytes(r.SecondStoredB)})
 			}
+			var bs []breakdown
+			for _, r := range rows {
+				bs = append(bs, r.Breakdowns...)
+			}
+			defer a.printBreakdowns(bs)
 			a.table(fmt.Sprintf("MEMORY_MB\tSNAPSHOT_MS\tSTORED_AFTER_MS\tSTART_MS\tFORK_MS\tFORK_PAUSED_MS\tFORK_%d_MS\tIMAGE\tSTORED\tSECOND_STORED", fanout), out)
 			fmt.Fprintln(a.stdout, "targets (50 MB / 512 MB): snapshot ≤ 300 ms; fork paused ≤ 150 ms (50 MB); fork ≤ 250 / 500 ms; 8 forks of 50 MB ≤ 1 s; second snapshot ≤ 10% of the first")
 			return nil
@@ -103,12 +111,14 @@ func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, 
 		return nil, err
 	}
 	row := &snapshotRow{MemoryMB: mb}
+	var steps stepRecorder
 	start := time.Now()
-	sn, err := src.Snapshot(ctx, api.SnapshotRequest{Name: "bench"})
+	sn, err := src.SnapshotStream(ctx, api.SnapshotRequest{Name: "bench"}, steps.progress())
 	if err != nil {
 		return nil, err
 	}
 	row.SnapshotMS = ms(time.Since(start))
+	row.Breakdowns = append(row.Breakdowns, breakdown{Op: fmt.Sprintf("snapshot %d MB", mb), TotalMS: row.SnapshotMS, Steps: steps.take()})
 	// The snapshot answers once its memory image is on sbxd's node; the
 	// image goes to the blob store in the background: wait for it (what
 	// it stored, and when), so that no store runs under the next measure.
@@ -129,7 +139,7 @@ func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, 
 	defer a.c.Snapshots.Delete(context.WithoutCancel(ctx), sn2.ID)
 
 	start = time.Now()
-	from, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Labels: labels, Snapshot: sn.ID})
+	from, err := a.c.Sandboxes.CreateStream(ctx, api.CreateSandboxRequest{Labels: labels, Snapshot: sn.ID}, steps.progress())
 	if err != nil {
 		return nil, err
 	}
@@ -138,9 +148,10 @@ func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, 
 		return nil, err
 	}
 	row.StartMS = ms(time.Since(start))
+	row.Breakdowns = append(row.Breakdowns, breakdown{Op: fmt.Sprintf("start from snapshot %d MB, to first exec", mb), TotalMS: row.StartMS, Steps: steps.take()})
 
 	start = time.Now()
-	res, err := src.Fork(ctx, api.ForkRequest{Labels: labels})
+	res, err := src.ForkStream(ctx, api.ForkRequest{Labels: labels}, steps.progress())
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +166,7 @@ func (a *app) benchSnapshot(ctx context.Context, mb, fanout int) (*snapshotRow, 
 	}
 	row.ForkMS = ms(time.Since(start))
 	row.PausedMS = res.PausedMS
+	row.Breakdowns = append(row.Breakdowns, breakdown{Op: fmt.Sprintf("fork %d MB, to first exec (capture only)", mb), TotalMS: row.ForkMS, Steps: steps.take()})
 
 	if fanout > 0 {
 		start = time.Now()

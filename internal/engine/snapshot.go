@@ -150,6 +150,11 @@ func (e *Engine) captureLive(ctx context.Context, sb *store.Sandbox, dir string,
 	e.log.Debug("capture", "sandbox", sb.Name, "paused_ms", c.pausedMS, "quiesce_ms", st.Quiesce.Milliseconds(),
 		"pause_ms", st.Pause.Milliseconds(), "disk_ms", st.Disk.Milliseconds(), "checkpoint_ms", st.Checkpoint.Milliseconds(),
 		"resume_ms", st.Resume.Milliseconds(), "wake_ms", st.Wake.Milliseconds())
+	if progress != nil {
+		progress(fmt.Sprintf("%s quiesce %d, runsc pause %d, disk %d, runsc checkpoint %d, runsc resume %d, agent wake %d",
+			api.CaptureStepsPrefix, st.Quiesce.Milliseconds(), st.Pause.Milliseconds(), st.Disk.Milliseconds(),
+			st.Checkpoint.Milliseconds(), st.Resume.Milliseconds(), st.Wake.Milliseconds()))
+	}
 	return c, nil
 }
 
@@ -434,7 +439,7 @@ func (e *Engine) DeleteSnapshot(ctx context.Context, id string) error {
 // is built, runsc restores, the agent listens again and the hostname
 // becomes sb's name). On failure start has stopped what it started; the
 // layer and the records are left for the caller's cleanup (discard).
-func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, imageDir string) error {
+func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, imageDir string, progress func(string)) error {
 	files, size := diskM.Stats()
 	if err := e.st.AddCheckpoint(ctx, &store.Checkpoint{
 		SandboxID: sb.ID, Seq: 0, SourceID: sn.SandboxName + "/" + sn.ID, Health: api.HealthOK, Manifest: sn.Disk,
@@ -442,7 +447,7 @@ func (e *Engine) restoreInto(ctx context.Context, sb *store.Sandbox, sn *store.S
 	}); err != nil {
 		return err
 	}
-	return e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, what: "restored"})
+	return e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, what: "restored", report: progress})
 }
 
 // snapshotDisk loads a snapshot's disk manifest.
@@ -529,7 +534,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 		return nil, fmt.Errorf("snapshot %s: %v: %w", sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
 	progress("restoring")
-	if err := e.startCopy(ctx, sb, sn, diskM, dir); err != nil {
+	if err := e.startCopy(ctx, sb, sn, diskM, dir, progress); err != nil {
 		return nil, err
 	}
 	return sb, nil
@@ -541,8 +546,9 @@ func (e *Engine) imageDirExists(id string) bool {
 }
 
 // startCopy records sb (creating), restores it from the image dir and the
-// disk, and marks it running; on failure it leaves nothing.
-func (e *Engine) startCopy(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, dir string) error {
+// disk, and marks it running; on failure it leaves nothing. progress, when
+// not nil, is told the start's steps (start).
+func (e *Engine) startCopy(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot, diskM *disk.Manifest, dir string, progress func(string)) error {
 	unlock, err := e.lockID(ctx, sb.ID, sb.Name, "create", lockOrConflict)
 	if err != nil {
 		return err
@@ -552,7 +558,7 @@ func (e *Engine) startCopy(ctx context.Context, sb *store.Sandbox, sn *store.Sna
 		return err
 	}
 	ctx = context.WithoutCancel(ctx)
-	if err := e.restoreInto(ctx, sb, sn, diskM, dir); err != nil {
+	if err := e.restoreInto(ctx, sb, sn, diskM, dir, progress); err != nil {
 		e.discard(ctx, sb.ID)
 		return fmt.Errorf("start %s from %s: %v: %w", sb.Name, sn.ID, err, errdefs.ErrSnapshotFailed)
 	}
@@ -679,7 +685,7 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 				Owner:   sb.Owner, // a fork belongs to its source's owner
 				Secrets: sb.Secrets.Clone(),
 			}
-			if err := e.startCopy(ctx, cp, sn, c.disk, c.dir); err != nil {
+			if err := e.startCopy(ctx, cp, sn, c.disk, c.dir, nil); err != nil {
 				res.Errors[i] = fmt.Errorf("%v: %w", err, errdefs.ErrForkFailed)
 				return
 			}

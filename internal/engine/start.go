@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/snapshot"
 	"github.com/sbxhq/sbx/internal/store"
@@ -27,6 +28,9 @@ type startFrom struct {
 	// background restores the image's memory pages in the background
 	// (runtime.Runtime.Restore); only with image.
 	background bool
+	// report, when set, is told the start's steps once it ran (a progress
+	// line starting with api.StartStepsPrefix).
+	report func(string)
 	// what names the guest in errors and the log: "boot" (cold),
 	// "restored" (a copy from a snapshot), "resumed" (a suspended
 	// sandbox, or a snapshot restored in place).
@@ -136,6 +140,14 @@ func (e *Engine) start(ctx context.Context, sb *store.Sandbox, from startFrom) (
 		}
 	}
 	e.watch(sb.ID)
+	if from.report != nil {
+		verb := "restore"
+		if cold {
+			verb = "run"
+		}
+		from.report(fmt.Sprintf("%s disk %d, netns %d, runsc %s %d, agent %d", api.StartStepsPrefix,
+			tDisk.Sub(t0).Milliseconds(), tNet.Sub(tDisk).Milliseconds(), verb, tRun.Sub(tNet).Milliseconds(), time.Since(tRun).Milliseconds()))
+	}
 	e.log.Debug("started", "sandbox", sb.Name, "id", sb.ID, "from", from.what, "ms", time.Since(t0).Milliseconds(),
 		"disk_ms", tDisk.Sub(t0).Milliseconds(), "netns_ms", tNet.Sub(tDisk).Milliseconds(),
 		"run_ms", tRun.Sub(tNet).Milliseconds(), "agent_ms", time.Since(tRun).Milliseconds())

@@ -274,7 +274,7 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	defer release()
 	tImage := time.Now()
 	progress("restoring")
-	if err := e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, background: e.cfg.BackgroundRestore, what: "resumed"}); err != nil {
+	if err := e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, background: e.cfg.BackgroundRestore, what: "resumed", report: progress}); err != nil {
 		undo()
 		return failed(err)
 	}
