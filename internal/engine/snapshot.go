@@ -315,7 +315,7 @@ type snapshotKind struct {
 	suspend   bool
 }
 
-// newSnapshotRecord is the record, not yet stored (storeSnapshot), of
+// newSnapshotRecord is the record, not yet stored (recordHot), of
 // capture c of sb as snapshot id: its shape, its disk and what it stored.
 func newSnapshotRecord(sb *store.Sandbox, id string, c *captured, kind snapshotKind) *store.Snapshot {
 	// A snapshot belongs to its sandbox's owner, whoever took it.
@@ -331,31 +331,6 @@ func newSnapshotRecord(sb *store.Sandbox, id string, c *captured, kind snapshotK
 		sn.ExpireTime = sn.CreateTime.Add(kind.retention)
 	}
 	return sn
-}
-
-// storeSnapshot stores the memory image of capture c in the blob store and
-// records snapshot sn (newSnapshotRecord) with it, stored (a suspend's:
-// recordHot records a kept snapshot's or a fork's before it is stored).
-// Its errors carry no class: the caller's operation gives one. The caller
-// holds a blob lease (withLease) and removes c's local image.
-func (e *Engine) storeSnapshot(ctx context.Context, sn *store.Snapshot, c *captured) error {
-	ctx = context.WithoutCancel(ctx)
-	im, mstats, err := snapshot.Store(ctx, e.blobsFor(ctx), c.dir)
-	if err != nil {
-		return fmt.Errorf("store the memory image of %s: %w", sn.SandboxName, err)
-	}
-	if sn.Memory, err = json.Marshal(im); err != nil {
-		return fmt.Errorf("record the memory image of %s: %w", sn.SandboxName, err)
-	}
-	sn.MemoryBytes = mstats.Bytes
-	sn.StoredBytes += mstats.AddedBytes
-	sn.StoreTime = time.Now().UTC()
-	if err := e.st.AddSnapshot(ctx, sn); err != nil {
-		return fmt.Errorf("record the snapshot of %s: %w", sn.SandboxName, err)
-	}
-	e.log.Info("snapshot", "sandbox", sn.SandboxName, "id", sn.ID, "fork", sn.Fork, "suspend", sn.Suspend, "paused_ms", c.pausedMS,
-		"memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes)
-	return nil
 }
 
 // removeSnapshot deletes snapshot id's record; its hot image goes now
