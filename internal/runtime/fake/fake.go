@@ -466,8 +466,42 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 		return err
 	}
 	signalSession(rec.PID, syscall.SIGSTOP)
+	waitStopped(ctx, rec.PID)
 	rec.Paused = true
 	return r.save(rec)
+}
+
+// waitStopped waits, up to 2 s or ctx's end, until every thread of every
+// process of the agent's session is stopped: a SIGSTOP takes effect a
+// moment after kill returns (each thread stops on its way back to user
+// mode, later on a loaded machine), and runsc pause returns only once the
+// sandbox is paused.
+func waitStopped(ctx context.Context, pid int) {
+	stopped := func() bool {
+		for _, p := range session(pid) {
+			tasks, err := os.ReadDir("/proc/" + strconv.Itoa(p) + "/task")
+			if err != nil {
+				continue // gone
+			}
+			for _, t := range tasks {
+				b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/task/" + t.Name() + "/stat")
+				if err != nil {
+					continue
+				}
+				i := bytes.LastIndexByte(b, ')')
+				if i < 0 || i+2 >= len(b) {
+					continue
+				}
+				if st := b[i+2]; st != 'T' && st != 't' && st != 'Z' && st != 'X' {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(2 * time.Second); !stopped() && time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Resume implements runtime.Runtime with SIGCONT to every process of the
