@@ -67,10 +67,15 @@ func (e *Engine) hotImage(id string) string { return filepath.Join(e.hotDir(), i
 // holdHot marks snapshot id's hot image in use (it need not exist yet);
 // the returned func, to be called once, ends the use.
 func (e *Engine) holdHot(id string) func() {
-	h := e.hot
-	h.mu.Lock()
+	e.hot.mu.Lock()
+	defer e.hot.mu.Unlock()
+	return e.hot.holdLocked(id)
+}
+
+// holdLocked counts a user of id's hot image and returns the func that
+// ends its use (once). The caller holds h.mu.
+func (h *hotImages) holdLocked(id string) func() {
 	h.users[id]++
-	h.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -86,21 +91,13 @@ func (e *Engine) holdHot(id string) func() {
 // openHot returns snapshot id's hot image, held until release, or ok
 // false when this node does not have it.
 func (e *Engine) openHot(id string) (dir string, release func(), ok bool) {
-	h := e.hot
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	e.hot.mu.Lock()
+	defer e.hot.mu.Unlock()
 	dir = e.hotImage(id)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return "", nil, false
 	}
-	h.users[id]++
-	return dir, func() {
-		h.mu.Lock()
-		if h.users[id]--; h.users[id] <= 0 {
-			delete(h.users, id)
-		}
-		h.mu.Unlock()
-	}, true
+	return dir, e.hot.holdLocked(id), true
 }
 
 // keepHot makes dir, a capture's whole memory image, snapshot id's hot
