@@ -27,7 +27,10 @@ func TestMCPOfficialClient(t *testing.T) {
 	for _, mode := range []string{"stdio", "http"} {
 		t.Run(mode, func(t *testing.T) {
 			name := "mcp-" + mode + "-" + randomHex(3)
-			t.Cleanup(func() { _ = h.c.Sandboxes.Delete(context.Background(), name) })
+			t.Cleanup(func() {
+				_ = h.c.Sandboxes.Delete(context.Background(), name)
+				_ = h.c.Sandboxes.Delete(context.Background(), name+"-copy") // the fork's
+			})
 			cmd := exec.Command(node, "client.mjs", name)
 			cmd.Dir = dir
 			cmd.Env = append(sdkEnv(), "MODE="+mode, "SBX_BIN="+filepath.Join(h.binDir, "sbx"))
