@@ -197,17 +197,27 @@ func pendingHot(sn *store.Snapshot) bool {
 }
 
 // storeHot stores pending snapshot sn's hot image in the blob store and
-// records it (SetSnapshotStored). A snapshot deleted or expired meanwhile
-// is not an error (what was put goes with the next collection). One whose
-// hot image is gone can never be stored: its record is deleted, logged.
+// records it (SetSnapshotStored). A snapshot deleted, expired or stored
+// meanwhile is not an error (what was put goes with the next collection).
+// One whose hot image is gone can never be stored: its record is deleted,
+// logged; a suspended sandbox's stays, and the error says why.
 func (e *Engine) storeHot(ctx context.Context, sn *store.Snapshot) error {
 	ctx, release := e.withLease(ctx)
 	defer release()
 	dir, done, ok := e.openHot(sn.ID)
-	if !ok && sn.Suspend {
-		return fmt.Errorf("suspended sandbox %s: %w", sn.SandboxName, errMemoryImageLost)
-	}
 	if !ok {
+		// A hot image goes only after its record is deleted, expired or
+		// stored: read the record again to tell that from a lost image.
+		cur, err := e.st.GetSnapshot(ctx, sn.ID)
+		if errors.Is(err, errdefs.ErrSnapshotNotFound) || (err == nil && !pendingHot(cur)) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cur.Suspend {
+			return fmt.Errorf("suspended sandbox %s: %w", sn.SandboxName, errMemoryImageLost)
+		}
 		e.log.Error("a snapshot waiting to be stored has lost its memory image: deleting it", "snapshot", sn.ID, "sandbox", sn.SandboxName)
 		if err := e.removeSnapshot(ctx, sn.ID); err != nil && !errors.Is(err, errdefs.ErrSnapshotNotFound) {
 			return err

@@ -256,3 +256,23 @@ func TestHotImageRecover(t *testing.T) {
 		t.Fatal("the recovered snapshot's hot image was dropped")
 	}
 }
+
+// TestHotImageGoneWithItsRecord: a round that listed a pending snapshot
+// whose record and hot image went before its turn (a delete, a resume)
+// does nothing and logs nothing.
+func TestHotImageGoneWithItsRecord(t *testing.T) {
+	t.Parallel()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	ctx := context.Background()
+	for _, susp := range []bool{false, true} {
+		sn := &store.Snapshot{ID: "snap_gone", SandboxID: "sbx_src", SandboxName: "src", Image: "default", ImageID: testImageID,
+			Memory: []byte("[]"), Suspend: susp, State: "ready", CreateTime: time.Now().UTC()}
+		// As listed by a round; the record is gone by the time of its store.
+		if err := f.e.storeHot(ctx, sn); err != nil {
+			t.Fatalf("store of a snapshot deleted meanwhile (suspend %v): %v", susp, err)
+		}
+	}
+	if strings.Contains(f.logs.String(), "lost its memory image") {
+		t.Fatalf("a deleted snapshot was logged as lost:\n%s", f.logs.String())
+	}
+}
