@@ -226,7 +226,12 @@ func (e *Engine) storeHot(ctx context.Context, sn *store.Snapshot) error {
 	}
 	defer done()
 	start := time.Now()
-	im, stats, err := snapshot.Store(ctx, e.blobsFor(ctx), dir)
+	// Bounded like a capture (CaptureTimeout): a blob store that never
+	// answers fails this store, to be tried again at the next round,
+	// instead of holding the ingester.
+	sctx, cancel := context.WithTimeout(ctx, e.cfg.CaptureTimeout)
+	im, stats, err := snapshot.Store(sctx, e.blobsFor(sctx), dir)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("store its memory image: %w", err)
 	}
