@@ -140,7 +140,9 @@ func failClass(err, class error) error {
 		return errdefs.ErrCaptureLimit
 	}
 	if errors.Is(err, runtime.ErrUnresponsive) {
-		return errdefs.WithDetail(errdefs.ErrUnavailable, "the sandbox does not answer (it is stopped, frozen or overloaded; other sandboxes are not affected)")
+		// The words are in the error itself: an unavailable error's text
+		// is the API message (errdefs.Public), so a detail would not show.
+		return errdefs.New(errdefs.ErrUnavailable, "the sandbox does not answer (it is stopped, frozen or overloaded; other sandboxes are not affected)")
 	}
 	return class
 }
