@@ -23,7 +23,7 @@ lint:                  ## gofmt check, go vet, staticcheck, tsc --strict of the 
 test:                  ## the unit tier: no root, seconds to a minute
 	go test -count=1 $(UNIT)
 
-e2e:                   ## the end-to-end tier: real sbxd, real runsc (root)
+e2e:                   ## the end-to-end tier: real sbxd, real runsc (root); SBX_TEST_LAYERS=dir for the fallback path
 	CI=$${CI:-} go test -count=1 -timeout 80m ./test/e2e/
 
 sdk:                   ## the TypeScript and Python SDKs' own suites (against $$SBX_SOCKET/$$SBX_URL)

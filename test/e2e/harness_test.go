@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -163,6 +164,9 @@ func run(m *testing.M) (int, error) {
 		return 0, fmt.Errorf("build default image: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "e2e: default image ready in %.1fs\n", time.Since(start).Seconds())
+	if hl, err := h.c.Health(ctx); err == nil {
+		fmt.Fprintf(os.Stderr, "e2e: layers %s, checkpoints %s\n", hl.Layers, hl.Checkpoints)
+	}
 	return m.Run(), nil
 }
 
@@ -204,6 +208,9 @@ func (h *harness) start() error {
 	if h.listen != "" {
 		args = append(args, "--listen", h.listen, "--api-key", h.apiKey)
 	}
+	if l := testLayers(); l != "" && !slices.Contains(h.args, "--layers") {
+		args = append(args, "--layers", l)
+	}
 	h.cmd = exec.Command(filepath.Join(h.binDir, "sbxd"), append(args, h.args...)...)
 	h.cmd.Env = append(os.Environ(), h.env...)
 	h.cmd.Stdout, h.cmd.Stderr = logf, logf
@@ -233,6 +240,12 @@ func (h *harness) start() error {
 	h.kill()
 	return fmt.Errorf("sbxd did not answer: %v\n%s", err, tail(h.logPath, 3000))
 }
+
+// testLayers is where the suite's sbxds keep writable layers:
+// SBX_TEST_LAYERS ("btrfs" or "dir"; empty lets sbxd choose, which is btrfs
+// on this kind of machine). scripts/test.sh runs the suite on both paths. A
+// test that starts an sbxd with its own --layers keeps it.
+func testLayers() string { return os.Getenv("SBX_TEST_LAYERS") }
 
 // stop stops sbxd gracefully (SIGTERM).
 func (h *harness) stop() {

@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
 )
 
 // importBusyboxWith imports busybox plus a layer of files (name: content)
@@ -96,7 +97,8 @@ func TestHostileHostname(t *testing.T) {
 // snapshot) and is stored in the background; a delete cancels that store
 // and answers promptly, and a caller waiting for the store (a verify)
 // learns that the sandbox was deleted (409 conflict), not that the
-// checkpoint failed.
+// checkpoint failed. On plain-directory layers the checkpoint call itself
+// captures: the delete cancels it and it answers that 409.
 func TestHostileDeleteDuringCheckpoint(t *testing.T) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
@@ -104,6 +106,10 @@ func TestHostileDeleteDuringCheckpoint(t *testing.T) {
 	// cancelled.
 	h.restartWith(t, "SBX_FAULTS=capture:"+sb.ID+"=10m")
 	t.Cleanup(func() { h.restartWith(t) })
+	if !snapshotCheckpoints(t, h) {
+		deleteDuringCapture(t, sb)
+		return
+	}
 	off := h.logSize()
 	cp, err := sb.Checkpoint(ctx, "cancelled")
 	if err != nil {
@@ -137,6 +143,36 @@ func TestHostileDeleteDuringCheckpoint(t *testing.T) {
 		t.Fatal("the verify waiting for the cancelled store did not answer within 90 s")
 	}
 	h.waitLog(t, off, "checkpoint store cancelled: the sandbox is being deleted", 10*time.Second)
+}
+
+// deleteDuringCapture is TestHostileDeleteDuringCheckpoint on layers whose
+// checkpoint call captures (held at its fault point): a delete cancels the
+// call, which answers 409 saying the sandbox was deleted.
+func deleteDuringCapture(t *testing.T, sb *client.Sandbox) {
+	ctx := ctxT(t)
+	off := h.logSize()
+	done := make(chan error, 1)
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		_, err := sb.Checkpoint(c, "cancelled")
+		done <- err
+	}()
+	h.waitLog(t, off, "fault point reached", 90*time.Second)
+	dctx, dcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer dcancel()
+	if err := sb.Delete(dctx); err != nil {
+		t.Fatalf("delete during the checkpoint: %v", err)
+	}
+	select {
+	case err := <-done:
+		ae := wantCode(t, err, api.CodeConflict)
+		if want := "sandbox " + sb.Name + " was deleted while the checkpoint ran"; !strings.Contains(ae.Message, want) {
+			t.Fatalf("message %q, want it to say %q", ae.Message, want)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("the cancelled checkpoint did not answer within 90 s")
+	}
 }
 
 // TestHostileAgentSocketGone: root in a sandbox puts a dead socket (one
@@ -173,7 +209,9 @@ func TestHostileAgentSocketGone(t *testing.T) {
 // taken (a snapshot) but can never be stored in the blob store: it is
 // listed as damaged, a verify answers capture_limit naming the limit and
 // the path, and once the guest removed the tree the sandbox still
-// suspends (the checkpoint is lost, not every suspend).
+// suspends (the checkpoint is lost, not every suspend). On plain-directory
+// layers the checkpoint call captures: it answers that 507 itself and
+// nothing is recorded.
 func TestHostileTooDeepTree(t *testing.T) {
 	ctx := ctxT(t)
 	sb := newSandbox(t, api.CreateSandboxRequest{Image: "busybox"})
@@ -191,18 +229,25 @@ func TestHostileTooDeepTree(t *testing.T) {
 	if out := mustSh(t, sb, "ls /workspace"); strings.TrimSpace(out) != "c1" {
 		t.Fatalf("/workspace lists %q, want only c1", out)
 	}
+	background := snapshotCheckpoints(t, h)
 	cp, err := sb.Checkpoint(ctx, "too deep")
-	if err != nil {
-		t.Fatalf("checkpoint (a snapshot) of a too deep tree: %v", err)
+	if background {
+		if err != nil {
+			t.Fatalf("checkpoint (a snapshot) of a too deep tree: %v", err)
+		}
+		_, err = sb.GetCheckpoint(ctx, cp.ID, true)
 	}
-	_, err = sb.GetCheckpoint(ctx, cp.ID, true)
-	noHostPath(t, "verify of a checkpoint of a too deep tree", err)
+	noHostPath(t, "checkpoint (or its verify) of a too deep tree", err)
 	ae := wantCode(t, err, api.CodeCaptureLimit)
 	if !strings.Contains(ae.Message, "8192") || !strings.Contains(ae.Message, "/workspace/c1/dd") {
-		t.Fatalf("verify: message %q does not name the limit and the path", ae.Message)
+		t.Fatalf("checkpoint (or its verify): message %q does not name the limit and the path", ae.Message)
 	}
-	if got, err := sb.GetCheckpoint(ctx, cp.ID, false); err != nil || got.Health != api.HealthDamaged || got.StoreTime != nil {
-		t.Fatalf("the checkpoint that cannot be stored: %+v %v, want damaged, not stored", got, err)
+	if background {
+		if got, err := sb.GetCheckpoint(ctx, cp.ID, false); err != nil || got.Health != api.HealthDamaged || got.StoreTime != nil {
+			t.Fatalf("the checkpoint that cannot be stored: %+v %v, want damaged, not stored", got, err)
+		}
+	} else if cps, err := sb.ListCheckpoints(ctx); err != nil || len(cps) != 1 {
+		t.Fatalf("checkpoints after a refused capture: %+v %v, want v0 only", cps, err)
 	}
 	_, err = sb.Diff(ctx, "", "live")
 	noHostPath(t, "diff of a too deep tree", err)
@@ -224,8 +269,10 @@ func TestHostileTooDeepTree(t *testing.T) {
 	if err := sb.Resume(ctx); err != nil {
 		t.Fatalf("resume: %v", err)
 	}
-	if got, err := sb.GetCheckpoint(ctx, cp.ID, true); err != nil || got.Health != api.HealthDamaged {
-		t.Fatalf("the lost checkpoint after the suspend: %+v %v, want damaged", got, err)
+	if background {
+		if got, err := sb.GetCheckpoint(ctx, cp.ID, true); err != nil || got.Health != api.HealthDamaged {
+			t.Fatalf("the lost checkpoint after the suspend: %+v %v, want damaged", got, err)
+		}
 	}
 	// The sandbox itself goes on.
 	if out := mustSh(t, sb, "echo alive"); strings.TrimSpace(out) != "alive" {

@@ -252,6 +252,9 @@ func TestHostileErrorBodies(t *testing.T) {
 		check(t, err, api.CodeCheckpointFailed, d, d.dataDir, tiny)
 	})
 	t.Run("checkpoint_failed_store", func(t *testing.T) {
+		if testLayers() == "dir" {
+			t.Skip("a background store comes with btrfs layers; checkpoint_failed covers this pass")
+		}
 		tiny := full(t)
 		d := second(t, "--pool", "0", "--blob-store", tiny)
 		sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{})
