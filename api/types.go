@@ -794,10 +794,15 @@ type SnapshotRequest struct {
 // agent wake W" (resume and wake 0 for a suspend). StartStepsPrefix begins
 // that of a start from a snapshot or a resume: "start steps (ms): disk D,
 // netns N, runsc restore R, agent A". The words may grow; sbx bench reads
-// the numbers after each name.
+// the numbers after each name. DiskStepsPrefix begins that of a disk
+// checkpoint taken as a btrfs snapshot ("disk steps (ms): btrfs snapshot S,
+// record R") and of a restore from one ("disk steps (ms): stop T, unmount
+// U, btrfs snapshot S, btrfs qgroup Q, swap W, record R"; stop is 0 for a
+// stopped sandbox); numbers may have a fraction.
 const (
 	CaptureStepsPrefix = "capture steps (ms):"
 	StartStepsPrefix   = "start steps (ms):"
+	DiskStepsPrefix    = "disk steps (ms):"
 )
 
 // MaxMetadataBytes bounds a snapshot's metadata.

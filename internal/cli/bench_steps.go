@@ -12,8 +12,8 @@ import (
 )
 
 // benchStep is one step of an operation as sbxd reported it in a progress
-// line (api.CaptureStepsPrefix, api.StartStepsPrefix): its name ("runsc
-// checkpoint", "disk") and ms.
+// line (api.CaptureStepsPrefix, api.StartStepsPrefix, api.DiskStepsPrefix):
+// its name ("runsc checkpoint", "btrfs snapshot", "disk") and ms.
 type benchStep struct {
 	Name string  `json:"name"`
 	MS   float64 `json:"ms"`
@@ -27,12 +27,12 @@ type breakdown struct {
 	Steps   []benchStep `json:"steps"`
 }
 
-// RunscMS is the time of the steps that are one runsc call each: what the
-// operation is built on.
-func (b breakdown) RunscMS() float64 {
+// RawMS is the time of the steps that are one runsc call or one btrfs
+// ioctl each ("runsc …", "btrfs …"): what the operation is built on.
+func (b breakdown) RawMS() float64 {
 	var n float64
 	for _, s := range b.Steps {
-		if strings.HasPrefix(s.Name, "runsc ") {
+		if strings.HasPrefix(s.Name, "runsc ") || strings.HasPrefix(s.Name, "btrfs ") {
 			n += s.MS
 		}
 	}
@@ -49,7 +49,7 @@ type stepRecorder struct {
 // with a steps prefix.
 func (r *stepRecorder) progress() client.Progress {
 	return func(msg string, _ time.Time) {
-		for _, p := range []string{api.CaptureStepsPrefix, api.StartStepsPrefix} {
+		for _, p := range []string{api.CaptureStepsPrefix, api.StartStepsPrefix, api.DiskStepsPrefix} {
 			if rest, ok := strings.CutPrefix(msg, p); ok {
 				r.mu.Lock()
 				r.steps = append(r.steps, parseSteps(rest)...)
@@ -88,25 +88,34 @@ func parseSteps(s string) []benchStep {
 }
 
 // printBreakdowns prints where each operation's time went: its total, the
-// runsc calls it is built on (their sum, and total/sum) and every step.
+// runsc calls and btrfs ioctls it is built on (their sum, and total/sum)
+// and every step. Steps under 10 ms show a tenth of a ms.
 func (a *app) printBreakdowns(bs []breakdown) {
 	var rows [][]string
 	for _, b := range bs {
-		runsc := b.RunscMS()
+		raw := b.RawMS()
 		ratio := "-"
-		if runsc > 0 {
-			ratio = fmt.Sprintf("%.2f", b.TotalMS/runsc)
+		if raw > 0 {
+			ratio = fmt.Sprintf("%.2f", b.TotalMS/raw)
 		}
 		var steps []string
 		var sum float64
 		for _, s := range b.Steps {
-			steps = append(steps, fmt.Sprintf("%s %.0f", s.Name, s.MS))
+			steps = append(steps, s.Name+" "+fmtMS(s.MS))
 			sum += s.MS
 		}
-		steps = append(steps, fmt.Sprintf("rest %.0f", max(0, b.TotalMS-sum)))
-		rows = append(rows, []string{b.Op, fmt.Sprintf("%.0f", b.TotalMS), fmt.Sprintf("%.0f", runsc), ratio, strings.Join(steps, ", ")})
+		steps = append(steps, "rest "+fmtMS(max(0, b.TotalMS-sum)))
+		rows = append(rows, []string{b.Op, fmtMS(b.TotalMS), fmtMS(raw), ratio, strings.Join(steps, ", ")})
 	}
 	fmt.Fprintln(a.stdout)
-	fmt.Fprintln(a.stdout, "where the time goes (ms; RUNSC is the runsc calls the operation is built on, RATIO total/RUNSC; rest is HTTP, records and waits):")
-	a.table("OPERATION\tTOTAL\tRUNSC\tRATIO\tSTEPS", rows)
+	fmt.Fprintln(a.stdout, "where the time goes (ms; RAW is the runsc calls and btrfs ioctls the operation is built on, RATIO total/RAW; rest is HTTP, records and waits):")
+	a.table("OPERATION\tTOTAL\tRAW\tRATIO\tSTEPS", rows)
+}
+
+// fmtMS formats ms: with a tenth under 10 ms, whole above.
+func fmtMS(v float64) string {
+	if v < 10 {
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return fmt.Sprintf("%.0f", v)
 }

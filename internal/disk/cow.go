@@ -258,22 +258,28 @@ func (l *Layers) RestoreCheckpoint(id, opID string, seq int, o RestoreOptions) e
 	if !isSubvolume(snap) {
 		return fmt.Errorf("checkpoint %d of %s: no snapshot: %w", seq, id, fs.ErrNotExist)
 	}
+	t := time.Now()
 	if err := l.Unmount(id); err != nil {
 		return err
 	}
+	t = o.step("unmount", t)
 	dst := l.restoreSubvolume(id, opID)
 	err := removeSubvolume(dst)
 	if err == nil {
 		err = snapshotSubvolume(snap, dst, false)
+		t = o.step("btrfs snapshot", t)
 	}
 	if err == nil && l.Quota() {
 		// A snapshot inherits its source's qgroup limit: a checkpoint of
 		// a layer at its quota would leave no room for the mark.
 		err = limitSubvolume(dst, 0)
+		t = o.step("btrfs qgroup", t)
 	}
 	if err == nil {
 		fault(o.Fault, RestoreBuilt)
+		t = time.Now()
 		err = l.swapSubvolume(id, opID)
+		o.step("swap", t)
 	}
 	if err != nil {
 		if rerr := l.AbandonRestore(id, opID); rerr != nil {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -44,6 +45,21 @@ type RestoreOptions struct {
 	// Fault, when set, is called at RestoreBuilt and RestoreSwapped (crash
 	// tests stop there). It may block; it cannot fail the restore.
 	Fault func(point string)
+	// Step, when set, is told how long each step of a restore from a
+	// checkpoint's snapshot took (RestoreCheckpoint): "unmount", "btrfs
+	// snapshot" (the writable snapshot), "btrfs qgroup" (lifting its
+	// limit), "swap" (the mark, the rename(2), their fsyncs). sbx bench
+	// prints them beside the restore.
+	Step func(name string, took time.Duration)
+}
+
+// step calls o.Step, if set, with the time since start, and returns now.
+func (o RestoreOptions) step(name string, start time.Time) time.Time {
+	now := time.Now()
+	if o.Step != nil {
+		o.Step(name, now.Sub(start))
+	}
+	return now
 }
 
 // Restore builds target as a new upperdir for layer id beside the current

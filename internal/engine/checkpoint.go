@@ -427,6 +427,8 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 		}
 	}
 	stopped := time.Now()
+	steps := stepTimes{}
+	steps.add("stop", stopped.Sub(start))
 	opID := newOpID()
 	data, _ := json.Marshal(restoreOp{Seq: seq})
 	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "restore", Data: data}); err != nil {
@@ -434,11 +436,12 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	}
 	if fromSnapshot {
 		progress(fmt.Sprintf("swapping in the snapshot of %s", id))
-		fallback, err := e.restoreSnapshotLocked(ctx, sb, cp, opID)
+		fallback, err := e.restoreSnapshotLocked(ctx, sb, cp, opID, &steps)
 		if err != nil {
 			return failed(err)
 		}
 		if !fallback {
+			progress(steps.line(api.DiskStepsPrefix))
 			e.log.Info("restored", "sandbox", sb.Name, "to", id, "from", "snapshot", "ms", time.Since(start).Milliseconds(),
 				"stop_ms", stopped.Sub(start).Milliseconds(), "swap_ms", time.Since(stopped).Milliseconds())
 			return sb, nil
@@ -480,6 +483,21 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 		"linked", mstats.LinkedFiles, "patched", mstats.PatchedFiles, "written", mstats.WrittenFiles, "written_bytes", mstats.WrittenBytes)
 	return sb, nil
 }
+
+// stepTimes are an operation's steps, "name ms" each, for its progress
+// line (api.DiskStepsPrefix): sbx bench prints them beside the operation.
+type stepTimes []string
+
+// add appends step name, which took d.
+func (s *stepTimes) add(name string, d time.Duration) {
+	*s = append(*s, fmt.Sprintf("%s %.1f", name, msOf(d)))
+}
+
+// line is the progress line of the steps, after prefix.
+func (s stepTimes) line(prefix string) string { return prefix + " " + strings.Join(s, ", ") }
+
+// msOf is d in ms, with µs precision.
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // recordRestore records a restore of sb to checkpoint seq whose swap
 // happened: the record names the new disk's source, and the journal entry

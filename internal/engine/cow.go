@@ -203,6 +203,7 @@ func (e *Engine) snapshotCheckpointLocked(ctx context.Context, sb *store.Sandbox
 		return failed(err)
 	}
 	took := time.Since(start)
+	recorded := time.Now()
 	cp := &store.Checkpoint{
 		SandboxID: sb.ID, Seq: seq, Comment: comment, SourceID: sb.DiskSource, Health: api.HealthOK,
 		Manifest: []string{}, CreateTime: start.UTC(),
@@ -215,6 +216,7 @@ func (e *Engine) snapshotCheckpointLocked(ctx context.Context, sb *store.Sandbox
 		return failed(err)
 	}
 	e.kickIngest()
+	progress(fmt.Sprintf("%s btrfs snapshot %.1f, record %.1f", api.DiskStepsPrefix, msOf(took), msOf(time.Since(recorded))))
 	e.log.Info("checkpoint", "sandbox", sb.Name, "id", CheckpointID(seq), "mechanism", disk.MechanismSnapshot,
 		"snapshot_ms", took.Milliseconds(), "ms", time.Since(start).Milliseconds())
 	return cp, nil
@@ -553,9 +555,10 @@ func (e *Engine) recoverCheckpoints(ctx context.Context) error {
 // the checkpoint is stored (the caller builds the layer from the manifest
 // instead). On an error before the swap the journal entry is gone and the
 // disk is as it was; after it, the entry stays for the recovery.
-func (e *Engine) restoreSnapshotLocked(ctx context.Context, sb *store.Sandbox, cp *store.Checkpoint, opID string) (fallback bool, err error) {
+func (e *Engine) restoreSnapshotLocked(ctx context.Context, sb *store.Sandbox, cp *store.Checkpoint, opID string, steps *stepTimes) (fallback bool, err error) {
 	err = e.layers.RestoreCheckpoint(sb.ID, opID, cp.Seq, disk.RestoreOptions{
 		Fault: func(point string) { e.fault("restore:" + point) },
+		Step:  steps.add,
 	})
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) && !cp.StoreTime.IsZero() {
@@ -564,10 +567,12 @@ func (e *Engine) restoreSnapshotLocked(ctx context.Context, sb *store.Sandbox, c
 		e.deleteOp(ctx, sb.ID, opID)
 		return false, err
 	}
+	recorded := time.Now()
 	if err := e.recordRestore(ctx, sb, opID, cp.Seq); err != nil {
 		return false, err
 	}
 	err = e.layers.FinishSnapshotRestore(sb.ID, opID)
+	steps.add("record", time.Since(recorded))
 	e.emptyTrash(sb)
 	if err != nil {
 		return false, err

@@ -103,10 +103,16 @@ func TestCowCheckpoints(t *testing.T) {
 	if stored.SizeBytes < 5000000 || stored.Files < 2 || stored.AddedBytes < 4000000 || stored.StoreTime.Before(stored.CreateTime) {
 		t.Fatalf("stored checkpoint: %+v", stored)
 	}
-	// The next one stores only what changed.
+	// The next one stores only what changed. Its progress gives its
+	// steps (sbx bench prints them): the btrfs snapshot, then the record.
 	mustSh(t, sb, "echo two > /workspace/f")
-	if _, err := sb.Checkpoint(ctx, "two"); err != nil {
+	var lines []string
+	progress := func(msg string, _ time.Time) { lines = append(lines, msg) }
+	if _, err := sb.CheckpointStream(ctx, "two", progress); err != nil {
 		t.Fatal(err)
+	}
+	if !hasSteps(lines, api.DiskStepsPrefix, "btrfs snapshot", "record") {
+		t.Fatalf("checkpoint progress without its steps: %q", lines)
 	}
 	if v2 := waitStored(t, sb, "v2"); v2.AddedBytes > 1000000 {
 		t.Fatalf("v2 added %d bytes for a 4-byte change", v2.AddedBytes)
@@ -139,9 +145,13 @@ func TestCowCheckpoints(t *testing.T) {
 	if seqs := checkpointSnapshots(t, h, sb.ID); len(seqs) > 5 || seqs[0] != "0" {
 		t.Fatalf("snapshots kept: %v", seqs)
 	}
-	for _, id := range []string{ids[len(ids)-1], ids[0]} { // from its snapshot, from the blob store
-		if err := sb.Restore(ctx, id, nil); err != nil {
+	for i, id := range []string{ids[len(ids)-1], ids[0]} { // from its snapshot, from the blob store
+		lines = nil
+		if err := sb.Restore(ctx, id, progress); err != nil {
 			t.Fatal(err)
+		}
+		if i == 0 && !hasSteps(lines, api.DiskStepsPrefix, "stop", "btrfs snapshot", "swap", "record") {
+			t.Fatalf("restore from a snapshot: progress without its steps: %q", lines)
 		}
 		out := mustSh(t, sb, "wc -c < /workspace/w; tail -c 20 /workspace/w | tr -d x; cat /workspace/f")
 		lines := strings.Fields(out)
@@ -162,4 +172,30 @@ func TestCowCheckpoints(t *testing.T) {
 	if seqs := checkpointSnapshots(t, h, id); len(seqs) != 0 {
 		t.Fatalf("snapshots of a deleted sandbox: %v", seqs)
 	}
+}
+
+// hasSteps reports whether one of lines begins with prefix and names every
+// step, each followed by a number of ms.
+func hasSteps(lines []string, prefix string, steps ...string) bool {
+	for _, l := range lines {
+		rest, ok := strings.CutPrefix(l, prefix)
+		if !ok {
+			continue
+		}
+		for _, s := range steps {
+			i := strings.Index(rest, " "+s+" ")
+			if i < 0 {
+				return false
+			}
+			f := strings.FieldsFunc(rest[i+len(s)+2:], func(r rune) bool { return r == ',' || r == ' ' })
+			if len(f) == 0 {
+				return false
+			}
+			if _, err := strconv.ParseFloat(f[0], 64); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
