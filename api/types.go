@@ -798,11 +798,15 @@ type SnapshotRequest struct {
 // checkpoint taken as a btrfs snapshot ("disk steps (ms): btrfs snapshot S,
 // record R") and of a restore from one ("disk steps (ms): stop T, unmount
 // U, btrfs snapshot S, btrfs qgroup Q, swap W, record R"; stop is 0 for a
-// stopped sandbox); numbers may have a fraction.
+// stopped sandbox); numbers may have a fraction. ReleaseStepsPrefix
+// begins that of a suspend's release of the host's resources, after its
+// capture: "release steps (ms): runsc delete D, netns N, layer L,
+// checkpoint snapshots C, record R".
 const (
 	CaptureStepsPrefix = "capture steps (ms):"
 	StartStepsPrefix   = "start steps (ms):"
 	DiskStepsPrefix    = "disk steps (ms):"
+	ReleaseStepsPrefix = "release steps (ms):"
 )
 
 // MaxMetadataBytes bounds a snapshot's metadata.

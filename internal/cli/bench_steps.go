@@ -12,7 +12,8 @@ import (
 )
 
 // benchStep is one step of an operation as sbxd reported it in a progress
-// line (api.CaptureStepsPrefix, api.StartStepsPrefix, api.DiskStepsPrefix):
+// line (api.CaptureStepsPrefix, api.StartStepsPrefix, api.DiskStepsPrefix,
+// api.ReleaseStepsPrefix):
 // its name ("runsc checkpoint", "btrfs snapshot", "disk") and ms.
 type benchStep struct {
 	Name string  `json:"name"`
@@ -49,7 +50,7 @@ type stepRecorder struct {
 // with a steps prefix.
 func (r *stepRecorder) progress() client.Progress {
 	return func(msg string, _ time.Time) {
-		for _, p := range []string{api.CaptureStepsPrefix, api.StartStepsPrefix, api.DiskStepsPrefix} {
+		for _, p := range []string{api.CaptureStepsPrefix, api.StartStepsPrefix, api.DiskStepsPrefix, api.ReleaseStepsPrefix} {
 			if rest, ok := strings.CutPrefix(msg, p); ok {
 				r.mu.Lock()
 				r.steps = append(r.steps, parseSteps(rest)...)

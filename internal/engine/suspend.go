@@ -156,9 +156,11 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, r
 		return nil, failed(err)
 	}
 	e.fault("suspend:stored")
-	if err := e.finishSuspend(ctx, sb, sn.ID, wakeOn, reason); err != nil {
+	steps := stepTimes{}
+	if err := e.finishSuspend(ctx, sb, sn.ID, wakeOn, reason, &steps); err != nil {
 		return nil, failed(err)
 	}
+	progress(steps.line(api.ReleaseStepsPrefix))
 	_ = e.st.DeleteOp(ctx, opID)
 	e.log.Info("suspended", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
 		"paused_ms", c.pausedMS, "memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes, "wake_on", wakeOn)
@@ -170,24 +172,38 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, r
 // finishSuspend releases what a captured sandbox holds on the host and
 // records it suspended on snapshot snapID, with wake key wakeOn and
 // state_reason reason. Each step is idempotent (a recovery repeats them).
-func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, wakeOn, reason string) error {
+// steps, when not nil, gets each step's time (api.ReleaseStepsPrefix).
+func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, wakeOn, reason string, steps *stepTimes) error {
+	t := time.Now()
+	step := func(name string) {
+		if steps != nil {
+			steps.add(name, time.Since(t))
+		}
+		t = time.Now()
+	}
 	e.unwatch(sb.ID)
 	e.dropAgent(sb.ID)
 	e.closePortConns(sb.ID)
 	if err := e.rt.Delete(ctx, sb.ID); err != nil {
 		return err
 	}
+	step("runsc delete")
 	if err := e.net.Delete(sb.ID); err != nil {
 		return err
 	}
+	step("netns")
 	if err := e.layers.Remove(sb.ID); err != nil {
 		return err
 	}
+	step("layer")
 	// Its checkpoints are in the blob store (suspendLocked stored them).
 	e.dropSnapshots(sb.ID)
+	step("checkpoint snapshots")
 	sb.State, sb.StateReason = api.StateSuspended, reason
 	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = snapID, wakeOn, time.Now().UTC()
-	return e.st.UpdateSandbox(ctx, sb)
+	err := e.st.UpdateSandbox(ctx, sb)
+	step("record")
+	return err
 }
 
 // runOn makes a sandbox that was captured run and answer again after
@@ -353,7 +369,7 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 		case sb.State == api.StateSuspended:
 			// Recorded: only the host's leftovers may remain.
 			e.log.Info("recover: finishing a suspend", "sandbox", sb.Name)
-			if err := e.finishSuspend(ctx, sb, sb.SuspendSnapshot, sb.WakeOn, sb.StateReason); err != nil {
+			if err := e.finishSuspend(ctx, sb, sb.SuspendSnapshot, sb.WakeOn, sb.StateReason, nil); err != nil {
 				return err
 			}
 		case recorded:
@@ -364,7 +380,7 @@ func (e *Engine) recoverSuspend(ctx context.Context, op *store.Op) error {
 			if wakeOn == "" {
 				wakeOn = sb.WakeOn
 			}
-			if err := e.finishSuspend(ctx, sb, so.Snapshot, wakeOn, so.Reason); err != nil {
+			if err := e.finishSuspend(ctx, sb, so.Snapshot, wakeOn, so.Reason, nil); err != nil {
 				return err
 			}
 		default:

@@ -70,8 +70,14 @@ func TestSuspendResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if err := sb.Suspend(ctx, "approval-"+randomHex(3)); err != nil {
+	var said []string
+	if err := sb.SuspendStream(ctx, "approval-"+randomHex(3), func(msg string, _ time.Time) { said = append(said, msg) }); err != nil {
 		t.Fatal(err)
+	}
+	// Its progress says where the time went (sbx bench prints it).
+	if !hasSteps(said, api.CaptureStepsPrefix, "runsc pause", "runsc checkpoint") ||
+		!hasSteps(said, api.ReleaseStepsPrefix, "runsc delete", "netns", "layer", "record") {
+		t.Fatalf("suspend progress without its steps: %q", said)
 	}
 	if sb.State != api.StateSuspended || sb.SuspendTime == nil || sb.WakeOn == "" {
 		t.Fatalf("the sandbox object after suspend: %+v", sb.Sandbox)
