@@ -273,7 +273,7 @@ func (l *Layers) RestoreCheckpoint(id, opID string, seq int, o RestoreOptions) e
 		// A snapshot inherits its source's qgroup limit: a checkpoint of
 		// a layer at its quota would leave no room for the mark.
 		err = limitSubvolume(dst, 0)
-		t = o.step("btrfs qgroup", t)
+		o.step("btrfs qgroup", t)
 	}
 	if err == nil {
 		fault(o.Fault, RestoreBuilt)
