@@ -272,5 +272,8 @@ func parseSizes(sizes string) ([]int, error) {
 		}
 		out = append(out, mb)
 	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--sizes %q: give at least one MB number, like 50,500", sizes)
+	}
 	return out, nil
 }

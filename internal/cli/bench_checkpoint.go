@@ -60,6 +60,9 @@ func (a *app) benchCheckpointCmd() *cobra.Command {
 			if err := a.checkOutput(); err != nil {
 				return err
 			}
+			if err := checkLayerSizes(sizeMB, changeMB); err != nil {
+				return err
+			}
 			rows, err := a.benchCheckpoints(cmd.Context(), int64(sizeMB)<<20, int64(changeMB)<<20)
 			if err != nil {
 				return err
@@ -88,6 +91,19 @@ func (a *app) benchCheckpointCmd() *cobra.Command {
 	cmd.Flags().IntVar(&changeMB, "change", 10, "change in MB")
 	a.addOutput(cmd)
 	return cmd
+}
+
+// checkLayerSizes checks the bench's --size and --change (MB) before any
+// work: the layer is written in 8 MB pieces, and the change rewrites every
+// seventh 64 KiB file, so it needs seven times its size in files.
+func checkLayerSizes(size, change int) error {
+	if size < 8 {
+		return fmt.Errorf("--size %d: want at least 8 (MB)", size)
+	}
+	if change < 1 || change*7 > size {
+		return fmt.Errorf("--change %d: want 1 to %d (MB): a seventh of --size", change, size/7)
+	}
+	return nil
 }
 
 // checkpointRow is one line of the checkpoint bench table.

@@ -57,6 +57,9 @@ func (a *app) benchSnapshotCmd() *cobra.Command {
 			if err := a.checkOutput(); err != nil {
 				return err
 			}
+			if fanout < 0 || fanout > api.MaxForkCount {
+				return fmt.Errorf("--fanout %d: want 0 (no fan-out fork) to %d", fanout, api.MaxForkCount)
+			}
 			mbs, err := parseSizes(sizes)
 			if err != nil {
 				return err
@@ -89,7 +92,7 @@ func (a *app) benchSnapshotCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&sizes, "sizes", "50,500,2000", "touched memory of each case, MB")
-	cmd.Flags().IntVar(&fanout, "fanout", 8, "copies of the fan-out fork")
+	cmd.Flags().IntVar(&fanout, "fanout", 8, "copies of the fan-out fork (0: none)")
 	a.addOutput(cmd)
 	return cmd
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,5 +23,29 @@ func TestCPUTicks(t *testing.T) {
 	}
 	if got := cpuTicks(1 << 30); got != -1 {
 		t.Errorf("cpuTicks of a missing pid: %d, want -1", got)
+	}
+}
+
+// TestBenchFlags: sizes, changes, fan-outs and limits that cannot be
+// measured are refused before any request, naming the flag.
+func TestBenchFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"bench", "checkpoint", "--size", "0"}, "--size"},
+		{[]string{"bench", "checkpoint", "--size", "-5"}, "--size"},
+		{[]string{"bench", "checkpoint", "--size", "10", "--change", "500"}, "--change"},
+		{[]string{"bench", "checkpoint", "--change", "0"}, "--change"},
+		{[]string{"bench", "suspend", "--sizes", ","}, "--sizes"},
+		{[]string{"bench", "snapshot", "--sizes", ""}, "--sizes"},
+		{[]string{"bench", "snapshot", "--fanout", "-1"}, "--fanout"},
+		{[]string{"bench", "snapshot", "--fanout", "100"}, "--fanout"},
+		{[]string{"diff", "dev", "--limit", "-5"}, "--limit"},
+	} {
+		_, errs, code := runCLI(t, c.args...)
+		if code == 0 || strings.Contains(errs, "sbxd running") || !strings.Contains(errs, c.flag) {
+			t.Errorf("sbx %v: exit %d, stderr %q", c.args, code, errs)
+		}
 	}
 }

@@ -133,6 +133,9 @@ func (a *app) diffCmd() *cobra.Command {
 			if len(args) == 3 {
 				to = args[2]
 			}
+			if limit < 0 {
+				return fmt.Errorf("--limit %d: want a positive number of entries (0: sbxd's default)", limit)
+			}
 			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -153,7 +156,7 @@ func (a *app) diffCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&limit, "limit", 0, "most entries of each list (default 10000)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "most entries of each list (0: sbxd's default, 10000)")
 	a.addOutput(cmd)
 	return cmd
 }

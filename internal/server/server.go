@@ -388,9 +388,15 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 			err = errdefs.New(errdefs.ErrUnavailable, "the operation did not finish within its deadline: the sandbox or runsc does not answer (stopped, frozen or overloaded), or the host is overloaded; other sandboxes are not affected; retry, or stop or delete it")
 		}
 	}
+	gone := false
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errRevoked) {
 		// The key was revoked while its request ran.
 		err = errRevoked
+	} else if ctx.Err() != nil && errors.Is(err, context.Canceled) && errdefs.Code(err) == api.CodeInternal {
+		// The client went away (it hung up, or was interrupted): nobody
+		// reads this answer, and it is not sbxd's failure.
+		err = errdefs.New(errdefs.ErrUnavailable, "the request was cancelled: its client went away")
+		gone = true
 	}
 	code := errdefs.Code(err)
 	body := api.ErrorBody{Code: code, Message: err.Error()}
@@ -418,7 +424,7 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 	} else if code.HTTPStatus() >= 500 {
 		body.RequestID = requestID(ctx)
 		level := slog.LevelWarn
-		if code == api.CodePortUnreachable || code == api.CodePortTimeout {
+		if gone || code == api.CodePortUnreachable || code == api.CodePortTimeout {
 			// A preview of a server not (yet) listening: the user's
 			// condition, not sbxd's; a broken connection is logged where
 			// it is seen.
