@@ -128,8 +128,10 @@ func (a *app) benchSuspend(ctx context.Context, mb int) (*suspendRow, error) {
 		return nil, err
 	}
 	start = time.Now()
-	if res, err := sb.Exec(ctx, "test -f /tmp/ready"); err != nil || res.ExitCode != 0 {
-		return nil, fmt.Errorf("first exec after the resume: %v %+v", err, res)
+	if res, err := sb.Exec(ctx, "test -f /tmp/ready"); err != nil {
+		return nil, fmt.Errorf("first exec after the resume: %w", err)
+	} else if res.ExitCode != 0 {
+		return nil, fmt.Errorf("first exec after the resume: the process holding the memory is gone (test -f /tmp/ready exited %d: %s)", res.ExitCode, res.Stderr)
 	}
 	row.FirstExecMS = ms(time.Since(start))
 	fmt.Fprintf(a.stderr, "%d MB: suspend %.0f ms, resume %.0f ms, to first exec %.0f ms\n", mb, row.SuspendMS, row.ResumeMS, row.FirstExecMS)
