@@ -414,7 +414,7 @@ func findAgent(configured string) (string, error) {
 // dir, or a PostgreSQL database, which it takes for this sbxd alone
 // (errdefs.ErrConflict when another sbxd holds it). It returns the store
 // and its name for logs (a URL's password left out).
-func openStore(ctx context.Context, cfg Config) (store.Store, string, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, string, error) {
 	if cfg.Store == "" {
 		path := filepath.Join(cfg.DataDir, "sbx.db")
 		st, err := sqlite.Open(ctx, path)
@@ -424,6 +424,7 @@ func openStore(ctx context.Context, cfg Config) (store.Store, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	st.SetLogger(log)
 	if err := st.LockSingleNode(ctx); err != nil {
 		st.Close()
 		return nil, "", err
@@ -492,7 +493,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	st, storeName, err := openStore(ctx, cfg)
+	st, storeName, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}

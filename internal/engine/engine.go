@@ -157,6 +157,16 @@ type Engine struct {
 
 // New returns an engine. netm makes the sandboxes' networks (sbxd passes
 // its *network.Manager). Call Start before serving requests and Close when
+// StoreOutage is the record store's outage (store.Health): an
+// errdefs.ErrUnavailable error while its database does not answer, nil
+// while it does and for a store that cannot have one (SQLite).
+func (e *Engine) StoreOutage() error {
+	if h, ok := e.st.(store.Health); ok {
+		return h.Outage()
+	}
+	return nil
+}
+
 // done.
 func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, netm Network, blobs blob.Store, log *slog.Logger) (*Engine, error) {
 	if cfg.DefaultCPUs == 0 {

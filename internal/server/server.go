@@ -101,6 +101,9 @@ type Server struct {
 	// streams are the requests in progress of each key record, ended
 	// when the key is revoked.
 	streams keyStreams
+	// outage is the record store's outage (the engine's StoreOutage); nil
+	// when it cannot have one.
+	outage func() error
 }
 
 // New returns the API server.
@@ -117,7 +120,7 @@ func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 	if cfg.PreviewIdleTimeout <= 0 {
 		cfg.PreviewIdleTimeout = DefaultPreviewIdleTimeout
 	}
-	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux()}
+	s := &Server{eng: eng, cfg: cfg, log: log, mux: http.NewServeMux(), outage: eng.StoreOutage}
 	s.dial = func(ctx context.Context, id string, port int) (net.Conn, error) {
 		return s.eng.DialPort(ctx, id, port)
 	}
@@ -378,6 +381,15 @@ func (s *Server) errorOf(ctx context.Context, err error) api.ErrorBody {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		err = errdefs.New(errdefs.ErrTooLarge, "request body is larger than %d bytes", mbe.Limit)
+	}
+	if !errdefs.Public(err) && s.outage != nil && ctx.Err() == nil {
+		if o := s.outage(); o != nil {
+			// The operation failed because the record store does not
+			// answer: that is the caller's answer (503, retry), whatever
+			// the engine wrapped it in. The cause goes to the log.
+			s.log.Warn("operation failed: the record store does not answer", "request_id", requestID(ctx), "err", err)
+			err = o
+		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if ctx.Err() == nil {

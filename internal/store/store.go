@@ -378,6 +378,14 @@ type Key struct {
 	RevokeTime time.Time
 }
 
+// Health is implemented by a store whose database can stop answering while
+// sbxd runs (PostgreSQL): Outage returns an errdefs.ErrUnavailable error
+// that names no server while the database does not answer, nil while it
+// does. The SQLite store, a file of sbxd's own, does not implement it.
+type Health interface {
+	Outage() error
+}
+
 // Store persists records. Methods are safe for concurrent use.
 //
 // Errors: lookups of missing records return errdefs.ErrSandboxNotFound or

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,4 +66,88 @@ func TestPostgresStore(t *testing.T) {
 	}
 	refused(url, "another sbxd uses this database")
 	refused("postgres://sbx:hunter2@/sbx?host=/nonexistent&connect_timeout=2", "cannot connect")
+}
+
+// TestPostgresOutage: PostgreSQL stops while sbxd runs on it. Requests
+// that need it answer 503 unavailable with a message that names neither
+// the server nor its user, and no call hangs; the sandbox's processes go on
+// running; once PostgreSQL is back, sbxd answers again without a restart,
+// and nothing written before the outage is lost.
+func TestPostgresOutage(t *testing.T) {
+	pg := pgtest.NewServer(t)
+	d := second(t, "--pool", "0", "--store", pg.URL())
+	ctx := ctxT(t)
+	sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "pgdown"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, sb, "mkdir -p /workspace && echo kept > /workspace/f")
+	if _, err := sb.Checkpoint(ctx, "before"); err != nil {
+		t.Fatal(err)
+	}
+	// A process that ticks every 100 ms: its count says whether it ran
+	// through the outage.
+	mustSh(t, sb, "(nohup sh -c 'while :; do echo t >> /tmp/ticks; sleep 0.1; done' >/dev/null 2>&1 &); true")
+
+	pg.Down(t)
+	down := time.Now()
+	for _, call := range []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"get", func(ctx context.Context) error { _, err := d.c.Sandboxes.Get(ctx, "pgdown"); return err }},
+		{"list", func(ctx context.Context) error { _, err := d.c.Sandboxes.List(ctx, nil); return err }},
+		{"exec", func(ctx context.Context) error { _, err := sb.Exec(ctx, "true"); return err }},
+		{"checkpoint", func(ctx context.Context) error { _, err := sb.Checkpoint(ctx, "during"); return err }},
+		{"create", func(ctx context.Context) error {
+			_, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "during"})
+			return err
+		}},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := call.do(cctx)
+		late := cctx.Err() != nil
+		cancel()
+		if late {
+			t.Fatalf("%s while PostgreSQL is down: no answer within 30 s", call.name)
+		}
+		ae := wantCode(t, err, api.CodeUnavailable)
+		if !strings.Contains(ae.Message, "record store") || strings.Contains(ae.Message, "sbx@") || strings.Contains(ae.Message, "/tmp/") {
+			t.Fatalf("%s while PostgreSQL is down: %q, want the store's message without its address", call.name, ae.Message)
+		}
+	}
+	time.Sleep(2*time.Second - time.Since(down))
+
+	pg.Up(t)
+	got, err := d.c.Sandboxes.Get(ctx, "pgdown")
+	if err != nil || got.State != api.StateRunning {
+		t.Fatalf("after PostgreSQL is back: %+v %v", got, err)
+	}
+	// The ticker ran on: at least 2 s of ticks since the outage began
+	// (the count before it was a second at most).
+	n := strings.TrimSpace(mustSh(t, sb, "wc -l < /tmp/ticks"))
+	if k, _ := strconv.Atoi(n); k < 15 {
+		t.Fatalf("the sandbox's process ticked %s times across a 2 s outage", n)
+	}
+	if got := mustSh(t, sb, "cat /workspace/f"); got != "kept\n" {
+		t.Fatalf("file after the outage: %q", got)
+	}
+	cps, err := sb.ListCheckpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cp := range cps {
+		names = append(names, cp.Comment)
+	}
+	if len(cps) != 2 || !strings.Contains(strings.Join(names, ","), "before") {
+		t.Fatalf("checkpoints after the outage: %v, want v0 and the one taken before (and none from during it)", names)
+	}
+	_, err = d.c.Sandboxes.Get(ctx, "during")
+	wantCode(t, err, api.CodeSandboxNotFound)
+	two, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "after"})
+	if err != nil {
+		t.Fatalf("create after the outage: %v", err)
+	}
+	mustSh(t, two, "true")
 }

@@ -50,6 +50,8 @@ type Store struct {
 	// single is the connection that holds the single-node lock, nil when
 	// it is not held.
 	single *pgx.Conn
+	// health tracks outages of the server (health.go).
+	health *health
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,7 +79,12 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// pgx's default, max(4, CPUs), queues a busy sbxd's requests.
 		cfg.MaxConns = DefaultMaxConns
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultDialTimeout
+	}
 	where := fmt.Sprintf("%s@%s/%s", cfg.ConnConfig.User, hostOf(cfg.ConnConfig), cfg.ConnConfig.Database)
+	h := &health{where: where}
+	cfg.ConnConfig.Tracer = h
 	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -92,7 +99,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres store %s: migrate: %w", where, err)
 	}
-	return &Store{pool: pool, where: where}, nil
+	return &Store{pool: pool, where: where, health: h}, nil
 }
 
 func hostOf(c *pgx.ConnConfig) string {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/store"
 	"github.com/sbxhq/sbx/internal/store/postgres"
@@ -96,5 +97,56 @@ func TestOpenUnreachable(t *testing.T) {
 	}
 	if _, err := postgres.Open(context.Background(), "postgres://sbx:hunter2@%zz/db"); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("open of a malformed URL: %v", err)
+	}
+}
+
+// TestOutage: while the server is down, store calls fail, Outage says so
+// with an unavailable error that names neither the server nor its user,
+// and a record lookup is not mistaken for a missing record; once the
+// server is back, the pool reconnects, Outage clears and every record
+// written before is there.
+func TestOutage(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.NewServer(t)
+	s := open(t, srv.URL())
+	if err := s.CreateSandbox(ctx, &store.Sandbox{ID: "sbx_1", Name: "kept", State: "running", Image: "default", CPUs: 1, MemoryMB: 256}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Outage(); err != nil {
+		t.Fatalf("outage while the server answers: %v", err)
+	}
+
+	srv.Down(t)
+	_, err := s.GetSandbox(ctx, "kept")
+	if err == nil || errdefs.IsNotFound(err) {
+		t.Fatalf("lookup while the server is down: %v, want a connection error", err)
+	}
+	o := s.Outage()
+	if errdefs.Code(o) != api.CodeUnavailable || !errdefs.Public(o) {
+		t.Fatalf("Outage() = %v (%s), want a public unavailable error", o, errdefs.Code(o))
+	}
+	if strings.Contains(o.Error(), "sbx@") || strings.Contains(o.Error(), "/tmp") {
+		t.Fatalf("the outage's text names the server: %q", o)
+	}
+	// A caller's own cancellation during the outage is not a success.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _ = s.GetSandbox(cctx, "kept")
+	if s.Outage() == nil {
+		t.Fatal("a cancelled call ended the outage")
+	}
+
+	srv.Up(t)
+	sb, err := s.GetSandbox(ctx, "kept")
+	if err != nil || sb.ID != "sbx_1" {
+		t.Fatalf("after the server is back: %+v %v", sb, err)
+	}
+	if err := s.Outage(); err != nil {
+		t.Fatalf("outage after a statement succeeded: %v", err)
+	}
+	// A statement's own error (a taken name) is not an outage.
+	err = s.CreateSandbox(ctx, &store.Sandbox{ID: "sbx_2", Name: "kept", State: "running", Image: "default", CPUs: 1, MemoryMB: 256})
+	if !errors.Is(err, errdefs.ErrNameTaken) || s.Outage() != nil {
+		t.Fatalf("a taken name: %v, outage %v", err, s.Outage())
 	}
 }

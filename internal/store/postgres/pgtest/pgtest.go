@@ -43,6 +43,8 @@ var (
 
 type server struct {
 	dir  string
+	bin  string
+	cred *syscall.Credential
 	cmd  *exec.Cmd
 	done chan struct{}
 	// url reaches the "postgres" database as the superuser "sbx".
@@ -155,10 +157,9 @@ func start() (*server, error) {
 			return nil, err
 		}
 	}
-	data := filepath.Join(dir, "data")
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "sbx", "--auth=trust",
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "sbx", "--auth=trust",
 		"--no-locale", "-E", "UTF8", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	initdb.Dir = dir
@@ -166,40 +167,91 @@ func start() (*server, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %v: %s", err, out)
 	}
-	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
-	if err != nil {
+	s := &server{dir: dir, bin: bin, cred: cred,
+		url: "postgres://sbx@/postgres?host=" + dir + "&sslmode=disable"}
+	if err := s.run(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
+	}
+	return s, nil
+}
+
+// run starts postgres on the cluster in s.dir and waits, within
+// StartTimeout, until it answers.
+func (s *server) run() error {
+	logf, err := os.OpenFile(filepath.Join(s.dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
 	}
 	defer logf.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
 	// The server dies with the test process (SIGQUIT: immediate shutdown).
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", dir, "-c", "listen_addresses=",
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"), "-k", s.dir, "-c", "listen_addresses=",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
-	cmd.Stdout, cmd.Stderr, cmd.Dir = logf, logf, dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+	cmd.Stdout, cmd.Stderr, cmd.Dir = logf, logf, s.dir
 	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		return err
 	}
-	s := &server{dir: dir, cmd: cmd, done: make(chan struct{}),
-		url: "postgres://sbx@/postgres?host=" + dir + "&sslmode=disable"}
-	go func() { _ = cmd.Wait(); close(s.done) }()
+	done := make(chan struct{})
+	s.cmd, s.done = cmd, done
+	go func() { _ = cmd.Wait(); close(done) }()
 	for {
 		conn, err := pgx.Connect(ctx, s.url)
 		if err == nil {
 			conn.Close(ctx)
-			return s, nil
+			return nil
 		}
 		select {
-		case <-s.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("postgres exited at start: %s", log)
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
+			return fmt.Errorf("postgres exited at start: %s", log)
 		case <-ctx.Done():
-			s.stop()
-			return nil, fmt.Errorf("postgres did not answer within %v: %v", StartTimeout, err)
+			s.kill()
+			return fmt.Errorf("postgres did not answer within %v: %v", StartTimeout, err)
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// Server is a PostgreSQL server of one test alone, which it can stop and
+// start again (an outage) with its records kept.
+type Server struct {
+	s *server
+}
+
+// NewServer starts a server for t alone (skipped or failed as URL is,
+// when PostgreSQL is not installed) and stops it, removing its files, when
+// t ends.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	s, err := start()
+	if err != nil {
+		if os.Getenv("CI") == "true" || !errors.Is(err, errNotInstalled) {
+			t.Fatalf("pgtest: %v", err)
+		}
+		t.Skipf("pgtest: %v", err)
+	}
+	t.Cleanup(s.stop)
+	return &Server{s: s}
+}
+
+// URL is the URL of the server's "postgres" database as its superuser.
+func (s *Server) URL() string { return s.s.url }
+
+// Down stops the server (a fast shutdown: what was committed is kept):
+// its clients' connections break and new ones are refused until Up.
+func (s *Server) Down(t testing.TB) {
+	t.Helper()
+	s.s.kill(syscall.SIGINT)
+}
+
+// Up starts the stopped server again on the same files.
+func (s *Server) Up(t testing.TB) {
+	t.Helper()
+	if err := s.s.run(); err != nil {
+		t.Fatalf("pgtest: start again: %v", err)
 	}
 }
 
@@ -223,14 +275,30 @@ func runAs() (*syscall.Credential, error) {
 	return nil, errors.New(`running as root, and there is neither a "postgres" nor a "nobody" user to run PostgreSQL as`)
 }
 
-func (s *server) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+// kill stops the server process, if it runs: sig (SIGQUIT, an immediate
+// shutdown, by default; SIGINT, a fast one that disconnects its clients
+// and writes what they committed), SIGKILL after 10 s.
+func (s *server) kill(sig ...syscall.Signal) {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	sg := syscall.SIGQUIT
+	if len(sig) > 0 {
+		sg = sig[0]
+	}
+	_ = s.cmd.Process.Signal(sg)
 	select {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.done
 	}
+}
+
+func (s *server) stop() {
+	s.kill()
 	if !strings.HasPrefix(s.dir, os.TempDir()) {
 		return
 	}
