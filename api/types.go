@@ -63,6 +63,10 @@ type Sandbox struct {
 	CreateTime  time.Time  `json:"create_time"`
 	// Source is what the sandbox was forked or started from, or null.
 	Source *Source `json:"source"`
+	// Node is the name of the sbxd node the sandbox runs on, when sbxd is
+	// a cluster's node (GET /v1/nodes); omitted on a single sbxd and while
+	// the sandbox is suspended (any node may wake it).
+	Node string `json:"node,omitempty"`
 }
 
 // Source names the sandbox and snapshot a sandbox was forked or started from.

@@ -61,6 +61,11 @@ type Sandbox struct {
 	// operator: the Unix socket or a key given with --api-key). A fork
 	// belongs to its source's owner.
 	Owner string
+	// Node is the name of the sbxd node the sandbox runs on (its writable
+	// layer, its runsc sandbox); "" on a single sbxd that is not a
+	// cluster's node, and while it is suspended (its state is in the blob
+	// store, and any node may wake it).
+	Node string
 }
 
 // SecretSet is a sandbox's secrets as stored (in the sandbox's record and
@@ -355,6 +360,8 @@ type SandboxFilter struct {
 	// Owners, when not nil, selects only sandboxes whose Owner is one of
 	// them (a tenant's list).
 	Owners []string
+	// Node, when not "", selects the sandboxes on that node.
+	Node string
 }
 
 // Key is the record of an API key (docs/api.md "API keys and tenants").
@@ -384,6 +391,56 @@ type Key struct {
 // does. The SQLite store, a file of sbxd's own, does not implement it.
 type Health interface {
 	Outage() error
+}
+
+// Node is the record of one sbxd node of a cluster (the nodes table of a
+// shared store).
+type Node struct {
+	Name string
+	// URL is the node's advertised API address.
+	URL string
+	// HostID identifies the node's data dir (a random id kept in it): a
+	// node that restarts on the same data dir takes its record over at
+	// once; another one waits until its lease expires.
+	HostID   string
+	Version  string
+	Protocol int
+	// Epoch is set by JoinNode: one more than the record's last.
+	Epoch int64
+	// State is NodeStopped when the node left and its lease ended,
+	// NodeLost when its lease ended without it leaving, NodeDraining or
+	// NodeActive while it runs; Live says whether its lease runs (by the
+	// database's clock).
+	State           api.NodeState
+	Live            bool
+	JoinTime        time.Time
+	HeartbeatTime   time.Time
+	LeaseExpireTime time.Time
+	Capacity        api.NodeCapacity
+}
+
+// Cluster is implemented by a store that several sbxd nodes can share
+// (PostgreSQL): the nodes table, whose rows are leases that expire unless
+// renewed. Times are the database's, so nodes' clocks may differ.
+type Cluster interface {
+	// JoinNode takes the record of n.Name for this process: it inserts
+	// it, or takes it over when its lease expired or its HostID is
+	// n.HostID (the same data dir), and sets n.Epoch (the last + 1),
+	// n.State (a draining node stays draining) and the times. The lease
+	// runs ttl. Errors: errdefs.ErrConflict when
+	// another node holds the name with a live lease, or a live node has a
+	// different Protocol.
+	JoinNode(ctx context.Context, n *Node, ttl time.Duration) error
+	// HeartbeatNode renews the lease of node name at epoch for ttl and
+	// replaces its capacity. errdefs.ErrConflict (the node was fenced)
+	// when the record's epoch is no longer epoch: another process took
+	// the name over.
+	HeartbeatNode(ctx context.Context, name string, epoch int64, c api.NodeCapacity, ttl time.Duration) error
+	// LeaveNode ends the lease of node name at epoch now and records it
+	// stopped; a record at another epoch is left alone.
+	LeaveNode(ctx context.Context, name string, epoch int64) error
+	// ListNodes returns every node record, by name.
+	ListNodes(ctx context.Context) ([]*Node, error)
 }
 
 // Store persists records. Methods are safe for concurrent use.

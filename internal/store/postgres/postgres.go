@@ -234,7 +234,7 @@ func collect[T any](rows pgx.Rows, err error, scan func(row) (*T, error)) ([]*T,
 
 const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
 	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time,
-	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets`
+	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets, node`
 
 func scanSandbox(r row) (*store.Sandbox, error) {
 	var sb store.Sandbox
@@ -244,7 +244,7 @@ func scanSandbox(r row) (*store.Sandbox, error) {
 	if err := r.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
 		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
 		&sb.DiskSource, &sb.Pooled, &sb.CreateTime, &sb.UpdateTime, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive,
-		&st, &sb.Owner, &secrets); err != nil {
+		&st, &sb.Owner, &secrets, &sb.Node); err != nil {
 		return nil, err
 	}
 	if secrets != nil {
@@ -282,7 +282,7 @@ func sandboxArgs(sb *store.Sandbox) ([]any, error) {
 	return []any{sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB,
 		sb.DiskMB, env, labels, network, vols, sb.TimeoutMS, sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource,
 		sb.Pooled, sb.CreateTime.UTC(), sb.UpdateTime.UTC(), sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive,
-		optTime(sb.SuspendTime), sb.Owner, secrets}, nil
+		optTime(sb.SuspendTime), sb.Owner, secrets, sb.Node}, nil
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -364,6 +364,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 	}
 	if f.Owners != nil {
 		q += ` AND owner = ANY(` + arg(f.Owners) + `)`
+	}
+	if f.Node != "" {
+		q += ` AND node = ` + arg(f.Node)
 	}
 	if len(f.Labels) > 0 {
 		want, err := jsonOf(f.Labels)

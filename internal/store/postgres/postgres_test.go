@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
@@ -148,5 +149,66 @@ func TestOutage(t *testing.T) {
 	err = s.CreateSandbox(ctx, &store.Sandbox{ID: "sbx_2", Name: "kept", State: "running", Image: "default", CPUs: 1, MemoryMB: 256})
 	if !errors.Is(err, errdefs.ErrNameTaken) || s.Outage() != nil {
 		t.Fatalf("a taken name: %v, outage %v", err, s.Outage())
+	}
+}
+
+// TestNodes: the nodes table is a set of leases. A name held by a live
+// node is refused to another data dir, taken over at once by the same data
+// dir (a restarted sbxd) and by anyone once the lease expired; each join
+// takes a new epoch and fences the last one's heartbeats; a node that left
+// is stopped, one whose lease ran out is lost; a node of another cluster
+// protocol is refused while a live node speaks another.
+func TestNodes(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, pgtest.URL(t))
+	ttl := 2 * time.Second
+	a := &store.Node{Name: "a", URL: "http://127.0.0.1:1", HostID: "host-a", Version: "v1", Protocol: 1}
+	if err := s.JoinNode(ctx, a, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if a.Epoch != 1 || a.State != api.NodeActive || !a.Live {
+		t.Fatalf("joined: %+v", a)
+	}
+	thief := &store.Node{Name: "a", URL: "http://127.0.0.1:2", HostID: "host-b", Version: "v1", Protocol: 1}
+	err := s.JoinNode(ctx, thief, ttl)
+	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("a second data dir took a live node's name: %v", err)
+	}
+	restarted := &store.Node{Name: "a", URL: "http://127.0.0.1:1", HostID: "host-a", Version: "v2", Protocol: 1}
+	if err := s.JoinNode(ctx, restarted, ttl); err != nil || restarted.Epoch != 2 {
+		t.Fatalf("the same data dir rejoining: %+v %v", restarted, err)
+	}
+	if err := s.HeartbeatNode(ctx, "a", 1, api.NodeCapacity{}, ttl); !errdefs.IsConflict(err) {
+		t.Fatalf("a heartbeat at a taken-over epoch: %v, want fenced", err)
+	}
+	cap := api.NodeCapacity{CPUs: 2, Sandboxes: 3, Images: []string{"img1"}}
+	if err := s.HeartbeatNode(ctx, "a", 2, cap, ttl); err != nil {
+		t.Fatal(err)
+	}
+	other := &store.Node{Name: "b", HostID: "host-b", Version: "v9", Protocol: 2}
+	if err := s.JoinNode(ctx, other, ttl); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "protocol") {
+		t.Fatalf("a node of another protocol joined: %v", err)
+	}
+	b := &store.Node{Name: "b", HostID: "host-b", Version: "v1", Protocol: 1}
+	if err := s.JoinNode(ctx, b, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LeaveNode(ctx, "b", b.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl + 200*time.Millisecond)
+	nodes, err := s.ListNodes(ctx)
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("list: %v %v", nodes, err)
+	}
+	if n := nodes[0]; n.Name != "a" || n.State != api.NodeLost || n.Live || n.Capacity.Sandboxes != 3 || n.Version != "v2" {
+		t.Fatalf("a, its lease run out: %+v", n)
+	}
+	if n := nodes[1]; n.Name != "b" || n.State != api.NodeStopped {
+		t.Fatalf("b, left: %+v", n)
+	}
+	// Once a's lease ran out, another data dir may take the name.
+	if err := s.JoinNode(ctx, thief, ttl); err != nil || thief.Epoch != 3 {
+		t.Fatalf("taking over an expired name: %+v %v", thief, err)
 	}
 }

@@ -104,7 +104,7 @@ func isUnique(err error) bool {
 
 const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
 	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time,
-	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets`
+	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets, node`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var sb store.Sandbox
@@ -112,7 +112,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var state string
 	if err := row.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
 		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
-		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st, &sb.Owner, &secrets); err != nil {
+		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st, &sb.Owner, &secrets, &sb.Node); err != nil {
 		return nil, err
 	}
 	if secrets != "" {
@@ -140,11 +140,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	}
 	sb.UpdateTime = now
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
-		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets))
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets), sb.Node)
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -200,6 +200,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		var c string
 		c, args = inList("owner", f.Owners, args)
 		q += ` AND ` + c
+	}
+	if f.Node != "" {
+		q += ` AND node = ?`
+		args = append(args, f.Node)
 	}
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY create_time, id`, args...)
 	if err != nil {
@@ -257,11 +261,11 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, state_reason = ?,
 		image = ?, image_id = ?, cpus = ?, memory_mb = ?, disk_mb = ?, env = ?, labels = ?, network = ?, volumes = ?, timeout_ms = ?,
 		source_sandbox = ?, source_snapshot = ?, disk_source = ?, pooled = ?, create_time = ?, update_time = ?,
-		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ?, owner = ?, secrets = ? WHERE id = ?`,
+		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ?, owner = ?, secrets = ?, node = ? WHERE id = ?`,
 		sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
-		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets), sb.ID)
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets), sb.Node, sb.ID)
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("LimitSuspensions", func(t *testing.T) { testLimitSuspensions(t, open(t)) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, open(t)) })
 	t.Run("Owners", func(t *testing.T) { testOwners(t, open(t)) })
+	t.Run("Nodes", func(t *testing.T) { testSandboxNodes(t, open(t)) })
 	t.Run("Secrets", func(t *testing.T) { testSecrets(t, open(t)) })
 }
 
@@ -89,6 +90,33 @@ func testKeys(t *testing.T, s store.Store) {
 	}
 	if l, err := s.ListKeys(ctx, true); err != nil || len(l) != 3 {
 		t.Fatalf("all keys: %v %v", l, err)
+	}
+}
+
+// testSandboxNodes: a sandbox's node is kept, changed by an update (a
+// suspend clears it, a resume elsewhere sets another), and selects.
+func testSandboxNodes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for i, node := range []string{"a", "b", "a", ""} {
+		sb := &store.Sandbox{ID: fmt.Sprintf("sbx_%d", i), Name: fmt.Sprintf("s%d", i), State: api.StateRunning,
+			Image: "default", CPUs: 1, MemoryMB: 256, Node: node}
+		if err := s.CreateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := s.GetSandbox(ctx, "s1")
+	if err != nil || sb.Node != "b" {
+		t.Fatalf("%+v %v", sb, err)
+	}
+	sb.Node = ""
+	if err := s.UpdateSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	for node, want := range map[string]int{"a": 2, "b": 0, "": 4} {
+		l, err := s.ListSandboxes(ctx, store.SandboxFilter{Node: node})
+		if err != nil || len(l) != want {
+			t.Fatalf("on node %q: %d %v, want %d", node, len(l), err, want)
+		}
 	}
 }
 

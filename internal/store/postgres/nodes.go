@@ -1,0 +1,134 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+var _ store.Cluster = (*Store)(nil)
+
+const nodeCols = `name, url, host_id, version, protocol, epoch, state, draining, lease_expire_time > now(),
+	join_time, heartbeat_time, lease_expire_time, capacity`
+
+func scanNode(r row) (*store.Node, error) {
+	var n store.Node
+	var state string
+	var draining bool
+	var capacity []byte
+	if err := r.Scan(&n.Name, &n.URL, &n.HostID, &n.Version, &n.Protocol, &n.Epoch, &state, &draining, &n.Live,
+		&n.JoinTime, &n.HeartbeatTime, &n.LeaseExpireTime, &capacity); err != nil {
+		return nil, err
+	}
+	switch {
+	case state == string(api.NodeStopped) && !n.Live:
+		n.State = api.NodeStopped
+	case !n.Live:
+		n.State = api.NodeLost
+	case draining:
+		n.State = api.NodeDraining
+	default:
+		n.State = api.NodeActive
+	}
+	n.JoinTime, n.HeartbeatTime, n.LeaseExpireTime = n.JoinTime.UTC(), n.HeartbeatTime.UTC(), n.LeaseExpireTime.UTC()
+	if err := json.Unmarshal(capacity, &n.Capacity); err != nil {
+		return nil, fmt.Errorf("node %s: corrupt capacity: %w", n.Name, err)
+	}
+	return &n, nil
+}
+
+// JoinNode implements store.Cluster, in one transaction that locks the
+// nodes table against other joins (so that two nodes of different
+// protocols joining at once cannot both pass the check).
+func (s *Store) JoinNode(ctx context.Context, n *store.Node, ttl time.Duration) error {
+	capacity, err := jsonOf(n.Capacity)
+	if err != nil {
+		return err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE nodes IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+		return err
+	}
+	var other string
+	var otherProto int
+	var otherVersion string
+	err = tx.QueryRow(ctx, `SELECT name, protocol, version FROM nodes
+		WHERE lease_expire_time > now() AND protocol <> $1 AND name <> $2 ORDER BY name LIMIT 1`,
+		n.Protocol, n.Name).Scan(&other, &otherProto, &otherVersion)
+	switch {
+	case err == nil:
+		return errdefs.Conflictf("node %s (sbx %s) speaks cluster protocol %d and live node %s (sbx %s) speaks %d: nodes of one cluster must speak the same (stop every node, then start the new version)",
+			n.Name, n.Version, n.Protocol, other, otherVersion, otherProto)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return err
+	}
+	row := tx.QueryRow(ctx, `INSERT INTO nodes (name, url, host_id, version, protocol, epoch, state,
+			join_time, heartbeat_time, lease_expire_time, capacity)
+		VALUES ($1, $2, $3, $4, $5, 1, 'active', now(), now(), now() + $6 * interval '1 millisecond', $7)
+		ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, host_id = EXCLUDED.host_id,
+			version = EXCLUDED.version, protocol = EXCLUDED.protocol, epoch = nodes.epoch + 1,
+			state = 'active',
+			join_time = now(), heartbeat_time = now(), lease_expire_time = EXCLUDED.lease_expire_time,
+			capacity = EXCLUDED.capacity
+		WHERE nodes.lease_expire_time <= now() OR nodes.host_id = EXCLUDED.host_id
+		RETURNING `+nodeCols, n.Name, n.URL, n.HostID, n.Version, n.Protocol, ttl.Milliseconds(), capacity)
+	got, err := scanNode(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var url string
+		var left time.Duration
+		_ = tx.QueryRow(ctx, `SELECT url, EXTRACT(EPOCH FROM lease_expire_time - now()) * interval '1 second' FROM nodes WHERE name = $1`, n.Name).Scan(&url, &left)
+		return errdefs.Conflictf("node name %s is held by another sbxd (advertised at %q; its lease runs %s more): give this one another --node, or stop that one",
+			n.Name, url, left.Round(time.Second))
+	}
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	*n = *got
+	return nil
+}
+
+// HeartbeatNode implements store.Cluster.
+func (s *Store) HeartbeatNode(ctx context.Context, name string, epoch int64, c api.NodeCapacity, ttl time.Duration) error {
+	capacity, err := jsonOf(c)
+	if err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET heartbeat_time = now(),
+		lease_expire_time = now() + $3 * interval '1 millisecond', capacity = $4
+		WHERE name = $1 AND epoch = $2`, name, epoch, ttl.Milliseconds(), capacity)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return errdefs.Conflictf("node %s at epoch %d was taken over by another sbxd (fenced)", name, epoch)
+	}
+	return nil
+}
+
+// LeaveNode implements store.Cluster.
+func (s *Store) LeaveNode(ctx context.Context, name string, epoch int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE nodes SET state = 'stopped', lease_expire_time = now()
+		WHERE name = $1 AND epoch = $2`, name, epoch)
+	return err
+}
+
+// ListNodes implements store.Cluster.
+func (s *Store) ListNodes(ctx context.Context) ([]*store.Node, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+nodeCols+` FROM nodes ORDER BY name`)
+	return collect(rows, err, scanNode)
+}
