@@ -124,7 +124,7 @@ func (a *app) root() *cobra.Command {
 		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
 		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(), a.portsCmd(),
 		a.suspendCmd(), a.resumeCmd(), a.eventCmd(), a.eventsCmd(), a.updateCmd(),
-		a.netCmd(), a.secretCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.usageCmd(), a.limitCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd(), a.classifyCmd())
+		a.netCmd(), a.secretCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.usageCmd(), a.limitCmd(), a.nodesCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd(), a.classifyCmd())
 	root.AddCommand(a.keyCmd())
 	for _, c := range root.Commands() {
 		if c.HasSubCommands() && !c.Runnable() {
@@ -234,20 +234,36 @@ func labelString(l map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-func (a *app) sandboxRows(sbs []*client.Sandbox) [][]string {
+// sandboxTable prints one row per sandbox; with a NODE column when sbxd is
+// a cluster's node (a sandbox has a node; a suspended one shows "-").
+func (a *app) sandboxTable(sbs []*client.Sandbox) {
+	clustered := false
+	for _, sb := range sbs {
+		clustered = clustered || sb.Node != ""
+	}
 	var rows [][]string
 	for _, sb := range sbs {
 		state := string(sb.State)
 		if sb.StateReason != "" {
 			state += " (" + strings.SplitN(sb.StateReason, ":", 2)[0] + ")"
 		}
-		rows = append(rows, []string{sb.Name, sb.ID, state, sb.Image, fmt.Sprintf("%g", sb.CPUs),
-			fmt.Sprintf("%d", sb.MemoryMB), age(sb.CreateTime), labelString(sb.Labels)})
+		row := []string{sb.Name, sb.ID, state}
+		if clustered {
+			node := sb.Node
+			if node == "" {
+				node = "-"
+			}
+			row = append(row, node)
+		}
+		rows = append(rows, append(row, sb.Image, fmt.Sprintf("%g", sb.CPUs),
+			fmt.Sprintf("%d", sb.MemoryMB), age(sb.CreateTime), labelString(sb.Labels)))
 	}
-	return rows
+	header := "NAME\tID\tSTATE\tIMAGE\tCPUS\tMEMORY_MB\tAGE\tLABELS"
+	if clustered {
+		header = "NAME\tID\tSTATE\tNODE\tIMAGE\tCPUS\tMEMORY_MB\tAGE\tLABELS"
+	}
+	a.table(header, rows)
 }
-
-const sandboxHeader = "NAME\tID\tSTATE\tIMAGE\tCPUS\tMEMORY_MB\tAGE\tLABELS"
 
 func (a *app) createCmd() *cobra.Command {
 	var req api.CreateSandboxRequest
@@ -341,7 +357,7 @@ func (a *app) lsCmd() *cobra.Command {
 				}
 				return a.printJSON(out)
 			}
-			a.table(sandboxHeader, a.sandboxRows(sbs))
+			a.sandboxTable(sbs)
 			return nil
 		},
 	}
@@ -366,7 +382,7 @@ func (a *app) getCmd() *cobra.Command {
 			if a.output == "json" {
 				return a.printJSON(sb.Sandbox)
 			}
-			a.table(sandboxHeader, a.sandboxRows([]*client.Sandbox{sb}))
+			a.sandboxTable([]*client.Sandbox{sb})
 			if sb.StateReason != "" {
 				fmt.Fprintf(a.stdout, "\nstate reason: %s\n", sb.StateReason)
 			}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/blob"
+	"github.com/sbxhq/sbx/internal/cluster"
 	"github.com/sbxhq/sbx/internal/console"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/engine"
@@ -149,6 +151,17 @@ type Config struct {
 	// stored bytes are sampled (a Go duration, default "30s"); every stop,
 	// suspend and delete takes a reading too.
 	UsageInterval string `json:"usage_interval"`
+	// Node is this sbxd's name among the nodes sharing its PostgreSQL
+	// store ([a-z0-9][a-z0-9.-]{0,62}; default the host name, lowercased).
+	// Ignored with the SQLite store (one node).
+	Node string `json:"node"`
+	// Advertise is the URL other nodes reach this node's API at
+	// (http://host:port); default http://LISTEN when Listen names a host.
+	Advertise string `json:"advertise"`
+	// NodeLeaseTTL is how long a node's lease runs without a heartbeat (a
+	// Go duration, default "15s"): a node that died counts as lost this
+	// long after its last heartbeat.
+	NodeLeaseTTL string `json:"node_lease_ttl"`
 }
 
 // Defaults returns the built-in configuration.
@@ -192,7 +205,7 @@ func (c *Config) LoadFile(path string) error {
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
 // SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
 // SBX_BLOB_STORE, SBX_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS, SBX_USAGE_INTERVAL,
-// SBX_HOT_IMAGE_BYTES.
+// SBX_HOT_IMAGE_BYTES, SBX_NODE, SBX_ADVERTISE.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
@@ -203,6 +216,8 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_CAPTURE_TIMEOUT": &c.CaptureTimeout,
 		"SBX_LAYERS":          &c.Layers,
 		"SBX_USAGE_INTERVAL":  &c.UsageInterval,
+		"SBX_NODE":            &c.Node,
+		"SBX_ADVERTISE":       &c.Advertise,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -320,6 +335,21 @@ func (c *Config) Validate() error {
 	if c.Store != "" && !postgres.IsURL(c.Store) {
 		errs = append(errs, errors.New("store: want a postgres:// URL (or nothing, for SQLite in the data dir)"))
 	}
+	if c.Node != "" {
+		if err := cluster.ValidName(c.Node); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Advertise != "" {
+		if u, err := url.Parse(c.Advertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			errs = append(errs, fmt.Errorf("advertise %q: want http://host:port or https://host:port", c.Advertise))
+		}
+	}
+	if c.NodeLeaseTTL != "" {
+		if d, err := time.ParseDuration(c.NodeLeaseTTL); err != nil || d < time.Second {
+			errs = append(errs, fmt.Errorf("node lease ttl %q: want a duration of 1s or more, such as 15s", c.NodeLeaseTTL))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -432,6 +462,48 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	return st, "postgres " + st.Name(), nil
 }
 
+// joinCluster joins the nodes table when the store is shared
+// (store.Cluster: PostgreSQL) and returns the membership; nil with the
+// SQLite store. Errors: no usable node name; the name held by another
+// live sbxd, or a live node of another cluster protocol
+// (errdefs.ErrConflict); the store's.
+func joinCluster(ctx context.Context, cfg Config, st store.Store, capacity func(context.Context) api.NodeCapacity, log *slog.Logger) (*cluster.Member, error) {
+	cl, ok := st.(store.Cluster)
+	if !ok {
+		return nil, nil
+	}
+	name := cfg.Node
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("node name: %w (give --node)", err)
+		}
+		name = strings.ToLower(h)
+		if cluster.ValidName(name) != nil {
+			return nil, fmt.Errorf("the host name %q is not a node name ([a-z0-9][a-z0-9.-]{0,62}): give --node", h)
+		}
+	}
+	ttl, _ := time.ParseDuration(cfg.NodeLeaseTTL)
+	return cluster.Join(ctx, cl, cluster.Config{Name: name, URL: advertiseURL(cfg), DataDir: cfg.DataDir,
+		Version: server.Version, LeaseTTL: ttl, Capacity: capacity}, log)
+}
+
+// advertiseURL is the URL other nodes reach this one at: Advertise, or
+// http://LISTEN when Listen names a host (not 0.0.0.0 or ::), else "".
+func advertiseURL(cfg Config) string {
+	if cfg.Advertise != "" {
+		return strings.TrimSuffix(cfg.Advertise, "/")
+	}
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil || host == "" {
+		return ""
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		return ""
+	}
+	return "http://" + cfg.Listen
+}
+
 // lockDataDir takes an exclusive flock on DIR/sbxd.lock, so that two sbxd
 // never manage the same sandboxes, and writes this process's pid into it
 // ("1234\n"): whoever holds the lock is the data dir's sbxd, however it
@@ -498,6 +570,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
+	// eng is set below; the heartbeat reads its capacity once it is.
+	var eng *engine.Engine
+	member, err := joinCluster(ctx, cfg, st, func(ctx context.Context) api.NodeCapacity {
+		if eng == nil {
+			return api.NodeCapacity{}
+		}
+		return eng.NodeCapacity(ctx)
+	}, log)
+	if err != nil {
+		return err
+	}
+	nodeName, nodeURL := "", ""
+	if member != nil {
+		nodeName, nodeURL = member.Name(), advertiseURL(cfg)
+		// A clean stop leaves the cluster: the node shows stopped, not lost.
+		defer func() {
+			if err := member.Leave(); err != nil {
+				log.Warn("leave the cluster", "err", err)
+			}
+		}()
+	}
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: cfg.Runsc, Root: filepath.Join(cfg.DataDir, "runsc"), Platform: cfg.Platform,
 		DebugLogDir: cfg.RunscDebugLogDir,
@@ -534,7 +627,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	eng, err := engine.New(engine.Config{
+	eng, err = engine.New(engine.Config{
 		DataDir: cfg.DataDir, AgentBin: agentBin, PoolSize: cfg.PoolSize,
 		DefaultCPUs: cfg.DefaultCPUs, DefaultMemoryMB: cfg.DefaultMemoryMB, Faults: faults,
 		EventRetention: retention, EventLimits: cfg.EventLimits, BackgroundRestore: cfg.BackgroundRestore == nil || *cfg.BackgroundRestore,
@@ -544,6 +637,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes, HotImageBytes: hotImageBytes(cfg.HotImageBytes),
 		DeliveryMaxBytes: cfg.DeliveryMaxBytes,
 		Prices:           cfg.Prices, UsageInterval: usageInterval,
+		Node: nodeName, NodeURL: nodeURL, Version: server.Version,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err
@@ -592,11 +686,24 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		serve(ln, true)
 		log.Info("listening", "addr", ln.Addr().String())
 	}
+	fenced := make(<-chan struct{})
+	if member != nil {
+		// The join published no capacity (the engine did not exist yet).
+		if err := member.Heartbeat(ctx); err != nil {
+			return err
+		}
+		go member.Run(ctx)
+		fenced = member.Fenced()
+		log.Info("joined the cluster", "node", member.Name(), "epoch", member.Epoch(), "advertise", nodeURL)
+	}
 	kind, _, _, _ := eng.DiskLayers()
 	log.Info("sbxd ready", "runtime", eng.Runtime(), "layers", kind, "data_dir", cfg.DataDir, "pool", cfg.PoolSize, "blob_store", blobs.Name(), "store", storeName)
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case <-fenced:
+		// Another sbxd took this node's name over: it acts for the node now.
+		err = fmt.Errorf("node %s was taken over by another sbxd (a higher epoch): this one stops", member.Name())
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()

@@ -96,18 +96,24 @@ type Config struct {
 	// Faults pause named points of operations (SBX_FAULTS, for crash
 	// tests); empty in production.
 	Faults map[string]time.Duration
+	// Node is this sbxd's node name in a cluster (its sandboxes' Node),
+	// "" on a single sbxd; NodeURL the URL it advertises; Version the sbx
+	// version it runs.
+	Node, NodeURL, Version string
 }
 
 // Engine runs sandboxes.
 type Engine struct {
-	cfg    Config
-	st     store.Store
-	rt     runtime.Runtime
-	images *disk.Images
-	layers *disk.Layers
-	blobs  blob.Store
-	net    Network
-	log    *slog.Logger
+	cfg Config
+	// started is when New made the engine.
+	started time.Time
+	st      store.Store
+	rt      runtime.Runtime
+	images  *disk.Images
+	layers  *disk.Layers
+	blobs   blob.Store
+	net     Network
+	log     *slog.Logger
 	// mountRunDir makes a sandbox's /.sbx/run dir: disk.MountRunDir, a
 	// tmpfs. Only the engine's unit tests change it (a plain directory,
 	// without root).
@@ -239,6 +245,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	}
 	e := &Engine{
 		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log,
+		started:      time.Now(),
 		layers:       layers,
 		mountRunDir:  disk.MountRunDir,
 		host:         host,

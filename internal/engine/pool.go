@@ -124,7 +124,7 @@ func (p *pool) fill(ctx context.Context) {
 	n -= p.trim(ctx)
 	for ; n < p.size && ctx.Err() == nil; n++ {
 		sb := &store.Sandbox{
-			ID: newID(), State: api.StateCreating, Image: disk.DefaultImage, ImageID: want.imageID,
+			ID: newID(), Node: p.e.cfg.Node, State: api.StateCreating, Image: disk.DefaultImage, ImageID: want.imageID,
 			CPUs: want.cpus, MemoryMB: want.memoryMB, DiskMB: want.diskMB, Pooled: true,
 			// Offline until claimed: the claim gives it the caller's rules.
 			Network: api.NetworkRules{Allow: []string{}, Deny: []string{}, Connect: []string{}},

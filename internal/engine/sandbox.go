@@ -138,7 +138,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		rules = normalizeNetwork(*req.Network)
 	}
 	sb := &store.Sandbox{
-		ID: newID(), Name: req.Name, State: api.StateCreating, Image: img.Name, ImageID: img.ID,
+		ID: newID(), Node: e.cfg.Node, Name: req.Name, State: api.StateCreating, Image: img.Name, ImageID: img.ID,
 		CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Env: req.Env, Labels: req.Labels,
 		Network: rules,
 		Volumes: req.Volumes, TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,

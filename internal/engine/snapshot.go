@@ -469,7 +469,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 		network = *req.Network
 	}
 	sb := &store.Sandbox{
-		ID: newID(), Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
+		ID: newID(), Node: e.cfg.Node, Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
 		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, DiskMB: sh.DiskMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
 		CreateTime: time.Now().UTC(), Owner: CallerOf(ctx).KeyID,

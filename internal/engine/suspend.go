@@ -201,6 +201,7 @@ func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, w
 	step("checkpoint snapshots")
 	sb.State, sb.StateReason = api.StateSuspended, reason
 	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = snapID, wakeOn, time.Now().UTC()
+	sb.Node = "" // any node may wake it
 	err := e.st.UpdateSandbox(ctx, sb)
 	step("record")
 	return err
@@ -297,6 +298,7 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	e.fault("resume:restored")
 	sb.State, sb.StateReason = api.StateRunning, ""
 	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = "", "", time.Time{}
+	sb.Node = e.cfg.Node
 	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
 		undo()
 		return failed(err)

@@ -131,7 +131,7 @@ var goTypes = map[string]any{
 	"Port": api.Port{}, "DeliveryRequest": api.DeliveryRequest{}, "Delivery": api.Delivery{}, "Teardown": api.Teardown{},
 	"Usage": api.Usage{}, "UsageEntry": api.UsageEntry{}, "UsagePrices": api.UsagePrices{}, "KeyLimitRequest": api.KeyLimitRequest{},
 	"FileWritten": FileWritten{}, "ArchiveWritten": ArchiveWritten{},
-	"CreateKeyRequest": api.CreateKeyRequest{}, "Key": api.Key{}, "CreatedKey": api.CreatedKey{},
+	"CreateKeyRequest": api.CreateKeyRequest{}, "Key": api.Key{}, "Node": api.Node{}, "NodeCapacity": api.NodeCapacity{}, "CreatedKey": api.CreatedKey{},
 	"Secret": api.Secret{}, "SecretRule": api.SecretRule{}, "SecretInfo": api.SecretInfo{}, "SecretList": api.SecretList{},
 	"SetSecretsRequest": api.SetSecretsRequest{}, "PutSecretRequest": api.PutSecretRequest{}, "SecretUse": api.SecretUse{},
 	"GitUndo": api.GitUndo{}, "ClassifyRequest": api.ClassifyRequest{}, "ClassifyResult": api.ClassifyResult{},

@@ -40,6 +40,7 @@ func toAPI(sb *store.Sandbox) api.Sandbox {
 	if sb.SourceSandbox != "" || sb.SourceSnapshot != "" {
 		out.Source = &api.Source{Sandbox: sb.SourceSandbox, Snapshot: sb.SourceSnapshot}
 	}
+	out.Node = sb.Node
 	return out
 }
 

@@ -191,6 +191,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/deliveries/{id}/archive", s.deliveryArchive)
 	m.HandleFunc("POST /v1/classify", s.classify)
 	m.HandleFunc("GET /v1/usage", s.usage)
+	m.HandleFunc("GET /v1/nodes", s.listNodes)
 	m.HandleFunc("GET /v1/snapshots", s.listSnapshots)
 	m.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
 	m.HandleFunc("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
@@ -373,6 +374,16 @@ func (w *statusWriter) Flush() {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// listNodes answers the cluster's nodes (an admin key's request).
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := s.eng.Nodes(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, nodes)
+}
 
 // errorOf turns err into the API's error body: the class's code, and the
 // message for classified errors; internal errors get a generic message and

@@ -20,11 +20,25 @@ import (
 // clear error, and so is a database that cannot be reached.
 func TestPostgresStore(t *testing.T) {
 	url := pgtest.URL(t)
-	d := second(t, "--pool", "0", "--store", url)
+	d := second(t, "--pool", "0", "--store", url, "--node", "e2e-a", "--advertise", "http://127.0.0.1:1")
 	ctx := ctxT(t)
 	sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "pg", Labels: map[string]string{"store": "pg"}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// sbxd on PostgreSQL is a cluster's node: it lists itself, with the
+	// sandbox and its image, and the sandbox names it.
+	if sb.Node != "e2e-a" {
+		t.Fatalf("the sandbox's node: %q, want e2e-a", sb.Node)
+	}
+	nodes, err := d.c.Nodes(ctx)
+	if err != nil || len(nodes) != 1 {
+		t.Fatalf("nodes: %+v %v", nodes, err)
+	}
+	if n := nodes[0]; n.Name != "e2e-a" || !n.Self || n.State != api.NodeActive || n.URL != "http://127.0.0.1:1" ||
+		n.Epoch != 1 || n.LeaseExpireTime == nil || n.Capacity.CPUs < 1 || n.Capacity.MemoryBytes <= 0 ||
+		n.Capacity.Sandboxes != 1 || len(n.Capacity.Images) != 1 {
+		t.Fatalf("the node: %+v", n)
 	}
 	mustSh(t, sb, "mkdir -p /workspace && echo one > /workspace/f")
 	if _, err := sb.Checkpoint(ctx, "one"); err != nil {
@@ -34,8 +48,13 @@ func TestPostgresStore(t *testing.T) {
 
 	d.restart(t, true)
 	sb, err = d.c.Sandboxes.Get(ctx, "pg")
-	if err != nil || sb.State != api.StateRunning {
+	if err != nil || sb.State != api.StateRunning || sb.Node != "e2e-a" {
 		t.Fatalf("after a SIGKILL of sbxd: %+v %v", sb, err)
+	}
+	// The restart on the same data dir took the node over at once, at a
+	// new epoch.
+	if nodes, err := d.c.Nodes(ctx); err != nil || nodes[0].Epoch != 2 || nodes[0].State != api.NodeActive {
+		t.Fatalf("nodes after the restart: %+v %v", nodes, err)
 	}
 	if got := mustSh(t, sb, "cat /workspace/f"); got != "two\n" {
 		t.Fatalf("after the restart: %q", got)

@@ -18,7 +18,7 @@ from ._transport import NDJSON, J, L, R, Progress, Reply, Transport, iter_lines,
 from .errors import ConnectionFailed, ProtocolError, SandboxNotFound, SbxError, error_for
 from .pty import Pty
 from .types import (Checkpoint, CreatedKey, Delivery, Diff, Event, EventResult, ExecEvent, ExecResult, FileInfo,
-                    Health, Image, Key, NetworkLog, NetworkRules, Port, Process, SandboxInfo, Secret, SecretInfo,
+                    Health, Image, Key, NetworkLog, NetworkRules, Node, Port, Process, SandboxInfo, Secret, SecretInfo,
                     SecretRule, Snapshot, Usage, Volume, rules_to_dict, secret_to_dict)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,6 +131,13 @@ class RuntimeOps:
     def health(self) -> Health:
         """``GET /v1/health``."""
         return Health.from_dict((yield J("GET", "/v1/health")))
+
+    @op
+    def nodes(self) -> List[Node]:
+        """The nodes of the cluster sbxd belongs to, by name (``GET /v1/nodes``).
+
+        A single sbxd lists itself alone. Admin keys only (Forbidden)."""
+        return [Node.from_dict(n) for n in (yield J("GET", "/v1/nodes")) or []]
 
     # --- sandboxes --------------------------------------------------------
 

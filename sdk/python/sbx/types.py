@@ -44,6 +44,8 @@ __all__ = [
     "Image",
     "Health",
     "HostCapacity",
+    "NodeCapacity",
+    "Node",
     "wire_schema",
     "Teardown",
     "Delivery",
@@ -312,6 +314,7 @@ class SandboxInfo(_Model):
     suspend_time: Optional[datetime] = None
     create_time: Optional[datetime] = None
     source: Optional[Source] = None
+    node: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -718,6 +721,48 @@ class HostCapacity(_Model):
     def from_dict(cls, obj: Any) -> Optional["HostCapacity"]:  # type: ignore[override]
         """Build from a JSON object; ``None`` when absent."""
         return _build(cls, obj) if isinstance(obj, dict) else None
+
+
+@_wire("NodeCapacity", ("cpus", "memory_bytes", "free_memory_bytes", "sandboxes", "images", "snapshot_images"))
+@dataclass
+class NodeCapacity(_Model):
+    """What a node published for placement: the machine's ``cpus``,
+    ``memory_bytes`` and ``free_memory_bytes`` (MemAvailable), its
+    ``sandboxes`` (warm pool left out), and the ids of the ``images`` and
+    ``snapshot_images`` (memory images) it holds locally."""
+
+    cpus: int = 0
+    memory_bytes: int = 0
+    free_memory_bytes: int = 0
+    sandboxes: int = 0
+    images: List[str] = field(default_factory=list)
+    snapshot_images: List[str] = field(default_factory=list)
+
+
+@_wire("Node", ("name", "url", "state", "version", "protocol", "epoch", "self", "join_time", "heartbeat_time",
+        "lease_expire_time", "capacity"))
+@dataclass
+class Node(_Model):
+    """One sbxd node of ``GET /v1/nodes``.
+
+    ``state`` is ``active``, ``draining``, ``stopped`` (it left) or
+    ``lost`` (its lease ran out without it leaving); ``url`` is where the
+    other nodes reach it; ``epoch`` counts its joins; ``self`` marks the
+    node that answered. A single sbxd lists itself alone, with
+    ``heartbeat_time`` and ``lease_expire_time`` ``None``.
+    """
+
+    name: str = ""
+    url: str = ""
+    state: str = ""
+    version: str = ""
+    protocol: int = 0
+    epoch: int = 0
+    self: bool = False
+    join_time: Optional[datetime] = None
+    heartbeat_time: Optional[datetime] = None
+    lease_expire_time: Optional[datetime] = None
+    capacity: NodeCapacity = field(default_factory=NodeCapacity)
 
 
 @_wire("Health", ("status", "version", "runtime", "warm_sandboxes", "pid", "layers", "disk_quota", "default_disk_mb",

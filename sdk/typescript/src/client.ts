@@ -14,7 +14,7 @@ import { openPty, type AttachPtyOptions, type Pty, type PtyOptions } from './pty
 import type {
   Checkpoint, ClassifyResult, CreateKeyRequest, CreatedKey, CreateSandboxRequest, Delivery, DeliveryRequest, Diff, EventResult, ExecEvent, ExecResult, ExecUndoMode,
   FileInfo, ForkRequest, ForkResultWire, Health, Image, NetworkLog, NetworkRules, Port, ProcessInfo, Secret, SecretInfo, SecretRule,
-  Key, ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, Usage, UsageGroupBy, KeyLimitAnswer, WriteFileResult,
+  Key, Node, ProgressCallback, SandboxInfo, SbxEvent, Snapshot, SnapshotRequest, UpdateSandboxRequest, Usage, UsageGroupBy, KeyLimitAnswer, WriteFileResult,
 } from './types.js';
 import type { ExecRequest as WireExecRequest } from './types.gen.js';
 
@@ -406,6 +406,14 @@ export class Runtime {
     const time = (t?: Date | string) => (t instanceof Date ? t.toISOString().replace(/\.\d{3}Z$/, 'Z') : t || undefined);
     const query: Query = { since: time(o.since), until: time(o.until), groupBy: o.groupBy || undefined };
     return this.t.json<Usage>({ method: 'GET', path: '/v1/usage', query, signal: o.signal });
+  }
+
+  /**
+   * The nodes of the cluster sbxd belongs to, by name (`GET /v1/nodes`);
+   * a single sbxd lists itself alone. Admin keys only (ForbiddenError).
+   */
+  nodes(o: CallOptions = {}): Promise<Node[]> {
+    return this.t.json<Node[]>({ method: 'GET', path: '/v1/nodes', signal: o.signal });
   }
 
   /**

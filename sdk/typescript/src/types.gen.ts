@@ -71,6 +71,8 @@ export interface Sandbox {
   createTime: string;
   /** What the sandbox was forked or started from, or null. */
   source: Source | null;
+  /** The node it runs on, when sbxd is a cluster's node; absent on a single sbxd and while suspended. */
+  node?: string;
 }
 
 export interface Source {
@@ -442,6 +444,42 @@ export interface CreateKeyRequest {
    * Default: `false`.
    */
   admin?: boolean;
+}
+
+export interface Node {
+  /** sbxd --node; default the host name. */
+  name: string;
+  /** Where other nodes reach its API (sbxd --advertise); empty when it serves no TCP address. */
+  url: string;
+  /** `lost`: its lease ran out without it leaving (its sbxd or machine died, or it cannot reach the database). */
+  state: "active" | "draining" | "stopped" | "lost";
+  /** The sbx version it runs. */
+  version: string;
+  /** Its cluster protocol: every live node of a cluster has the same. */
+  protocol: number;
+  /** Counts the node's joins; a process whose epoch was taken over stops (fencing). */
+  epoch: number;
+  /** The node that answered. */
+  self: boolean;
+  joinTime: string;
+  /** Null on a single sbxd. */
+  heartbeatTime: string | null;
+  /** When it counts as lost unless it heartbeats; null on a single sbxd. */
+  leaseExpireTime: string | null;
+  capacity: NodeCapacity;
+}
+
+export interface NodeCapacity {
+  cpus: number;
+  memoryBytes: number;
+  /** MemAvailable of the node's kernel. */
+  freeMemoryBytes: number;
+  /** Sandboxes on the node, warm pool left out. */
+  sandboxes: number;
+  /** Ids of the images unpacked on the node. */
+  images: string[];
+  /** Ids of the snapshots whose memory image the node holds. */
+  snapshotImages: string[];
 }
 
 export interface Key {

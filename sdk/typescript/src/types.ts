@@ -65,6 +65,10 @@ export interface Usage extends G.Usage {}
 export interface UsageEntry extends G.UsageEntry {}
 /** sbxd's prices, in US dollars. */
 export interface UsagePrices extends G.UsagePrices {}
+/** One sbxd node of `GET /v1/nodes`. */
+export interface Node extends G.Node {}
+/** What a node published for placement. */
+export interface NodeCapacity extends G.NodeCapacity {}
 /** Counts of network decisions. */
 export interface NetworkCounts extends G.NetworkCounts {}
 /** One refused destination. */

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/errdefs"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// NodeCapacity is what this node publishes in its heartbeats for
+// placement: the host's CPUs and memory, what the sandboxes not suspended
+// hold of what admission allows, how many sandboxes it has, and which
+// images and snapshot memory images it holds locally.
+func (e *Engine) NodeCapacity(ctx context.Context) api.NodeCapacity {
+	c := api.NodeCapacity{CPUs: e.host.CPUs, MemoryBytes: e.host.MemoryBytes, FreeMemoryBytes: memAvailable(),
+		Images: []string{}, SnapshotImages: []string{}}
+	if u, err := e.nodeUsage(ctx); err == nil {
+		c.Sandboxes = u.Count
+	}
+	if imgs, err := e.images.List(ctx); err == nil {
+		for _, img := range imgs {
+			if _, err := os.Stat(e.images.RootFS(img.ID)); err == nil {
+				c.Images = append(c.Images, img.ID)
+			}
+		}
+	}
+	if ents, err := os.ReadDir(e.hotDir()); err == nil {
+		for _, de := range ents {
+			if de.IsDir() && !strings.HasPrefix(de.Name(), ".") {
+				c.SnapshotImages = append(c.SnapshotImages, de.Name())
+			}
+		}
+	}
+	sort.Strings(c.Images)
+	sort.Strings(c.SnapshotImages)
+	return c
+}
+
+// nodeUsage is what the sandboxes of this node hold (store.SandboxUsage):
+// every sandbox's on a single sbxd.
+func (e *Engine) nodeUsage(ctx context.Context) (store.Usage, error) {
+	return e.st.SandboxUsage(ctx)
+}
+
+// memAvailable is /proc/meminfo's MemAvailable in bytes, 0 when unknown.
+func memAvailable() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// Nodes lists the nodes of the cluster this sbxd belongs to, by name, with
+// the one answering marked Self; a single sbxd (not a cluster's node)
+// lists itself alone, with no lease. The answering node's capacity is as
+// of now, the others' as of their last heartbeat. Errors:
+// ErrForbidden for a tenant key (nodes are the operator's); the store's.
+func (e *Engine) Nodes(ctx context.Context) ([]api.Node, error) {
+	if !CallerOf(ctx).Admin {
+		return nil, errdefs.New(errdefs.ErrForbidden, "nodes are the operator's: only an admin key may list them")
+	}
+	cl, ok := e.st.(store.Cluster)
+	if !ok || e.cfg.Node == "" {
+		name, _ := os.Hostname()
+		return []api.Node{{Name: name, URL: e.cfg.NodeURL, State: api.NodeActive, Version: e.cfg.Version,
+			Protocol: api.ClusterProtocol, Self: true, JoinTime: e.started.UTC(), Capacity: e.NodeCapacity(ctx)}}, nil
+	}
+	recs, err := cl.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Node, 0, len(recs))
+	for _, n := range recs {
+		hb, exp := n.HeartbeatTime, n.LeaseExpireTime
+		node := api.Node{Name: n.Name, URL: n.URL, State: n.State, Version: n.Version, Protocol: n.Protocol,
+			Epoch: n.Epoch, Self: n.Name == e.cfg.Node, JoinTime: n.JoinTime, HeartbeatTime: &hb,
+			LeaseExpireTime: &exp, Capacity: n.Capacity}
+		if node.Self {
+			// The answering node's capacity as of now, not as of its
+			// last heartbeat.
+			node.Capacity = e.NodeCapacity(ctx)
+		}
+		out = append(out, node)
+	}
+	return out, nil
+}
