@@ -72,8 +72,8 @@ type Config struct {
 	BlobStore string `json:"blob_store"`
 	// Store is where records live: "" (default) for the SQLite file
 	// DataDir/sbx.db, or a PostgreSQL URL, postgres://user[:password]@host[:port]/db[?sslmode=…]
-	// (libpq's URI; host=/run/postgresql for a Unix socket). One sbxd uses
-	// a PostgreSQL database at a time (see postgres.Store.LockSingleNode).
+	// (libpq's URI; host=/run/postgresql for a Unix socket). The sbxd that
+	// share one are the nodes of a cluster (Node, Advertise).
 	Store string `json:"store"`
 	// PoolSize is the number of warm sandboxes kept booted.
 	PoolSize int `json:"pool_size"`
@@ -441,9 +441,8 @@ func findAgent(configured string) (string, error) {
 }
 
 // openStore opens the record store cfg names: the SQLite file in the data
-// dir, or a PostgreSQL database, which it takes for this sbxd alone
-// (errdefs.ErrConflict when another sbxd holds it). It returns the store
-// and its name for logs (a URL's password left out).
+// dir, or a PostgreSQL database that sbxd nodes share (joinCluster). It
+// returns the store and its name for logs (a URL's password left out).
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, string, error) {
 	if cfg.Store == "" {
 		path := filepath.Join(cfg.DataDir, "sbx.db")
@@ -455,10 +454,6 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 		return nil, "", err
 	}
 	st.SetLogger(log)
-	if err := st.LockSingleNode(ctx); err != nil {
-		st.Close()
-		return nil, "", err
-	}
 	return st, "postgres " + st.Name(), nil
 }
 
@@ -637,7 +632,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes, HotImageBytes: hotImageBytes(cfg.HotImageBytes),
 		DeliveryMaxBytes: cfg.DeliveryMaxBytes,
 		Prices:           cfg.Prices, UsageInterval: usageInterval,
-		Node: nodeName, NodeURL: nodeURL, Version: server.Version,
+		Node: nodeName, NodeURL: nodeURL, Version: server.Version, SharedBlobs: cfg.BlobStore != "",
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err

@@ -120,7 +120,7 @@ func (e *Engine) admit(ctx context.Context, d demand) (release func(), err error
 		cpus += p.cpus * float64(left)
 		memMB += p.memMB * left
 	}
-	u, err := e.st.SandboxUsage(ctx)
+	u, err := e.st.SandboxUsage(ctx, e.cfg.Node)
 	if err != nil {
 		return nil, err
 	}

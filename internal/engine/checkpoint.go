@@ -431,7 +431,7 @@ func (e *Engine) restoreLocked(ctx context.Context, sb *store.Sandbox, cp *store
 	steps.add("stop", stopped.Sub(start))
 	opID := newOpID()
 	data, _ := json.Marshal(restoreOp{Seq: seq})
-	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "restore", Data: data}); err != nil {
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, Node: e.cfg.Node, SandboxID: sb.ID, Kind: "restore", Data: data}); err != nil {
 		return failed(err)
 	}
 	if fromSnapshot {
@@ -584,7 +584,7 @@ func (e *Engine) recoverRestore(ctx context.Context, op *store.Op) error {
 
 // recoverOps finishes or rolls back journalled operations after a crash.
 func (e *Engine) recoverOps(ctx context.Context) error {
-	ops, err := e.st.ListOps(ctx)
+	ops, err := e.st.ListOps(ctx, e.cfg.Node)
 	if err != nil {
 		return err
 	}

@@ -158,7 +158,7 @@ func TestFakeCowCheckpointRestore(t *testing.T) {
 	if out, code := f.run(t, "a", "cat", "work/b.txt"); code == 0 {
 		t.Fatalf("b.txt, made after the checkpoint, is still there: %q", out)
 	}
-	if ops, err := f.st.ListOps(ctx); err != nil || len(ops) != 0 {
+	if ops, err := f.st.ListOps(ctx, ""); err != nil || len(ops) != 0 {
 		t.Fatalf("journal after a restore: %v %v, want empty", ops, err)
 	}
 	if ids, _ := f.e.layers.IDs(); !slices.Equal(ids, []string{sb.ID}) {
@@ -448,7 +448,7 @@ func TestFakeCowRecoverRestore(t *testing.T) {
 			if s := g.readFile(t, "a", "/f"); s != want {
 				t.Fatalf("f after recovery: %q, want %q", s, want)
 			}
-			if ops, _ := g.st.ListOps(ctx); len(ops) != 0 {
+			if ops, _ := g.st.ListOps(ctx, ""); len(ops) != 0 {
 				t.Fatalf("journal after recovery: %d entries", len(ops))
 			}
 			des, err := os.ReadDir(g.e.layers.Dir())

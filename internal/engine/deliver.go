@@ -165,7 +165,7 @@ func (e *Engine) deliver(ctx context.Context, sb *store.Sandbox, req api.Deliver
 	id := newDeliveryID()
 	opID := newOpID()
 	data, _ := json.Marshal(deliverOp{Delivery: id, Teardown: req.Teardown})
-	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: opDeliver, Data: data}); err != nil {
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, Node: e.cfg.Node, SandboxID: sb.ID, Kind: opDeliver, Data: data}); err != nil {
 		return nil, err
 	}
 	d, err := e.packAndRecord(ctx, sb, id, req, paths, start, progress)

@@ -152,7 +152,7 @@ func TestFakeDeliver(t *testing.T) {
 	if err != nil {
 		t.Fatalf("archive after its sandbox was deleted and a collection: %v", err)
 	}
-	if ops, _ := f.st.ListOps(ctx); len(ops) != 0 {
+	if ops, _ := f.st.ListOps(ctx, ""); len(ops) != 0 {
 		t.Fatalf("journal left: %v", ops)
 	}
 }
@@ -223,7 +223,7 @@ func TestFakeDeliverBlobFailure(t *testing.T) {
 	if ds, _ := f.e.ListDeliveries(ctx, ""); len(ds) != 0 {
 		t.Fatalf("a record was written: %v", ds)
 	}
-	if ops, _ := f.st.ListOps(ctx); len(ops) != 0 {
+	if ops, _ := f.st.ListOps(ctx, ""); len(ops) != 0 {
 		t.Fatalf("journal left: %v", ops)
 	}
 	if _, err := f.e.Get(ctx, "a"); err != nil {
@@ -306,7 +306,7 @@ func TestFakeRecoverDeliverJournal(t *testing.T) {
 	f.st.Close()
 	g := startFakeEngine(t, dir, Config{})
 	ctx := context.Background()
-	if ops, _ := g.st.ListOps(ctx); len(ops) != 0 {
+	if ops, _ := g.st.ListOps(ctx, ""); len(ops) != 0 {
 		t.Fatalf("journal after recovery: %v", ops)
 	}
 	if _, err := g.e.Get(ctx, "a"); err != nil {

@@ -100,6 +100,10 @@ type Config struct {
 	// "" on a single sbxd; NodeURL the URL it advertises; Version the sbx
 	// version it runs.
 	Node, NodeURL, Version string
+	// SharedBlobs says that the blob store may be shared with other nodes
+	// (an S3 bucket or a directory given by the operator, not the data
+	// dir's own): a cluster's nodes then do not collect blobs (gc.go).
+	SharedBlobs bool
 }
 
 // Engine runs sandboxes.

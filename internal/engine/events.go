@@ -212,7 +212,7 @@ func (e *Engine) deliverPending(ctx context.Context, sb *store.Sandbox) {
 // deliverAllPending gives every suspended sandbox with a wake key the
 // events pending for it (at start, after recovery).
 func (e *Engine) deliverAllPending(ctx context.Context) {
-	sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{})
+	sbs, err := e.localSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
 		e.log.Warn("deliver pending events", "err", err)
 		return

@@ -214,7 +214,7 @@ func TestFakeSuspendUnsupportedRollsBack(t *testing.T) {
 	if out, _ := f.run(t, "a", "cat", "f"); out != "1" {
 		t.Fatalf("after a failed suspend, cat f: %q", out)
 	}
-	if ops, err := f.st.ListOps(ctx); err != nil || len(ops) != 0 {
+	if ops, err := f.st.ListOps(ctx, ""); err != nil || len(ops) != 0 {
 		t.Fatalf("journal after a failed suspend: %v %v, want empty", ops, err)
 	}
 }
@@ -250,7 +250,7 @@ func TestFakeCheckpointRestore(t *testing.T) {
 	if out, code := f.run(t, "a", "cat", "work/b.txt"); code == 0 {
 		t.Fatalf("b.txt, made after the checkpoint, is still there: %q", out)
 	}
-	if ops, err := f.st.ListOps(ctx); err != nil || len(ops) != 0 {
+	if ops, err := f.st.ListOps(ctx, ""); err != nil || len(ops) != 0 {
 		t.Fatalf("journal after a restore: %v %v, want empty", ops, err)
 	}
 }
@@ -385,7 +385,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 		if f := g.readFile(t, "a", "/f"); f != "live" {
 			t.Fatalf("f after a rolled back restore: %q, want live", f)
 		}
-		if ops, _ := g.st.ListOps(ctx); len(ops) != 0 {
+		if ops, _ := g.st.ListOps(ctx, ""); len(ops) != 0 {
 			t.Fatalf("journal after recovery: %d entries", len(ops))
 		}
 	})
@@ -406,7 +406,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 		if f := g.readFile(t, "a", "/f"); f != "checkpointed" {
 			t.Fatalf("f after a finished restore: %q, want checkpointed", f)
 		}
-		if ops, _ := g.st.ListOps(ctx); len(ops) != 0 {
+		if ops, _ := g.st.ListOps(ctx, ""); len(ops) != 0 {
 			t.Fatalf("journal after recovery: %d entries", len(ops))
 		}
 	})
@@ -426,7 +426,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 		if f := g.readFile(t, "a", "/f"); f != "live" {
 			t.Fatalf("f: %q, want live (nothing was swapped)", f)
 		}
-		if ops, _ := g.st.ListOps(ctx); len(ops) != 0 {
+		if ops, _ := g.st.ListOps(ctx, ""); len(ops) != 0 {
 			t.Fatalf("journal after recovery: %d entries", len(ops))
 		}
 	})
@@ -439,7 +439,7 @@ func TestFakeRecoverRestoreJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := startFakeEngine(t, f.dir, Config{})
-		if ops, _ := g.st.ListOps(ctx); len(ops) != 0 {
+		if ops, _ := g.st.ListOps(ctx, ""); len(ops) != 0 {
 			t.Fatalf("an unknown journal entry stayed: %d entries", len(ops))
 		}
 		if got, err := g.e.Get(ctx, "a"); err != nil || got.State != api.StateRunning {
@@ -555,7 +555,7 @@ func TestFakeRecoverSuspendJournal(t *testing.T) {
 	}
 	noOps := func(t *testing.T, g *fakeEnv) {
 		t.Helper()
-		if ops, err := g.st.ListOps(ctx); err != nil || len(ops) != 0 {
+		if ops, err := g.st.ListOps(ctx, ""); err != nil || len(ops) != 0 {
 			t.Fatalf("journal after recovery: %v %v, want empty", ops, err)
 		}
 	}
@@ -829,7 +829,7 @@ func TestFakeSnapshotForkUnsupported(t *testing.T) {
 	if _, err := f.e.Get(ctx, "copy"); !errdefs.IsNotFound(err) {
 		t.Fatalf("the failed fork's copy: %v, want none", err)
 	}
-	if ops, err := f.st.ListOps(ctx); err != nil || len(ops) != 0 {
+	if ops, err := f.st.ListOps(ctx, ""); err != nil || len(ops) != 0 {
 		t.Fatalf("journal: %v %v, want empty", ops, err)
 	}
 }
@@ -849,7 +849,7 @@ func TestFakeRecoverUnreadableSnapRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := startFakeEngine(t, f.dir, Config{})
-	if ops, err := g.st.ListOps(ctx); err != nil || len(ops) != 0 {
+	if ops, err := g.st.ListOps(ctx, ""); err != nil || len(ops) != 0 {
 		t.Fatalf("journal after recovery: %v %v, want empty", ops, err)
 	}
 	got, err := g.e.Get(ctx, "a")

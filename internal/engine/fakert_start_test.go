@@ -101,7 +101,7 @@ func (f *fakeEnv) leftNothing(t *testing.T, keep ...string) {
 	if n := f.lockEntries(); n > len(keep) {
 		t.Errorf("the lock table holds %d entries, want at most %d", n, len(keep))
 	}
-	if ops, err := f.st.ListOps(ctx); err != nil || len(ops) != 0 {
+	if ops, err := f.st.ListOps(ctx, ""); err != nil || len(ops) != 0 {
 		t.Errorf("journal: %v %v, want empty", ops, err)
 	}
 }

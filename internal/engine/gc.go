@@ -11,6 +11,7 @@ import (
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
+	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/gc"
 	"github.com/sbxhq/sbx/internal/snapshot"
 	"github.com/sbxhq/sbx/internal/store"
@@ -160,7 +161,7 @@ func markDamagedMemory(raw []byte, mark func(blob.Digest)) {
 // without reading them, so those chunks must stay even when the snapshot
 // that stored them is gone (a fork's, a resumed suspend's, an expired one).
 func (e *Engine) markCaptureCaches(ctx context.Context, mark func(blob.Digest)) error {
-	sbs, err := e.st.ListSandboxes(ctx, storeAll)
+	sbs, err := e.localSandboxes(ctx, storeAll)
 	if err != nil {
 		return err
 	}
@@ -178,15 +179,42 @@ func (e *Engine) markCaptureCaches(ctx context.Context, mark func(blob.Digest)) 
 // expires snapshots, collects blobs, then collects images.
 func (e *Engine) gcLoop() {
 	defer e.bg.Done()
-	e.collector.Run(e.ctx, gcInterval, func(ctx context.Context) {
+	before := func(ctx context.Context) {
 		if err := e.expireSnapshots(ctx); err != nil && ctx.Err() == nil {
 			e.log.Error("expire snapshots", "err", err)
 		}
-	}, func(ctx context.Context) {
+	}
+	after := func(ctx context.Context) {
 		if err := e.collectImages(ctx); err != nil && ctx.Err() == nil {
 			e.log.Error("image gc", "err", err)
 		}
-	})
+	}
+	if err := e.blobGCOff(); err != nil {
+		e.log.Warn("blob collection is off: the blob store grows until it is on", "reason", err)
+		tick := time.NewTicker(gcInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-e.ctx.Done():
+				return
+			case <-tick.C:
+			}
+			before(e.ctx)
+			after(e.ctx)
+		}
+	}
+	e.collector.Run(e.ctx, gcInterval, before, after)
+}
+
+// blobGCOff says why blobs are not collected, nil when they are: the nodes
+// of a cluster that share a blob store would each sweep blobs that
+// another node has stored but not yet recorded (a blob lease is a
+// process's own).
+func (e *Engine) blobGCOff() error {
+	if e.cfg.Node != "" && e.cfg.SharedBlobs {
+		return errors.New("the nodes of this cluster share its blob store, and a node's blob leases do not reach the others yet")
+	}
+	return nil
 }
 
 // collectImages removes unpacked images that no image name and no sandbox
@@ -204,13 +232,19 @@ func (e *Engine) collectImages(ctx context.Context) error {
 }
 
 // kickGC asks the background collection to run soon.
-func (e *Engine) kickGC() { e.collector.Kick() }
+func (e *Engine) kickGC() {
+	if e.blobGCOff() == nil {
+		e.collector.Kick()
+	}
+}
 
 // freeFailedCapture frees the blobs a failed capture under ctx's lease
 // stored and nothing records, before the failure is answered (see
 // gc.Collector.FreeFailedCapture). Release the lease first.
 func (e *Engine) freeFailedCapture(ctx context.Context) {
-	e.collector.FreeFailedCapture(ctx, leaseOf(ctx))
+	if e.blobGCOff() == nil {
+		e.collector.FreeFailedCapture(ctx, leaseOf(ctx))
+	}
 }
 
 // GC runs one blob collection round now (for tests and operators),
@@ -218,6 +252,9 @@ func (e *Engine) freeFailedCapture(ctx context.Context) {
 // the first error of a root provider (then nothing is deleted) or of the
 // store.
 func (e *Engine) GC(ctx context.Context) error {
+	if err := e.blobGCOff(); err != nil {
+		return errdefs.New(errdefs.ErrConflict, "blob collection is off: %v", err)
+	}
 	_, _, err := e.collector.Collect(ctx)
 	return err
 }

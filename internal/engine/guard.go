@@ -239,7 +239,7 @@ func (e *Engine) TakeUndo(ctx context.Context, idOrName string, req api.ExecRequ
 		if err != nil {
 			return nil, err
 		}
-		if err := e.st.PutOp(context.WithoutCancel(ctx), &store.Op{ID: guardOpID(sandboxID, u), SandboxID: sandboxID, Kind: opGuard, Data: data}); err != nil {
+		if err := e.st.PutOp(context.WithoutCancel(ctx), &store.Op{ID: guardOpID(sandboxID, u), Node: e.cfg.Node, SandboxID: sandboxID, Kind: opGuard, Data: data}); err != nil {
 			return nil, fmt.Errorf("journal the guarded exec: %w", err)
 		}
 	}
@@ -277,7 +277,7 @@ func (e *Engine) FinishUndo(ctx context.Context, idOrName string, u *api.UndoRes
 // their exit): the docs promise the rollback when the command does not
 // finish. It runs after reconcile, before the API serves.
 func (e *Engine) recoverGuards(ctx context.Context) {
-	ops, err := e.st.ListOps(ctx)
+	ops, err := e.st.ListOps(ctx, e.cfg.Node)
 	if err != nil {
 		e.log.Error("recover guarded execs", "err", err)
 		return
@@ -415,7 +415,7 @@ func (e *Engine) RestoreSnapshotInPlace(ctx context.Context, idOrName, snapID st
 	if err != nil {
 		return failed(err)
 	}
-	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: opSnapRestore, Data: data}); err != nil {
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, Node: e.cfg.Node, SandboxID: sb.ID, Kind: opSnapRestore, Data: data}); err != nil {
 		return failed(err)
 	}
 	defer func() { _ = e.st.DeleteOp(ctx, opID) }()

@@ -35,7 +35,7 @@ func TestFakeGuardCutByRestart(t *testing.T) {
 				if err := f.e.FinishUndo(ctx, "a", u, true, 0); err != nil {
 					t.Fatal(err)
 				}
-				if ops, _ := f.st.ListOps(ctx); len(ops) != 0 {
+				if ops, _ := f.st.ListOps(ctx, ""); len(ops) != 0 {
 					t.Fatalf("a finished guarded exec left %d journal entries", len(ops))
 				}
 			}
@@ -44,7 +44,7 @@ func TestFakeGuardCutByRestart(t *testing.T) {
 			if got := g.readFile(t, "a", "/f"); got != tc.want {
 				t.Fatalf("f after the restart: %q, want %q", got, tc.want)
 			}
-			if ops, _ := g.st.ListOps(ctx); len(ops) != 0 {
+			if ops, _ := g.st.ListOps(ctx, ""); len(ops) != 0 {
 				t.Fatalf("journal after recovery: %d entries", len(ops))
 			}
 		})

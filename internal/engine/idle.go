@@ -102,7 +102,7 @@ func (e *Engine) idleLoop() {
 			return
 		case <-tick.C:
 		}
-		sbs, err := e.st.ListSandboxes(e.ctx, storeAll)
+		sbs, err := e.localSandboxes(e.ctx, storeAll)
 		if err != nil {
 			continue
 		}

@@ -212,7 +212,7 @@ func (e *Engine) enforceLimits(ctx context.Context) error {
 				continue
 			}
 			overKeys[k.ID] = true
-			sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{Owners: []string{k.ID}})
+			sbs, err := e.localSandboxes(ctx, store.SandboxFilter{Owners: []string{k.ID}})
 			if err != nil {
 				return err
 			}
@@ -245,6 +245,10 @@ func (e *Engine) enforceLimits(ctx context.Context) error {
 			continue
 		}
 		if !ls.Resume || overKeys[ls.KeyID] {
+			continue
+		}
+		if e.cfg.Node != "" && sb.Node != e.cfg.Node {
+			// Its node, which suspended it, resumes it.
 			continue
 		}
 		e.resumeForLimit(ctx, sb, ls.KeyID)

@@ -158,7 +158,7 @@ func (e *Engine) NetworkLog(ctx context.Context, idOrName string) (api.NetworkLo
 // the others, so that a later sandbox of that name is not reachable by
 // rules written for the one deleted.
 func (e *Engine) dropConnectTo(ctx context.Context, name string) {
-	sbs, err := e.st.ListSandboxes(ctx, storeAll)
+	sbs, err := e.localSandboxes(ctx, storeAll)
 	if err != nil {
 		return
 	}

@@ -42,10 +42,35 @@ func (e *Engine) NodeCapacity(ctx context.Context) api.NodeCapacity {
 	return c
 }
 
+// localSandboxes lists the sandboxes f selects whose node is this one
+// (running here, or suspended by it); on a single sbxd, every one f
+// selects. Work on the host (reconcile, idle suspends, metering, the
+// network's rules) reads this list: another node's sandboxes are its own.
+func (e *Engine) localSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.Sandbox, error) {
+	f.Node = e.cfg.Node
+	return e.st.ListSandboxes(ctx, f)
+}
+
+// holdsDuty reports whether this node does the cluster's duty, the work
+// done once for the whole cluster (store.Cluster.HoldDuty): a single sbxd
+// always does; a node that cannot tell (the database does not answer)
+// does not.
+func (e *Engine) holdsDuty(ctx context.Context) bool {
+	cl, ok := e.st.(store.Cluster)
+	if !ok || e.cfg.Node == "" {
+		return true
+	}
+	held, err := cl.HoldDuty(ctx)
+	if err != nil {
+		e.log.Debug("cluster duty", "err", err)
+	}
+	return held
+}
+
 // nodeUsage is what the sandboxes of this node hold (store.SandboxUsage):
 // every sandbox's on a single sbxd.
 func (e *Engine) nodeUsage(ctx context.Context) (store.Usage, error) {
-	return e.st.SandboxUsage(ctx)
+	return e.st.SandboxUsage(ctx, e.cfg.Node)
 }
 
 // memAvailable is /proc/meminfo's MemAvailable in bytes, 0 when unknown.

@@ -22,7 +22,7 @@ import (
 // containers, layers, namespaces and directories that no record owns are
 // removed. Nothing half-made stays listed.
 func (e *Engine) reconcile(ctx context.Context) error {
-	recs, err := e.st.ListSandboxes(ctx, storeAll)
+	recs, err := e.localSandboxes(ctx, storeAll)
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, r
 	id := newSnapshotID()
 	opID := "suspend-" + sb.ID
 	data, _ := json.Marshal(suspendOp{Snapshot: id, WakeOn: wakeOn, Reason: reason})
-	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "suspend", Data: data}); err != nil {
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, Node: e.cfg.Node, SandboxID: sb.ID, Kind: "suspend", Data: data}); err != nil {
 		return nil, failed(err)
 	}
 	dir := filepath.Join(e.snapshotsDir(), "tmp-"+id)
@@ -201,7 +201,6 @@ func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, w
 	step("checkpoint snapshots")
 	sb.State, sb.StateReason = api.StateSuspended, reason
 	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = snapID, wakeOn, time.Now().UTC()
-	sb.Node = "" // any node may wake it
 	err := e.st.UpdateSandbox(ctx, sb)
 	step("record")
 	return err
@@ -275,7 +274,7 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	}
 	opID := "resume-" + sb.ID
 	data, _ := json.Marshal(suspendOp{Snapshot: sn.ID})
-	if err := e.st.PutOp(ctx, &store.Op{ID: opID, SandboxID: sb.ID, Kind: "resume", Data: data}); err != nil {
+	if err := e.st.PutOp(ctx, &store.Op{ID: opID, Node: e.cfg.Node, SandboxID: sb.ID, Kind: "resume", Data: data}); err != nil {
 		return failed(err)
 	}
 	undo := func() {

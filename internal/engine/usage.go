@@ -110,11 +110,23 @@ func (m *meter) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("usage meters: %w", err)
 	}
+	// Another node's sandboxes are metered by it.
+	local, err := m.e.localSandboxes(ctx, store.SandboxFilter{All: true})
+	if err != nil {
+		return fmt.Errorf("usage meters: %w", err)
+	}
+	mine := make(map[string]bool, len(local))
+	for _, sb := range local {
+		mine[sb.ID] = true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, um := range ms {
 		if um.SandboxID == "" {
 			m.storageTime = um.Time
+			continue
+		}
+		if m.e.cfg.Node != "" && !mine[um.SandboxID] {
 			continue
 		}
 		m.m[um.SandboxID] = &meterState{running: um.Running, cpu: um.CPUNanos, time: um.Time}
@@ -227,13 +239,17 @@ func (m *meter) accrueGone(rows map[usageKey]*store.UsageRow, id string, st *met
 // sample reads every running sandbox's CPU counter and accrues CPU,
 // memory and stored bytes up to now, in one store transaction.
 func (m *meter) sample(ctx context.Context, now time.Time) error {
-	sbs, err := m.e.st.ListSandboxes(ctx, store.SandboxFilter{All: true})
+	sbs, err := m.e.localSandboxes(ctx, store.SandboxFilter{All: true})
 	if err != nil {
 		return err
 	}
-	stored, err := m.e.st.ListStoredBytes(ctx)
-	if err != nil {
-		return err
+	// Stored bytes are the cluster's: one node meters them.
+	duty := m.e.holdsDuty(ctx)
+	var stored []*store.StoredBytes
+	if duty {
+		if stored, err = m.e.st.ListStoredBytes(ctx); err != nil {
+			return err
+		}
 	}
 	type reading struct {
 		cpu uint64
@@ -287,7 +303,7 @@ func (m *meter) sample(ctx context.Context, now time.Time) error {
 			drop = append(drop, id)
 		}
 	}
-	if !m.storageTime.IsZero() && now.After(m.storageTime) {
+	if duty && !m.storageTime.IsZero() && now.After(m.storageTime) {
 		secs := now.Sub(m.storageTime).Seconds()
 		for _, b := range stored {
 			base := store.UsageRow{SandboxID: b.SandboxID, SandboxName: b.SandboxName, KeyID: b.KeyID}
@@ -298,9 +314,13 @@ func (m *meter) sample(ctx context.Context, now time.Time) error {
 		}
 	}
 	if now.After(m.storageTime) {
+		// Also on a node without the duty: if it takes the duty over, it
+		// meters from its last sample on.
 		m.storageTime = now
 	}
-	meters = append(meters, &store.UsageMeter{SandboxID: "", Time: m.storageTime})
+	if duty {
+		meters = append(meters, &store.UsageMeter{SandboxID: "", Time: m.storageTime})
+	}
 	m.mu.Unlock()
 	if err := m.commit(ctx, rows, meters, drop); err != nil {
 		return fmt.Errorf("record usage (kept for the next write): %w", err)

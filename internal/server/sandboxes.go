@@ -40,7 +40,11 @@ func toAPI(sb *store.Sandbox) api.Sandbox {
 	if sb.SourceSandbox != "" || sb.SourceSnapshot != "" {
 		out.Source = &api.Source{Sandbox: sb.SourceSandbox, Snapshot: sb.SourceSnapshot}
 	}
-	out.Node = sb.Node
+	if sb.State != api.StateSuspended {
+		// A suspended sandbox runs nowhere (its record keeps the node
+		// that suspended it, where its wake is sent).
+		out.Node = sb.Node
+	}
 	return out
 }
 

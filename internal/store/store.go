@@ -62,9 +62,9 @@ type Sandbox struct {
 	// belongs to its source's owner.
 	Owner string
 	// Node is the name of the sbxd node the sandbox runs on (its writable
-	// layer, its runsc sandbox); "" on a single sbxd that is not a
-	// cluster's node, and while it is suspended (its state is in the blob
-	// store, and any node may wake it).
+	// layer, its runsc sandbox) or, while it is suspended, the node that
+	// suspended it (which holds its memory image and wakes it while it is
+	// live); "" on a single sbxd that is not a cluster's node.
 	Node string
 }
 
@@ -240,8 +240,11 @@ type Delivery struct {
 // Op is an entry of the operation journal: an operation that must be
 // finished or rolled back after a crash.
 type Op struct {
-	ID         string
-	SandboxID  string
+	ID        string
+	SandboxID string
+	// Node is the node whose operation it is, which finishes or rolls it
+	// back after a crash ("" on a single sbxd).
+	Node       string
 	Kind       string
 	Data       []byte // JSON, the operation's own
 	CreateTime time.Time
@@ -441,6 +444,11 @@ type Cluster interface {
 	LeaveNode(ctx context.Context, name string, epoch int64) error
 	// ListNodes returns every node record, by name.
 	ListNodes(ctx context.Context) ([]*Node, error)
+	// HoldDuty reports whether this process holds the cluster's duty (the
+	// work done once for the whole cluster, such as metering stored
+	// bytes), taking it when no process does. At most one process holds
+	// it at a time, as long as its connection to the database lasts.
+	HoldDuty(ctx context.Context) (bool, error)
 }
 
 // Store persists records. Methods are safe for concurrent use.
@@ -455,8 +463,9 @@ type Store interface {
 	GetSandbox(ctx context.Context, idOrName string) (*Sandbox, error)
 	// ListSandboxes returns matching sandboxes, oldest first.
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*Sandbox, error)
-	// SandboxUsage sums what the sandboxes hold, for admission.
-	SandboxUsage(ctx context.Context) (Usage, error)
+	// SandboxUsage sums what the sandboxes of node hold ("" every
+	// sandbox's), for admission.
+	SandboxUsage(ctx context.Context, node string) (Usage, error)
 	// UpdateSandbox replaces the record with the same ID and sets UpdateTime.
 	UpdateSandbox(ctx context.Context, sb *Sandbox) error
 	// DeleteSandbox removes the record; a missing one is not an error.
@@ -494,10 +503,10 @@ type Store interface {
 	DeleteSnapshot(ctx context.Context, id string) error
 
 	// PutOp writes a journal entry; DeleteOp removes it; ListOps returns
-	// all, oldest first.
+	// the entries of node ("" every entry), oldest first.
 	PutOp(ctx context.Context, op *Op) error
 	DeleteOp(ctx context.Context, id string) error
-	ListOps(ctx context.Context) ([]*Op, error)
+	ListOps(ctx context.Context, node string) ([]*Op, error)
 
 	// AddEvent inserts an event (and sets its Seq).
 	AddEvent(ctx context.Context, ev *Event) error

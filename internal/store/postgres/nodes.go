@@ -132,3 +132,35 @@ func (s *Store) ListNodes(ctx context.Context) ([]*store.Node, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+nodeCols+` FROM nodes ORDER BY name`)
 	return collect(rows, err, scanNode)
 }
+
+// dutyLockID is the session advisory lock of the cluster's duty (an
+// arbitrary constant: "sbx" and 2).
+const dutyLockID = 0x736278_00000002
+
+// HoldDuty implements store.Cluster: the lock is a session advisory lock
+// held on a connection of this process's own, checked (a round trip) at
+// each call; it is lost when that connection breaks, and taken by the
+// first node to ask after.
+func (s *Store) HoldDuty(ctx context.Context) (bool, error) {
+	s.dutyMu.Lock()
+	defer s.dutyMu.Unlock()
+	if s.duty != nil {
+		if err := s.duty.Ping(ctx); err == nil {
+			return true, nil
+		}
+		_ = s.duty.Close(context.WithoutCancel(ctx))
+		s.duty = nil
+	}
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	conn := c.Hijack()
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(dutyLockID)).Scan(&ok); err != nil || !ok {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return false, err
+	}
+	s.duty = conn
+	return true, nil
+}

@@ -4,9 +4,8 @@
 // several sbxd starting at once migrate it once.
 //
 // It holds the same records as the SQLite store and passes the same
-// conformance suite (internal/store/storetest). Until sbxd nodes share a
-// database (leases, placement), one sbxd uses a database at a time:
-// [Store.LockSingleNode] enforces that.
+// conformance suite (internal/store/storetest). Several sbxd nodes share
+// one database: it is also a [store.Cluster] (nodes.go).
 package postgres
 
 import (
@@ -17,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,9 +47,10 @@ type Store struct {
 	// where names the database in errors: user@host/db, never the
 	// password.
 	where string
-	// single is the connection that holds the single-node lock, nil when
-	// it is not held.
-	single *pgx.Conn
+	// dutyMu guards duty, the connection that holds the cluster's duty
+	// lock (HoldDuty), nil when this process does not hold it.
+	dutyMu sync.Mutex
+	duty   *pgx.Conn
 	// health tracks outages of the server (health.go).
 	health *health
 }
@@ -131,47 +132,19 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
-// singleNodeLockID is the session-level advisory lock that one sbxd holds
-// on its database (an arbitrary constant: "sbx" and 1).
-const singleNodeLockID = 0x736278_00000001
-
 // Name is user@host/db of the database (never the password).
 func (s *Store) Name() string { return s.where }
 
-// LockSingleNode takes the database for this process: it holds a session
-// advisory lock on a connection of its own until Close. It fails with
-// errdefs.ErrConflict when another sbxd holds it, and with the connection's
-// error when the server cannot be reached within ConnectTimeout. The lock goes with the session:
-// if the server drops the connection, it is released.
-func (s *Store) LockSingleNode(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
-	defer cancel()
-	c, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("postgres store %s: %w", s.where, err)
-	}
-	conn := c.Hijack()
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(singleNodeLockID)).Scan(&ok); err != nil {
-		conn.Close(context.Background())
-		return fmt.Errorf("postgres store %s: %w", s.where, err)
-	}
-	if !ok {
-		conn.Close(context.Background())
-		return errdefs.Conflictf("postgres store %s: another sbxd uses this database (one sbxd per database until sbxd nodes can share one)", s.where)
-	}
-	s.single = conn
-	return nil
-}
-
-// Close closes the pool and releases the single-node lock.
+// Close closes the pool and releases the duty lock (HoldDuty).
 func (s *Store) Close() error {
-	if s.single != nil {
+	s.dutyMu.Lock()
+	if s.duty != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = s.single.Close(ctx)
+		_ = s.duty.Close(ctx)
 		cancel()
-		s.single = nil
+		s.duty = nil
 	}
+	s.dutyMu.Unlock()
 	s.pool.Close()
 	return nil
 }
@@ -380,14 +353,14 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 }
 
 // SandboxUsage implements store.Store with one aggregate query.
-func (s *Store) SandboxUsage(ctx context.Context) (store.Usage, error) {
+func (s *Store) SandboxUsage(ctx context.Context, node string) (store.Usage, error) {
 	var u store.Usage
 	var count, mem int64
 	err := s.pool.QueryRow(ctx, `SELECT
 		COALESCE(SUM(CASE WHEN pooled THEN 0 ELSE 1 END), 0),
 		COALESCE(SUM(CASE WHEN state = $1 THEN 0 ELSE cpus END), 0),
 		COALESCE(SUM(CASE WHEN state = $1 THEN 0 ELSE memory_mb END), 0)
-		FROM sandboxes`, string(api.StateSuspended)).Scan(&count, &u.CPUs, &mem)
+		FROM sandboxes WHERE $2 = '' OR node = $2`, string(api.StateSuspended), node).Scan(&count, &u.CPUs, &mem)
 	u.Count, u.MemoryMB = int(count), int(mem)
 	return u, err
 }
@@ -647,9 +620,9 @@ func (s *Store) PutOp(ctx context.Context, op *store.Op) error {
 	if op.CreateTime.IsZero() {
 		op.CreateTime = time.Now()
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO operations (id, sandbox_id, kind, data, create_time) VALUES ($1, $2, $3, $4, $5)
+	_, err := s.pool.Exec(ctx, `INSERT INTO operations (id, sandbox_id, kind, data, create_time, node) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (id) DO UPDATE SET data = excluded.data`, op.ID, op.SandboxID, op.Kind, bytesOr(op.Data, "{}"),
-		op.CreateTime.UTC())
+		op.CreateTime.UTC(), op.Node)
 	return err
 }
 
@@ -660,11 +633,12 @@ func (s *Store) DeleteOp(ctx context.Context, id string) error {
 }
 
 // ListOps implements store.Store.
-func (s *Store) ListOps(ctx context.Context) ([]*store.Op, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, sandbox_id, kind, data, create_time FROM operations ORDER BY create_time, id`)
+func (s *Store) ListOps(ctx context.Context, node string) ([]*store.Op, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, sandbox_id, kind, data, create_time, node FROM operations
+		WHERE $1 = '' OR node = $1 ORDER BY create_time, id`, node)
 	return collect(rows, err, func(r row) (*store.Op, error) {
 		var op store.Op
-		if err := r.Scan(&op.ID, &op.SandboxID, &op.Kind, &op.Data, &op.CreateTime); err != nil {
+		if err := r.Scan(&op.ID, &op.SandboxID, &op.Kind, &op.Data, &op.CreateTime, &op.Node); err != nil {
 			return nil, err
 		}
 		op.CreateTime = op.CreateTime.UTC()

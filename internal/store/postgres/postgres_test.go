@@ -69,25 +69,6 @@ func TestConcurrentOpens(t *testing.T) {
 	}
 }
 
-// TestLockSingleNode: a second sbxd on a database another one holds is
-// refused with a conflict, and may take it once the first closes.
-func TestLockSingleNode(t *testing.T) {
-	ctx := context.Background()
-	url := pgtest.URL(t)
-	a, b := open(t, url), open(t, url)
-	if err := a.LockSingleNode(ctx); err != nil {
-		t.Fatal(err)
-	}
-	err := b.LockSingleNode(ctx)
-	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "another sbxd uses this database") {
-		t.Fatalf("second lock: %v, want a conflict naming the other sbxd", err)
-	}
-	a.Close()
-	if err := b.LockSingleNode(ctx); err != nil {
-		t.Fatalf("lock after the first closed: %v", err)
-	}
-}
-
 // TestOpenUnreachable: a server that does not answer is a clear error that
 // names the database and not the password.
 func TestOpenUnreachable(t *testing.T) {
@@ -210,5 +191,26 @@ func TestNodes(t *testing.T) {
 	// Once a's lease ran out, another data dir may take the name.
 	if err := s.JoinNode(ctx, thief, ttl); err != nil || thief.Epoch != 3 {
 		t.Fatalf("taking over an expired name: %+v %v", thief, err)
+	}
+}
+
+// TestDuty: one process of the cluster holds the duty at a time; it keeps
+// it while its connection lasts, and another takes it once it is gone.
+func TestDuty(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	a, b := open(t, url), open(t, url)
+	if ok, err := a.HoldDuty(ctx); !ok || err != nil {
+		t.Fatalf("a takes the free duty: %v %v", ok, err)
+	}
+	if ok, err := b.HoldDuty(ctx); ok || err != nil {
+		t.Fatalf("b while a holds it: %v %v", ok, err)
+	}
+	if ok, _ := a.HoldDuty(ctx); !ok {
+		t.Fatal("a lost the duty it holds")
+	}
+	a.Close()
+	if ok, err := b.HoldDuty(ctx); !ok || err != nil {
+		t.Fatalf("b once a is gone: %v %v", ok, err)
 	}
 }

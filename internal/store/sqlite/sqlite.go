@@ -224,13 +224,13 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 }
 
 // SandboxUsage implements store.Store with one aggregate query.
-func (s *Store) SandboxUsage(ctx context.Context) (store.Usage, error) {
+func (s *Store) SandboxUsage(ctx context.Context, node string) (store.Usage, error) {
 	var u store.Usage
 	err := s.db.QueryRowContext(ctx, `SELECT
 		COALESCE(SUM(CASE WHEN pooled THEN 0 ELSE 1 END), 0),
 		COALESCE(SUM(CASE WHEN state = ? THEN 0 ELSE cpus END), 0),
 		COALESCE(SUM(CASE WHEN state = ? THEN 0 ELSE memory_mb END), 0)
-		FROM sandboxes`, string(api.StateSuspended), string(api.StateSuspended)).Scan(&u.Count, &u.CPUs, &u.MemoryMB)
+		FROM sandboxes WHERE ? = '' OR node = ?`, string(api.StateSuspended), string(api.StateSuspended), node, node).Scan(&u.Count, &u.CPUs, &u.MemoryMB)
 	return u, err
 }
 
@@ -544,8 +544,8 @@ func (s *Store) PutOp(ctx context.Context, op *store.Op) error {
 	if data == "" {
 		data = "{}"
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO operations (id, sandbox_id, kind, data, create_time) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT(id) DO UPDATE SET data = excluded.data`, op.ID, op.SandboxID, op.Kind, data, fmtTime(op.CreateTime))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO operations (id, sandbox_id, kind, data, create_time, node) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET data = excluded.data`, op.ID, op.SandboxID, op.Kind, data, fmtTime(op.CreateTime), op.Node)
 	return err
 }
 
@@ -556,8 +556,9 @@ func (s *Store) DeleteOp(ctx context.Context, id string) error {
 }
 
 // ListOps implements store.Store.
-func (s *Store) ListOps(ctx context.Context) ([]*store.Op, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, sandbox_id, kind, data, create_time FROM operations ORDER BY create_time`)
+func (s *Store) ListOps(ctx context.Context, node string) ([]*store.Op, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, sandbox_id, kind, data, create_time, node FROM operations
+		WHERE ? = '' OR node = ? ORDER BY create_time`, node, node)
 	if err != nil {
 		return nil, err
 	}
@@ -566,7 +567,7 @@ func (s *Store) ListOps(ctx context.Context) ([]*store.Op, error) {
 	for rows.Next() {
 		var op store.Op
 		var data, ct string
-		if err := rows.Scan(&op.ID, &op.SandboxID, &op.Kind, &data, &ct); err != nil {
+		if err := rows.Scan(&op.ID, &op.SandboxID, &op.Kind, &data, &ct, &op.Node); err != nil {
 			return nil, err
 		}
 		op.Data = []byte(data)

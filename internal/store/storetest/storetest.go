@@ -94,7 +94,7 @@ func testKeys(t *testing.T, s store.Store) {
 }
 
 // testSandboxNodes: a sandbox's node is kept, changed by an update (a
-// suspend clears it, a resume elsewhere sets another), and selects.
+// resume on another node), and selects.
 func testSandboxNodes(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	for i, node := range []string{"a", "b", "a", ""} {
@@ -116,6 +116,21 @@ func testSandboxNodes(t *testing.T, s store.Store) {
 		l, err := s.ListSandboxes(ctx, store.SandboxFilter{Node: node})
 		if err != nil || len(l) != want {
 			t.Fatalf("on node %q: %d %v, want %d", node, len(l), err, want)
+		}
+		if u, err := s.SandboxUsage(ctx, node); err != nil || u.Count != want || u.MemoryMB != 256*want {
+			t.Fatalf("usage of node %q: %+v %v, want %d sandboxes", node, u, err, want)
+		}
+	}
+	// Each node recovers its own journal entries.
+	for i, node := range []string{"a", "b", "a"} {
+		if err := s.PutOp(ctx, &store.Op{ID: fmt.Sprintf("op_%d", i), SandboxID: "sbx_0", Node: node, Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for node, want := range map[string]int{"a": 2, "b": 1, "c": 0, "": 3} {
+		ops, err := s.ListOps(ctx, node)
+		if err != nil || len(ops) != want || (want > 0 && node != "" && ops[0].Node != node) {
+			t.Fatalf("journal of node %q: %d %v, want %d", node, len(ops), err, want)
 		}
 	}
 }
@@ -310,14 +325,14 @@ func testOps(t *testing.T, s store.Store) {
 	if err := s.PutOp(ctx, &store.Op{ID: "op1", SandboxID: "sbx_1", Kind: "restore", Data: []byte(`{"seq":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	ops, err := s.ListOps(ctx)
+	ops, err := s.ListOps(ctx, "")
 	if err != nil || len(ops) != 1 || string(ops[0].Data) != `{"seq":1}` || ops[0].Kind != "restore" {
 		t.Fatalf("%+v %v", ops, err)
 	}
 	if err := s.DeleteOp(ctx, "op1"); err != nil {
 		t.Fatal(err)
 	}
-	if ops, _ := s.ListOps(ctx); len(ops) != 0 {
+	if ops, _ := s.ListOps(ctx, ""); len(ops) != 0 {
 		t.Fatalf("op not deleted: %v", ops)
 	}
 }
@@ -588,7 +603,7 @@ func testEvents(t *testing.T, s store.Store) {
 // MemoryMB sum those not suspended, warm ones included.
 func testSandboxUsage(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	if u, err := s.SandboxUsage(ctx); err != nil || u != (store.Usage{}) {
+	if u, err := s.SandboxUsage(ctx, ""); err != nil || u != (store.Usage{}) {
 		t.Fatalf("empty store: %+v %v", u, err)
 	}
 	running, suspended, warm := sandbox("sbx_1000000000000001", "a"), sandbox("sbx_1000000000000002", "b"), sandbox("sbx_1000000000000003", "sbx_1000000000000003")
@@ -600,7 +615,7 @@ func testSandboxUsage(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 	}
-	u, err := s.SandboxUsage(ctx)
+	u, err := s.SandboxUsage(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}

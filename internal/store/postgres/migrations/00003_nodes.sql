@@ -19,11 +19,15 @@ CREATE TABLE nodes (
     capacity          JSONB NOT NULL
 );
 
--- The node a sandbox runs on ('' while it is suspended).
+-- The node a sandbox runs on, or that suspended it.
 ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';
 CREATE INDEX sandboxes_node ON sandboxes (node);
 
+-- The node whose journal entry it is, which recovers it after a crash.
+ALTER TABLE operations ADD COLUMN node TEXT NOT NULL DEFAULT '';
+
 -- +goose Down
+ALTER TABLE operations DROP COLUMN node;
 DROP INDEX sandboxes_node;
 ALTER TABLE sandboxes DROP COLUMN node;
 DROP TABLE nodes;

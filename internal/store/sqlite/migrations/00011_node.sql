@@ -4,5 +4,9 @@
 -- the same shape as a cluster's (the PostgreSQL store's).
 ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';
 
+-- The node whose journal entry it is, which recovers it after a crash.
+ALTER TABLE operations ADD COLUMN node TEXT NOT NULL DEFAULT '';
+
 -- +goose Down
+ALTER TABLE operations DROP COLUMN node;
 ALTER TABLE sandboxes DROP COLUMN node;
