@@ -162,6 +162,11 @@ type Config struct {
 	// Go duration, default "15s"): a node that died counts as lost this
 	// long after its last heartbeat.
 	NodeLeaseTTL string `json:"node_lease_ttl"`
+	// ClusterKey authenticates the nodes of a cluster to each other when
+	// they forward requests: the same secret, 16 characters or more, on
+	// every node (prefer $SBX_CLUSTER_KEY to the config file). Needed by
+	// a node that advertises a URL.
+	ClusterKey string `json:"cluster_key"`
 }
 
 // Defaults returns the built-in configuration.
@@ -205,7 +210,7 @@ func (c *Config) LoadFile(path string) error {
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
 // SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
 // SBX_BLOB_STORE, SBX_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS, SBX_USAGE_INTERVAL,
-// SBX_HOT_IMAGE_BYTES, SBX_NODE, SBX_ADVERTISE.
+// SBX_HOT_IMAGE_BYTES, SBX_NODE, SBX_ADVERTISE, SBX_CLUSTER_KEY.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
@@ -218,6 +223,7 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_USAGE_INTERVAL":  &c.UsageInterval,
 		"SBX_NODE":            &c.Node,
 		"SBX_ADVERTISE":       &c.Advertise,
+		"SBX_CLUSTER_KEY":     &c.ClusterKey,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
@@ -344,6 +350,9 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(c.Advertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
 			errs = append(errs, fmt.Errorf("advertise %q: want http://host:port or https://host:port", c.Advertise))
 		}
+	}
+	if c.Store != "" && advertiseURL(*c) != "" && len(c.ClusterKey) < 16 {
+		errs = append(errs, errors.New("a node that advertises a URL needs a cluster key of 16 characters or more, the same on every node ($SBX_CLUSTER_KEY or \"cluster_key\" in the config file)"))
 	}
 	if c.NodeLeaseTTL != "" {
 		if d, err := time.ParseDuration(c.NodeLeaseTTL); err != nil || d < time.Second {
@@ -642,7 +651,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	choice := rt.Choice()
-	srv := server.New(eng, server.Config{APIKeys: cfg.APIKeys, PreviewDomain: cfg.PreviewDomain,
+	srv := server.New(eng, server.Config{Node: nodeName, ClusterKey: cfg.ClusterKey, APIKeys: cfg.APIKeys, PreviewDomain: cfg.PreviewDomain,
 		MaxUploadBytes: int64(cfg.MaxUploadMB) << 20, Platform: choice.Platform, PlatformReason: choice.Reason,
 		Console: console.Handler(console.Config{PreviewDomain: cfg.PreviewDomain})}, log)
 

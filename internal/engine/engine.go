@@ -111,13 +111,15 @@ type Engine struct {
 	cfg Config
 	// started is when New made the engine.
 	started time.Time
-	st      store.Store
-	rt      runtime.Runtime
-	images  *disk.Images
-	layers  *disk.Layers
-	blobs   blob.Store
-	net     Network
-	log     *slog.Logger
+	// nodes caches the cluster's node records for Route.
+	nodes  nodeCache
+	st     store.Store
+	rt     runtime.Runtime
+	images *disk.Images
+	layers *disk.Layers
+	blobs  blob.Store
+	net    Network
+	log    *slog.Logger
 	// mountRunDir makes a sandbox's /.sbx/run dir: disk.MountRunDir, a
 	// tmpfs. Only the engine's unit tests change it (a plain directory,
 	// without root).
@@ -330,6 +332,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	go e.meter.loop()
 	go e.meter.limitsLoop()
 	go e.ingestLoop()
+	if cl, ok := e.st.(store.Cluster); ok && e.cfg.Node != "" {
+		e.bg.Add(1)
+		go e.listenWakes(cl)
+	}
 	e.kickGC()
 	return nil
 }

@@ -167,7 +167,7 @@ func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, content
 		}
 		out.Event = ev
 		out.Woken = append(out.Woken, sb)
-		e.resumeAsync(sb.ID, "event "+key)
+		e.wake(ctx, sb, "event "+key)
 	}
 	if len(out.Woken) == 0 {
 		retention := e.cfg.EventRetention
@@ -205,7 +205,7 @@ func (e *Engine) deliverPending(ctx context.Context, sb *store.Sandbox) {
 		return
 	}
 	if len(evs) > 0 {
-		e.resumeAsync(sb.ID, "event "+sb.WakeOn)
+		e.wake(ctx, sb, "event "+sb.WakeOn)
 	}
 }
 
@@ -220,6 +220,58 @@ func (e *Engine) deliverAllPending(ctx context.Context) {
 	for _, sb := range sbs {
 		if sb.State == api.StateSuspended && sb.WakeOn != "" {
 			e.deliverPending(ctx, sb)
+		}
+	}
+}
+
+// wake resumes suspended sandbox sb in the background, on the node that
+// suspended it while that node is live (a notification through the
+// store: its memory image is there), else here.
+func (e *Engine) wake(ctx context.Context, sb *store.Sandbox, why string) {
+	if cl, ok := e.st.(store.Cluster); ok && e.cfg.Node != "" && sb.Node != "" && sb.Node != e.cfg.Node {
+		if n, err := e.node(ctx, sb.Node); err == nil && n != nil && n.Live {
+			err := cl.NotifyWake(ctx, sb.Node, sb.ID)
+			if err == nil {
+				return
+			}
+			e.log.Warn("wake on its node; waking here", "sandbox", sb.Name, "node", sb.Node, "err", err)
+		}
+	}
+	e.resumeAsync(sb.ID, why)
+}
+
+// listenWakes wakes the sandboxes that other nodes ask this one to wake
+// (wake), until the engine closes. Each time it starts listening, it also
+// wakes the suspended sandboxes of this node that were delivered an event
+// after they suspended: a wake sent while it did not listen is not lost.
+func (e *Engine) listenWakes(cl store.Cluster) {
+	defer e.bg.Done()
+	cl.ListenWakes(e.ctx, e.cfg.Node, func() { e.wakeDelivered(e.ctx) }, func(id string) {
+		e.resumeAsync(id, "event posted on another node")
+	})
+}
+
+// wakeDelivered resumes every suspended sandbox of this node that has an
+// event delivered after it suspended.
+func (e *Engine) wakeDelivered(ctx context.Context) {
+	sbs, err := e.localSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		e.log.Warn("wake sandboxes delivered an event", "err", err)
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State != api.StateSuspended || sb.WakeOn == "" {
+			continue
+		}
+		evs, err := e.st.ListEvents(ctx, store.EventQuery{SandboxID: sb.ID})
+		if err != nil {
+			continue
+		}
+		for _, ev := range evs {
+			if !ev.DeliverTime.IsZero() && !ev.DeliverTime.Before(sb.SuspendTime) {
+				e.resumeAsync(sb.ID, "event delivered while this node did not listen")
+				break
+			}
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
@@ -123,4 +125,83 @@ func (e *Engine) Nodes(ctx context.Context) ([]api.Node, error) {
 		out = append(out, node)
 	}
 	return out, nil
+}
+
+// nodesCacheTTL is how long a request may route on a read of the nodes
+// table: a node that was just lost gets requests for at most this long
+// (they fail as its node does not answer).
+const nodesCacheTTL = time.Second
+
+// nodeCache is the last read of the nodes table, by name.
+type nodeCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	nodes map[string]*store.Node
+}
+
+// node returns the record of node name, read at most nodesCacheTTL ago;
+// nil when there is no such node.
+func (e *Engine) node(ctx context.Context, name string) (*store.Node, error) {
+	cl, ok := e.st.(store.Cluster)
+	if !ok {
+		return nil, nil
+	}
+	c := &e.nodes
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > nodesCacheTTL {
+		recs, err := cl.ListNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.nodes = make(map[string]*store.Node, len(recs))
+		for _, n := range recs {
+			c.nodes[n.Name] = n
+		}
+		c.at = time.Now()
+	}
+	return c.nodes[name], nil
+}
+
+// Route says which node serves requests on sandbox idOrName, as ctx's
+// caller sees it: "" for this one, else the URL of the node it runs on.
+// A single sbxd serves every request. A sandbox runs on its node; a
+// suspended one is woken by the node that suspended it while that node is
+// live, else by this one.
+//
+// Errors: the lookup's (ErrSandboxNotFound); ErrUnavailable when its node
+// is lost or stopped (requests reach the sandbox again when the node is
+// back) or advertises no URL.
+func (e *Engine) Route(ctx context.Context, idOrName string) (string, error) {
+	if e.cfg.Node == "" {
+		return "", nil
+	}
+	sb, err := e.Get(ctx, idOrName)
+	if err != nil {
+		return "", err
+	}
+	if sb.Node == "" || sb.Node == e.cfg.Node {
+		return "", nil
+	}
+	n, err := e.node(ctx, sb.Node)
+	if err != nil {
+		return "", err
+	}
+	suspended := sb.State == api.StateSuspended
+	switch {
+	case n == nil || !n.Live:
+		if suspended {
+			return "", nil
+		}
+		state := api.NodeLost
+		if n != nil {
+			state = n.State
+		}
+		return "", errdefs.New(errdefs.ErrUnavailable,
+			"sandbox %s runs on node %s, which is %s: requests reach it again when that node is back", sb.Name, sb.Node, state)
+	case n.URL == "":
+		return "", errdefs.New(errdefs.ErrUnavailable,
+			"sandbox %s runs on node %s, which advertises no URL for other nodes to reach it (sbxd --advertise)", sb.Name, sb.Node)
+	}
+	return n.URL, nil
 }

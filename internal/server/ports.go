@@ -162,7 +162,10 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview
 	_, hasKey := q[previewKeyParam]
 	_, hasToken := q[previewTokenParam]
 	c := engine.Operator
-	if auth {
+	fc, forwarded := s.forwarded(r)
+	if forwarded {
+		c = fc
+	} else if auth {
 		var cookieOK bool
 		var err error
 		if _, bearer := bearerKey(r.Header.Get("Authorization")); bearer {
@@ -238,6 +241,9 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, p *preview
 	// The caller must see the sandbox before anything is proxied: the
 	// transport reuses an idle connection without dialing again, so the
 	// dial's own check is not enough.
+	if s.forward(w, r, p.name) {
+		return
+	}
 	id, err := s.lookup(r.Context(), p.name)
 	if err != nil {
 		s.writeError(w, r, err)

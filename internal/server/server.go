@@ -44,6 +44,13 @@ const (
 
 // Config configures the API.
 type Config struct {
+	// Node is this sbxd's node name in a cluster ("" on a single sbxd):
+	// requests on a sandbox of another node are forwarded to it.
+	Node string
+	// ClusterKey authenticates the nodes of a cluster to each other
+	// (ClusterKeyHeader): a request that carries it is trusted with the
+	// caller the forwarding node authenticated.
+	ClusterKey string
 	// APIKeys are the operator's bearer keys (--api-key, $SBX_API_KEYS),
 	// accepted where auth is required (TCP) as admin keys. Keys made
 	// through POST /v1/keys are records in the store.
@@ -90,6 +97,8 @@ type Server struct {
 	// sees it (the engine's Get): ErrSandboxNotFound for another tenant's.
 	lookup func(ctx context.Context, idOrName string) (string, error)
 	proxy  *httputil.ReverseProxy
+	// forwarder forwards requests to other nodes (forward.go).
+	forwarder *httputil.ReverseProxy
 	// selfLn serve this API in process to the MCP tools (serveMCP),
 	// without auth [0] and with it [1].
 	selfOnce [2]sync.Once
@@ -132,6 +141,7 @@ func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 		return sb.ID, nil
 	}
 	s.proxy = s.newProxy()
+	s.forwarder = s.newForwarder()
 	s.loadOpenAPI()
 	s.routes()
 	return s
@@ -241,6 +251,10 @@ func (s *Server) Handler(auth bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rid := newRequestID()
+		if _, ok := s.forwarded(r); ok && validRequestID(r.Header.Get("X-Request-Id")) {
+			// The node that forwarded the request logged it under its id.
+			rid = r.Header.Get("X-Request-Id")
+		}
 		w.Header().Set("X-Request-Id", rid)
 		ctx := context.WithValue(r.Context(), ridKey{}, rid)
 		r = r.WithContext(ctx)
@@ -260,7 +274,9 @@ func (s *Server) Handler(auth bool) http.Handler {
 // serveAPI authenticates r (with auth) and serves it as its caller.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, auth bool) {
 	c := engine.Operator
-	if auth {
+	if fc, ok := s.forwarded(r); ok {
+		c = fc
+	} else if auth {
 		key, _ := requestKey(r)
 		var err error
 		if c, err = s.callerOfKey(r.Context(), key); err != nil {
@@ -275,6 +291,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, auth bool) {
 		return
 	}
 	defer done()
+	if name := sandboxOfPath(r.URL.Path); name != "" && s.forward(w, r, name) {
+		return
+	}
 	if r.URL.Path == mcpPath {
 		s.serveMCP(w, r, auth)
 	} else {
@@ -340,6 +359,16 @@ func newRequestID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "req_" + hex.EncodeToString(b[:])
+}
+
+// validRequestID reports whether id has newRequestID's form.
+func validRequestID(id string) bool {
+	hexPart, ok := strings.CutPrefix(id, "req_")
+	if !ok || len(hexPart) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(hexPart)
+	return err == nil
 }
 
 func requestID(ctx context.Context) string {

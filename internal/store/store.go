@@ -449,6 +449,15 @@ type Cluster interface {
 	// bytes), taking it when no process does. At most one process holds
 	// it at a time, as long as its connection to the database lasts.
 	HoldDuty(ctx context.Context) (bool, error)
+	// NotifyWake asks node to wake sandbox sandboxID (an event was
+	// delivered to it); every node's ListenWakes hears it within
+	// milliseconds (PostgreSQL's NOTIFY), and the one named acts.
+	NotifyWake(ctx context.Context, node, sandboxID string) error
+	// ListenWakes calls wake for each NotifyWake sent to node until ctx
+	// ends, and listening each time it starts listening (at first, and
+	// again after its connection broke: wakes sent meanwhile are lost, so
+	// listening looks for what they would have woken).
+	ListenWakes(ctx context.Context, node string, listening func(), wake func(sandboxID string))
 }
 
 // Store persists records. Methods are safe for concurrent use.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -163,4 +164,58 @@ func (s *Store) HoldDuty(ctx context.Context) (bool, error) {
 	}
 	s.duty = conn
 	return true, nil
+}
+
+// wakeChannel is the LISTEN/NOTIFY channel of wakes: payload "NODE ID".
+const wakeChannel = "sbx_wake"
+
+// NotifyWake implements store.Cluster.
+func (s *Store) NotifyWake(ctx context.Context, node, sandboxID string) error {
+	_, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, node+" "+sandboxID)
+	return err
+}
+
+// ListenWakes implements store.Cluster on a connection of its own, which
+// it makes again (after 1 s) when it breaks.
+func (s *Store) ListenWakes(ctx context.Context, node string, listening func(), wake func(sandboxID string)) {
+	for ctx.Err() == nil {
+		err := s.listenWakes(ctx, node, listening, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		s.health.mu.Lock()
+		log := s.health.log
+		s.health.mu.Unlock()
+		if log != nil {
+			log.Warn("wake listener: connection lost; listening again in 1 s", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) listenWakes(ctx context.Context, node string, listening func(), wake func(string)) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := c.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `LISTEN `+wakeChannel); err != nil {
+		return err
+	}
+	if listening != nil {
+		listening()
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if to, id, ok := strings.Cut(n.Payload, " "); ok && to == node {
+			wake(id)
+		}
+	}
 }

@@ -1,0 +1,159 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sbxhq/sbx/internal/engine"
+	"github.com/sbxhq/sbx/internal/errdefs"
+)
+
+// Headers of a request one node forwards to another (forward.go). Only a
+// request whose ClusterKeyHeader is the cluster's key is trusted with the
+// others; a client's own values are ignored.
+const (
+	// ClusterKeyHeader carries the cluster key (Config.ClusterKey).
+	ClusterKeyHeader = "X-Sbx-Cluster-Key"
+	// ForwardedByHeader names the node that forwarded the request; a
+	// forwarded request is never forwarded again.
+	ForwardedByHeader = "X-Sbx-Forwarded-By"
+	// CallerHeader is the caller the forwarding node authenticated, as
+	// JSON: {"key_id":"key_…","admin":false} ({"admin":true} for the
+	// operator).
+	CallerHeader = "X-Sbx-Caller"
+)
+
+// ForwardDialTimeout bounds the connection to another node.
+const ForwardDialTimeout = 5 * time.Second
+
+// wireCaller is engine.Caller as CallerHeader carries it.
+type wireCaller struct {
+	KeyID string `json:"key_id,omitempty"`
+	Admin bool   `json:"admin"`
+}
+
+// newForwarder is the reverse proxy to other nodes: it streams both ways
+// as it goes (NDJSON lines, WebSocket upgrades, archives) and answers 503
+// unavailable when the node does not answer.
+func (s *Server) newForwarder() *httputil.ReverseProxy {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: ForwardDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &httputil.ReverseProxy{
+		Transport:     tr,
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			target := pr.In.Context().Value(forwardKey{}).(*forwardTo)
+			pr.SetURL(target.url)
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+			h := pr.Out.Header
+			h.Del("Authorization")
+			h.Set(ClusterKeyHeader, s.cfg.ClusterKey)
+			h.Set(ForwardedByHeader, s.cfg.Node)
+			h.Set(CallerHeader, target.caller)
+			h.Set("X-Request-Id", target.rid)
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			target := r.Context().Value(forwardKey{}).(*forwardTo)
+			s.log.Warn("forward to another node", "node_url", target.url.String(), "request_id", target.rid, "err", err)
+			if r.Context().Err() != nil {
+				return
+			}
+			s.writeError(w, r, errdefs.New(errdefs.ErrUnavailable,
+				"the node this sandbox runs on does not answer (%s); retry", target.url.Host))
+		},
+	}
+}
+
+type forwardKey struct{}
+
+// forwardTo is where one request is forwarded, and as whom.
+type forwardTo struct {
+	url    *url.URL
+	caller string
+	rid    string
+}
+
+// forwarded reports whether r came from another node of the cluster (its
+// ClusterKeyHeader is the cluster key), and the caller that node
+// authenticated.
+func (s *Server) forwarded(r *http.Request) (engine.Caller, bool) {
+	key := r.Header.Get(ClusterKeyHeader)
+	if s.cfg.ClusterKey == "" || key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.ClusterKey)) != 1 {
+		return engine.Caller{}, false
+	}
+	var wc wireCaller
+	if err := json.Unmarshal([]byte(r.Header.Get(CallerHeader)), &wc); err != nil {
+		return engine.Caller{}, false
+	}
+	return engine.Caller{KeyID: wc.KeyID, Admin: wc.Admin}, true
+}
+
+// forward serves r by forwarding it to the node sandbox name runs on, when
+// that is another node (engine.Route), and reports whether it did: it
+// answered r (forwarded, or an error) and the caller must not. A request
+// that another node forwarded is served here or refused, never forwarded
+// again.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, name string) bool {
+	if s.cfg.Node == "" {
+		return false
+	}
+	to, err := s.eng.Route(r.Context(), name)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrUnavailable) {
+			s.writeError(w, r, err)
+			return true
+		}
+		// A missing sandbox and the like: the handler answers them.
+		return false
+	}
+	if to == "" {
+		return false
+	}
+	if s.cfg.ClusterKey == "" {
+		s.writeError(w, r, errdefs.New(errdefs.ErrUnavailable,
+			"sandbox %s runs on another node, and this node has no cluster key to forward the request with ($SBX_CLUSTER_KEY)", name))
+		return true
+	}
+	if _, again := s.forwarded(r); again {
+		s.writeError(w, r, errdefs.New(errdefs.ErrUnavailable,
+			"sandbox %s moved to another node while this request was on its way; retry", name))
+		return true
+	}
+	u, err := url.Parse(to)
+	if err != nil {
+		s.writeError(w, r, err)
+		return true
+	}
+	c := engine.CallerOf(r.Context())
+	caller, _ := json.Marshal(wireCaller{KeyID: c.KeyID, Admin: c.Admin})
+	rid := requestID(r.Context())
+	// The other node answers with the same request id.
+	w.Header().Del("X-Request-Id")
+	ctx := context.WithValue(r.Context(), forwardKey{}, &forwardTo{url: u, caller: string(caller), rid: rid})
+	s.forwarder.ServeHTTP(w, r.WithContext(ctx))
+	return true
+}
+
+// sandboxOfPath is the sandbox name of an API path on one sandbox
+// (/v1/sandboxes/{name}[/...]), "" for any other path.
+func sandboxOfPath(path string) string {
+	rest, ok := strings.CutPrefix(path, "/v1/sandboxes/")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	return name
+}
