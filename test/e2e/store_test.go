@@ -15,12 +15,13 @@ import (
 )
 
 // TestPostgresStore: sbxd keeps its records in PostgreSQL (a real server
-// the test starts): a sandbox and its checkpoint survive a SIGKILL of
-// sbxd, and restore; a second sbxd on the same database is refused with a
-// clear error, and so is a database that cannot be reached.
+// the test starts), as a cluster's node: a sandbox and its checkpoint
+// survive a SIGKILL of sbxd, and restore; a second sbxd that takes the
+// node's name is refused with a clear error, and so is a database that
+// cannot be reached.
 func TestPostgresStore(t *testing.T) {
 	url := pgtest.URL(t)
-	d := second(t, "--pool", "0", "--store", url, "--node", "e2e-a", "--advertise", "http://127.0.0.1:1")
+	d := secondEnv(t, []string{"SBX_CLUSTER_KEY=" + clusterKey}, "--pool", "0", "--store", url, "--node", "e2e-a", "--advertise", "http://127.0.0.1:1")
 	ctx := ctxT(t)
 	sb, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "pg", Labels: map[string]string{"store": "pg"}})
 	if err != nil {
@@ -69,7 +70,7 @@ func TestPostgresStore(t *testing.T) {
 		t.Fatalf("restored v1: %q", got)
 	}
 
-	refused := func(store, want string) {
+	refused := func(store, want string, args ...string) {
 		t.Helper()
 		tmp := t.TempDir()
 		ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
@@ -77,13 +78,17 @@ func TestPostgresStore(t *testing.T) {
 		cmd := exec.CommandContext(ctx, filepath.Join(h.binDir, "sbxd"), "--data-dir", filepath.Join(tmp, "data"),
 			"--socket", filepath.Join(tmp, "s.sock"), "--netns-dir", filepath.Join(tmp, "netns"), "--pool", "0",
 			"--store", store)
+		cmd.Args = append(cmd.Args, args...)
 		cmd.Env = os.Environ()
 		out, err := cmd.CombinedOutput()
 		if err == nil || ctx.Err() != nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "hunter2") {
 			t.Fatalf("sbxd --store %s: %v (ctx %v)\n%s\nwant an exit that says %q", store, err, ctx.Err(), out, want)
 		}
 	}
-	refused(url, "another sbxd uses this database")
+	// Another data dir cannot take the name of a live node.
+	refused(url, "node name e2e-a is held by another sbxd", "--node", "e2e-a")
+	// A node that advertises a URL needs the cluster key.
+	refused(url, "needs a cluster key", "--node", "e2e-b", "--advertise", "http://127.0.0.1:2")
 	refused("postgres://sbx:hunter2@/sbx?host=/nonexistent&connect_timeout=2", "cannot connect")
 }
 

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/client"
+	"github.com/sbxhq/sbx/internal/store/postgres/pgtest"
+)
+
+// clusterKey is the cluster key of the test's nodes.
+const clusterKey = "e2e-cluster-key-0123456789"
+
+// node is one sbxd of a test cluster: its harness (socket client) and a
+// client of its TCP API with the operator's key.
+type node struct {
+	*harness
+	name string
+	// addr is its TCP API's address; key the operator's key there.
+	addr, key string
+}
+
+// startNode starts sbxd as node name of the cluster on store url,
+// listening on a TCP port of loopback that it advertises.
+func startNode(t *testing.T, url, name string, args ...string) *node {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	key := "e2e-operator-key-" + name + "-0123456789"
+	d := secondEnv(t, []string{"SBX_CLUSTER_KEY=" + clusterKey},
+		append([]string{"--pool", "0", "--store", url, "--node", name, "--listen", addr, "--api-key", key}, args...)...)
+	return &node{harness: d, name: name, addr: addr, key: key}
+}
+
+// TestClusterForwarding: two sbxd nodes share one PostgreSQL store. Each
+// lists both; a sandbox created through one node runs there, and every
+// request on it through the other node is forwarded to it (get, exec with
+// stdin, files, a checkpoint, a port preview), as its caller: a tenant's
+// key reaches its own sandbox through either node and no other. A suspend
+// through one node keeps the sandbox on its node, and an event posted to
+// the other wakes it there, with its processes. A stopped node is shown
+// stopped, and requests on its sandboxes answer 503 until it is back.
+func TestClusterForwarding(t *testing.T) {
+	url := pgtest.URL(t)
+	a := startNode(t, url, "node-a")
+	b := startNode(t, url, "node-b")
+	ctx := ctxT(t)
+
+	nodes, err := a.c.Nodes(ctx)
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("nodes through a: %+v %v", nodes, err)
+	}
+	for i, want := range []string{"node-a", "node-b"} {
+		if n := nodes[i]; n.Name != want || n.State != api.NodeActive || n.Self != (i == 0) || !strings.HasPrefix(n.URL, "http://127.0.0.1:") {
+			t.Fatalf("node %d through a: %+v", i, n)
+		}
+	}
+
+	onB, err := b.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "on-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onB.Node != "node-b" {
+		t.Fatalf("created through b: node %q", onB.Node)
+	}
+	viaA, err := a.c.Sandboxes.Get(ctx, "on-b")
+	if err != nil || viaA.Node != "node-b" || viaA.State != api.StateRunning {
+		t.Fatalf("on-b through a: %+v %v", viaA, err)
+	}
+	// Exec with stdin, through a, runs on b.
+	res, err := viaA.Run(ctx, api.ExecRequest{Cmd: []string{"sh", "-c", "cat > /tmp/in && cat /tmp/in && hostname"}, Stdin: "through a\n"})
+	if err != nil || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "through a\n") {
+		t.Fatalf("exec through a: %+v %v", res, err)
+	}
+	if err := viaA.WriteFile(ctx, "/workspace/f", strings.NewReader("written through a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := onB.ReadFile(ctx, "/workspace/f"); err != nil || string(got) != "written through a" {
+		t.Fatalf("read on b: %q %v", got, err)
+	}
+	if _, err := viaA.Checkpoint(ctx, "through a"); err != nil {
+		t.Fatal(err)
+	}
+	if cps, err := onB.ListCheckpoints(ctx); err != nil || len(cps) != 2 {
+		t.Fatalf("checkpoints on b: %d %v", len(cps), err)
+	}
+	// A port of the sandbox, through a's TCP API.
+	mustSh(t, onB, "mkdir -p /workspace/site && echo served-by-b > /workspace/site/index.html && "+
+		"(cd /workspace/site && nohup python3 -m http.server --bind 127.0.0.1 3000 >/dev/null 2>&1 &); "+
+		"for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 3000), 1)' 2>/dev/null && break; sleep 0.2; done")
+	if code, page := httpCall(t, http.MethodGet, "http://"+a.addr+"/v1/sandboxes/on-b/ports/3000/", a.key, ""); code != http.StatusOK || !strings.Contains(page, "served-by-b") {
+		t.Fatalf("preview through a: %d %q", code, page)
+	}
+
+	// A tenant's key, made through a, works through b, on its own
+	// sandboxes only.
+	key, err := a.c.Keys.Create(ctx, api.CreateKeyRequest{Name: "tenant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantA, _ := client.New(client.WithURL("http://"+a.addr), client.WithAPIKey(key.Secret))
+	tenantB, _ := client.New(client.WithURL("http://"+b.addr), client.WithAPIKey(key.Secret))
+	mine, err := tenantB.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "tenant-on-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaTenantA, err := tenantA.Sandboxes.Get(ctx, mine.Name)
+	if err != nil || viaTenantA.Node != "node-b" {
+		t.Fatalf("the tenant's sandbox through a: %+v %v", viaTenantA, err)
+	}
+	if got := mustSh(t, viaTenantA, "echo mine"); got != "mine\n" {
+		t.Fatalf("tenant exec through a: %q", got)
+	}
+	_, err = tenantA.Sandboxes.Get(ctx, "on-b")
+	wantCode(t, err, api.CodeSandboxNotFound)
+	if code, body := httpCall(t, http.MethodPost, "http://"+a.addr+"/v1/sandboxes/on-b/exec", key.Secret, `{"cmd":["true"]}`); code != http.StatusNotFound {
+		t.Fatalf("a tenant's exec on another's sandbox through a: %d %s", code, body)
+	}
+	_, err = tenantA.Nodes(ctx)
+	wantCode(t, err, api.CodeForbidden)
+
+	// Suspend through a; an event posted to a wakes it on b, processes
+	// and all.
+	mustSh(t, onB, "(nohup sleep 3000 >/dev/null 2>&1 &); true")
+	if err := viaA.Suspend(ctx, "approved"); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := a.c.Sandboxes.Get(ctx, "on-b"); err != nil || sb.State != api.StateSuspended || sb.Node != "" {
+		t.Fatalf("suspended: %+v %v", sb, err)
+	}
+	posted := time.Now()
+	if _, err := a.c.Events.Post(ctx, "approved", []byte("go"), "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	var woke *client.Sandbox
+	for time.Since(posted) < 2*time.Minute {
+		if sb, err := a.c.Sandboxes.Get(ctx, "on-b"); err == nil && sb.State == api.StateRunning {
+			woke = sb
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if woke == nil || woke.Node != "node-b" {
+		t.Fatalf("after an event posted to a: %+v", woke)
+	}
+	t.Logf("woken on b %v after the event was posted to a", time.Since(posted).Round(time.Millisecond))
+	if got := mustSh(t, woke, "pgrep -x sleep >/dev/null && echo kept; cat /workspace/f"); got != "kept\nwritten through a" {
+		t.Fatalf("after the wake: %q", got)
+	}
+
+	// b stops: a shows it stopped and answers 503 for its sandboxes.
+	b.stop()
+	nodes, err = a.c.Nodes(ctx)
+	if err != nil || nodes[1].State != api.NodeStopped {
+		t.Fatalf("nodes after b stopped: %+v %v", nodes, err)
+	}
+	time.Sleep(1100 * time.Millisecond) // a's cache of the nodes table
+	_, err = viaA.Exec(ctx, "true")
+	if ae := wantCode(t, err, api.CodeUnavailable); !strings.Contains(ae.Message, "node-b") {
+		t.Fatalf("exec on a stopped node's sandbox: %q", ae.Message)
+	}
+	if err := b.start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if got := mustSh(t, viaA, "cat /workspace/f"); got != "written through a" {
+		t.Fatalf("after b is back: %q", got)
+	}
+}
+
+// httpCall sends a request with the bearer key and a JSON body ("" none) and
+// returns the answer's status and body.
+func httpCall(t *testing.T, method, url, key, body string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
