@@ -159,6 +159,44 @@ func (m *Images) Ensure(ctx context.Context, name string, progress Progress) (*s
 	return m.Build(ctx, api.BuildImageRequest{Name: DefaultImage}, "", progress)
 }
 
+// HasRootFS reports whether image id is unpacked on this node.
+func (m *Images) HasRootFS(id string) bool {
+	_, err := os.Stat(m.RootFS(id))
+	return err == nil
+}
+
+// Install makes the root filesystem of image id on this node with fill,
+// which builds it in an empty directory; the directory becomes RootFS(id)
+// only when fill succeeded (a partial one is removed, and an interrupted
+// one, a dot-name, goes at the next startup GC). Calls for one id at a
+// time run once; a present root filesystem is kept as it is.
+func (m *Images) Install(ctx context.Context, id string, fill func(rootfs string) error) error {
+	if m.HasRootFS(id) {
+		return nil
+	}
+	_, err := m.once(ctx, "rootfs:"+id, func() (*store.Image, error) {
+		if m.HasRootFS(id) {
+			return nil, nil
+		}
+		tmp := filepath.Join(m.dir, ".fetch-"+id)
+		_ = os.RemoveAll(tmp)
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return nil, err
+		}
+		if err := fill(filepath.Join(tmp, "rootfs")); err != nil {
+			os.RemoveAll(tmp)
+			return nil, err
+		}
+		if err := os.Rename(tmp, filepath.Join(m.dir, id)); err != nil {
+			os.RemoveAll(tmp)
+			return nil, err
+		}
+		m.log.Info("image installed from the blob store", "id", id)
+		return nil, nil
+	})
+	return err
+}
+
 func newID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])

@@ -112,14 +112,18 @@ type Engine struct {
 	// started is when New made the engine.
 	started time.Time
 	// nodes caches the cluster's node records for Route.
-	nodes  nodeCache
-	st     store.Store
-	rt     runtime.Runtime
-	images *disk.Images
-	layers *disk.Layers
-	blobs  blob.Store
-	net    Network
-	log    *slog.Logger
+	nodes nodeCache
+	// pub remembers the images published to the blob store (imagedist.go).
+	pub published
+	// publishKick asks publishLoop to publish soon.
+	publishKick chan struct{}
+	st          store.Store
+	rt          runtime.Runtime
+	images      *disk.Images
+	layers      *disk.Layers
+	blobs       blob.Store
+	net         Network
+	log         *slog.Logger
 	// mountRunDir makes a sandbox's /.sbx/run dir: disk.MountRunDir, a
 	// tmpfs. Only the engine's unit tests change it (a plain directory,
 	// without root).
@@ -252,6 +256,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	e := &Engine{
 		cfg: cfg, st: st, rt: rt, images: images, net: netm, blobs: blobs, log: log,
 		started:      time.Now(),
+		publishKick:  make(chan struct{}, 1),
 		layers:       layers,
 		mountRunDir:  disk.MountRunDir,
 		host:         host,
@@ -297,6 +302,7 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 		if name == disk.DefaultImage {
 			e.pool.refill()
 		}
+		e.kickPublish()
 	}
 	return e, nil
 }
@@ -335,6 +341,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	if cl, ok := e.st.(store.Cluster); ok && e.cfg.Node != "" {
 		e.bg.Add(1)
 		go e.listenWakes(cl)
+	}
+	if _, ok := e.distributesImages(); ok {
+		e.bg.Add(1)
+		go e.publishLoop()
 	}
 	e.kickGC()
 	return nil

@@ -80,6 +80,9 @@ func (e *Engine) start(ctx context.Context, sb *store.Sandbox, from startFrom) (
 	// The quota goes on after the mount (MountLimited): overlayfs makes
 	// its work dir when it mounts, and on a layer at its quota it would
 	// mount read-only.
+	if err := e.ensureImage(ctx, sb.ImageID); err != nil {
+		return err
+	}
 	if err := e.layers.MountLimited(sb.ID, e.images.RootFS(sb.ImageID), e.quotaMB(sb)); err != nil {
 		return err
 	}

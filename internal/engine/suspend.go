@@ -268,6 +268,13 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 		return err
 	}
 	defer admitted()
+	if cl, ok := e.st.(store.Cluster); ok && e.cfg.Node != "" {
+		// Of the nodes that may race to resume it (its own, and one that
+		// found its node lost), one goes on.
+		if err := cl.ClaimSandbox(ctx, sb, e.cfg.Node); err != nil {
+			return err
+		}
+	}
 	sn, err := e.st.GetSnapshot(ctx, sb.SuspendSnapshot)
 	if err != nil {
 		return failed(fmt.Errorf("its snapshot %s: %w", sb.SuspendSnapshot, err))

@@ -458,6 +458,18 @@ type Cluster interface {
 	// again after its connection broke: wakes sent meanwhile are lost, so
 	// listening looks for what they would have woken).
 	ListenWakes(ctx context.Context, node string, listening func(), wake func(sandboxID string))
+	// PutImageRootFS records where image imageID's root filesystem is in
+	// the shared blob store: the chunks of its manifest (hex digests) and
+	// its size. A second put keeps the first. GetImageRootFS returns it,
+	// or errdefs.ErrImageNotFound.
+	PutImageRootFS(ctx context.Context, imageID string, manifest []string, sizeBytes int64) error
+	GetImageRootFS(ctx context.Context, imageID string) ([]string, error)
+	// ClaimSandbox makes suspended sandbox sb's node to, if its record
+	// is still as sb has it (its Node and UpdateTime), and sets sb's Node
+	// and UpdateTime: of nodes racing to resume it, exactly one wins.
+	// Errors: errdefs.ErrConflict (the record changed: another node took
+	// it, or it is no longer suspended); ErrSandboxNotFound.
+	ClaimSandbox(ctx context.Context, sb *Sandbox, to string) error
 }
 
 // Store persists records. Methods are safe for concurrent use.

@@ -219,3 +219,53 @@ func (s *Store) listenWakes(ctx context.Context, node string, listening func(), 
 		}
 	}
 }
+
+// PutImageRootFS implements store.Cluster; a second put of the same image
+// keeps the first.
+func (s *Store) PutImageRootFS(ctx context.Context, imageID string, manifest []string, sizeBytes int64) error {
+	m, err := jsonOf(manifest)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO image_rootfs (image_id, manifest, size_bytes, create_time)
+		VALUES ($1, $2, $3, now()) ON CONFLICT (image_id) DO NOTHING`, imageID, m, sizeBytes)
+	return err
+}
+
+// GetImageRootFS implements store.Cluster.
+func (s *Store) GetImageRootFS(ctx context.Context, imageID string) ([]string, error) {
+	var m []byte
+	err := s.pool.QueryRow(ctx, `SELECT manifest FROM image_rootfs WHERE image_id = $1`, imageID).Scan(&m)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errdefs.New(errdefs.ErrImageNotFound, "image %s has no root filesystem in the blob store", imageID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	if err := json.Unmarshal(m, &out); err != nil {
+		return nil, fmt.Errorf("image %s: corrupt manifest record: %w", imageID, err)
+	}
+	return out, nil
+}
+
+// ClaimSandbox implements store.Cluster.
+func (s *Store) ClaimSandbox(ctx context.Context, sb *store.Sandbox, to string) error {
+	id := sb.ID
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET node = $3, update_time = $5
+		WHERE id = $1 AND node = $2 AND state = $4 AND update_time = $6`,
+		id, sb.Node, to, string(api.StateSuspended), now, sb.UpdateTime.UTC())
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 1 {
+		sb.Node, sb.UpdateTime = to, now
+		return nil
+	}
+	var node, state string
+	if err := s.pool.QueryRow(ctx, `SELECT node, state FROM sandboxes WHERE id = $1`, id).Scan(&node, &state); errors.Is(err, pgx.ErrNoRows) {
+		return errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox with id %q", id)
+	}
+	return errdefs.Conflictf("sandbox %s changed before this node could resume it: node %s took it (now %s)", sb.Name, node, state)
+}

@@ -214,3 +214,37 @@ func TestDuty(t *testing.T) {
 		t.Fatalf("b once a is gone: %v %v", ok, err)
 	}
 }
+
+// TestClaimSandbox: of two nodes that read a suspended sandbox and race
+// to resume it, one claims it; the other's claim fails, even when the
+// winner is the sandbox's own node (which changes no node).
+func TestClaimSandbox(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, pgtest.URL(t))
+	if err := s.CreateSandbox(ctx, &store.Sandbox{ID: "sbx_1", Name: "s", State: api.StateSuspended, Image: "default", CPUs: 1, MemoryMB: 256, Node: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	home, _ := s.GetSandbox(ctx, "s")
+	other, _ := s.GetSandbox(ctx, "s")
+	if err := s.ClaimSandbox(ctx, home, "a"); err != nil || home.Node != "a" {
+		t.Fatalf("the home node's claim: %v", err)
+	}
+	if err := s.ClaimSandbox(ctx, other, "c"); !errdefs.IsConflict(err) {
+		t.Fatalf("a second claim on what it read before: %v, want a conflict", err)
+	}
+	fresh, _ := s.GetSandbox(ctx, "s")
+	if err := s.ClaimSandbox(ctx, fresh, "c"); err != nil || fresh.Node != "c" {
+		t.Fatalf("a claim on a fresh read: %v", err)
+	}
+	if got, _ := s.GetSandbox(ctx, "s"); got.Node != "c" {
+		t.Fatalf("after the claim: node %q", got.Node)
+	}
+	fresh.State = api.StateRunning
+	if err := s.UpdateSandbox(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := s.GetSandbox(ctx, "s")
+	if err := s.ClaimSandbox(ctx, again, "a"); !errdefs.IsConflict(err) {
+		t.Fatalf("a claim on a running sandbox: %v", err)
+	}
+}
