@@ -210,7 +210,8 @@ func (c *Config) LoadFile(path string) error {
 // SBX_SOCKET, SBX_LISTEN, SBX_API_KEYS (comma-separated), SBX_RUNSC,
 // SBX_PLATFORM, SBX_AGENT_BIN, SBX_CACHE_DIR, SBX_POOL_SIZE, SBX_LOG_LEVEL,
 // SBX_BLOB_STORE, SBX_STORE, SBX_PREVIEW_DOMAIN, SBX_LAYERS, SBX_USAGE_INTERVAL,
-// SBX_HOT_IMAGE_BYTES, SBX_NODE, SBX_ADVERTISE, SBX_CLUSTER_KEY.
+// SBX_HOT_IMAGE_BYTES, SBX_NODE, SBX_ADVERTISE, SBX_CLUSTER_KEY,
+// SBX_NODE_LEASE_TTL.
 func (c *Config) LoadEnv(getenv func(string) string) error {
 	str := map[string]*string{
 		"SBX_DATA_DIR": &c.DataDir, "SBX_SOCKET": &c.Socket, "SBX_LISTEN": &c.Listen,
@@ -224,6 +225,7 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 		"SBX_NODE":            &c.Node,
 		"SBX_ADVERTISE":       &c.Advertise,
 		"SBX_CLUSTER_KEY":     &c.ClusterKey,
+		"SBX_NODE_LEASE_TTL":  &c.NodeLeaseTTL,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {

@@ -224,20 +224,28 @@ func (e *Engine) deliverAllPending(ctx context.Context) {
 	}
 }
 
-// wake resumes suspended sandbox sb in the background, on the node that
-// suspended it while that node is live (a notification through the
-// store: its memory image is there), else here.
+// wake resumes suspended sandbox sb in the background: on the node that
+// suspended it while that node is live (its memory image is there), else
+// on the node placement picks (place); another node is asked through the
+// store (NotifyWake).
 func (e *Engine) wake(ctx context.Context, sb *store.Sandbox, why string) {
-	if cl, ok := e.st.(store.Cluster); ok && e.cfg.Node != "" && sb.Node != "" && sb.Node != e.cfg.Node {
-		if n, err := e.node(ctx, sb.Node); err == nil && n != nil && n.Live {
-			err := cl.NotifyWake(ctx, sb.Node, sb.ID)
-			if err == nil {
-				return
-			}
-			e.log.Warn("wake on its node; waking here", "sandbox", sb.Name, "node", sb.Node, "err", err)
-		}
+	cl, ok := e.st.(store.Cluster)
+	if !ok || e.cfg.Node == "" || sb.Node == "" || sb.Node == e.cfg.Node {
+		e.resumeAsync(sb.ID, why)
+		return
 	}
-	e.resumeAsync(sb.ID, why)
+	to := sb.Node
+	if n, err := e.node(ctx, sb.Node); err != nil || n == nil || !n.Live {
+		to, _ = e.place(ctx, sb.ImageID)
+	}
+	if to == "" || to == e.cfg.Node {
+		e.resumeAsync(sb.ID, why)
+		return
+	}
+	if err := cl.NotifyWake(ctx, to, sb.ID); err != nil {
+		e.log.Warn("wake on another node; waking here", "sandbox", sb.Name, "node", to, "err", err)
+		e.resumeAsync(sb.ID, why)
+	}
 }
 
 // listenWakes wakes the sandboxes that other nodes ask this one to wake
@@ -260,18 +268,8 @@ func (e *Engine) wakeDelivered(ctx context.Context) {
 		return
 	}
 	for _, sb := range sbs {
-		if sb.State != api.StateSuspended || sb.WakeOn == "" {
-			continue
-		}
-		evs, err := e.st.ListEvents(ctx, store.EventQuery{SandboxID: sb.ID})
-		if err != nil {
-			continue
-		}
-		for _, ev := range evs {
-			if !ev.DeliverTime.IsZero() && !ev.DeliverTime.Before(sb.SuspendTime) {
-				e.resumeAsync(sb.ID, "event delivered while this node did not listen")
-				break
-			}
+		if sb.State == api.StateSuspended && sb.WakeOn != "" && e.deliveredSince(ctx, sb) {
+			e.resumeAsync(sb.ID, "event delivered while this node did not listen")
 		}
 	}
 }

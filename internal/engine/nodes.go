@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -204,4 +205,124 @@ func (e *Engine) Route(ctx context.Context, idOrName string) (string, error) {
 			"sandbox %s runs on node %s, which advertises no URL for other nodes to reach it (sbxd --advertise)", sb.Name, sb.Node)
 	}
 	return n.URL, nil
+}
+
+// orphanInterval is how often the duty holder looks for suspended
+// sandboxes of lost nodes that an event was delivered to.
+const orphanInterval = 2 * time.Second
+
+// place picks the node to start or resume a sandbox of image imageID on:
+// among the live, active nodes, one that has the image unpacked, then the
+// one with the most free memory; this node when it is one of the best, or
+// when no record says better. It returns the node's name.
+func (e *Engine) place(ctx context.Context, imageID string) (string, error) {
+	cl, ok := e.st.(store.Cluster)
+	if !ok || e.cfg.Node == "" {
+		return e.cfg.Node, nil
+	}
+	recs, err := cl.ListNodes(ctx)
+	if err != nil {
+		return "", err
+	}
+	return placeOn(recs, imageID, e.cfg.Node), nil
+}
+
+// placeOn is place's rule over the node records: live and active nodes;
+// those with imageID unpacked first; then the most free memory; ties go to
+// self, then by name.
+func placeOn(nodes []*store.Node, imageID, self string) string {
+	best := self
+	var bestN *store.Node
+	for _, n := range nodes {
+		if n.Name == self {
+			bestN = n
+		}
+	}
+	better := func(a, b *store.Node) bool { // a better than b
+		if b == nil {
+			return true
+		}
+		ai, bi := slices.Contains(a.Capacity.Images, imageID), slices.Contains(b.Capacity.Images, imageID)
+		if ai != bi {
+			return ai
+		}
+		return a.Capacity.FreeMemoryBytes > b.Capacity.FreeMemoryBytes
+	}
+	if bestN != nil && (!bestN.Live || bestN.State != api.NodeActive) {
+		bestN, best = nil, ""
+	}
+	for _, n := range nodes {
+		if !n.Live || n.State != api.NodeActive || n.Name == self {
+			continue
+		}
+		if better(n, bestN) {
+			bestN, best = n, n.Name
+		}
+	}
+	if best == "" {
+		return self
+	}
+	return best
+}
+
+// wakeOrphans wakes, on a placed node, each suspended sandbox of a lost
+// node that was delivered an event after it suspended (its node would
+// have woken it); the duty holder does it, every orphanInterval.
+func (e *Engine) wakeOrphansLoop(cl store.Cluster) {
+	defer e.bg.Done()
+	tick := time.NewTicker(orphanInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if e.holdsDuty(e.ctx) {
+			e.wakeOrphans(e.ctx, cl)
+		}
+	}
+}
+
+func (e *Engine) wakeOrphans(ctx context.Context, cl store.Cluster) {
+	nodes, err := cl.ListNodes(ctx)
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		if n.Live {
+			continue
+		}
+		sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{Node: n.Name})
+		if err != nil {
+			return
+		}
+		for _, sb := range sbs {
+			if sb.State != api.StateSuspended || sb.WakeOn == "" || !e.deliveredSince(ctx, sb) {
+				continue
+			}
+			to := placeOn(nodes, sb.ImageID, e.cfg.Node)
+			e.log.Info("waking a sandbox of a lost node", "sandbox", sb.Name, "lost_node", n.Name, "on", to)
+			if to == e.cfg.Node {
+				e.resumeAsync(sb.ID, "event for a sandbox of lost node "+n.Name)
+			} else if err := cl.NotifyWake(ctx, to, sb.ID); err != nil {
+				e.log.Warn("wake a sandbox of a lost node", "sandbox", sb.Name, "on", to, "err", err)
+			}
+		}
+	}
+}
+
+// deliveredSince reports whether suspended sb was delivered an event
+// after it suspended.
+func (e *Engine) deliveredSince(ctx context.Context, sb *store.Sandbox) bool {
+	evs, err := e.st.ListEvents(ctx, store.EventQuery{SandboxID: sb.ID})
+	if err != nil {
+		return false
+	}
+	for _, ev := range evs {
+		if !ev.DeliverTime.IsZero() && !ev.DeliverTime.Before(sb.SuspendTime) {
+			return true
+		}
+	}
+	return false
 }

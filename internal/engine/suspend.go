@@ -162,6 +162,15 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, r
 	}
 	progress(steps.line(api.ReleaseStepsPrefix))
 	_ = e.st.DeleteOp(ctx, opID)
+	if _, ok := e.distributesImages(); ok {
+		// In a cluster, another node may have to wake it, this one being
+		// lost: the suspend answers once its memory image is in the blob
+		// store too. A failure leaves that to the background store.
+		progress("storing its memory image in the blob store")
+		if err := e.storeHot(ctx, sn); err != nil {
+			e.log.Warn("suspend: store the memory image now; the background store retries", "sandbox", sb.Name, "err", err)
+		}
+	}
 	e.log.Info("suspended", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
 		"paused_ms", c.pausedMS, "memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes, "wake_on", wakeOn)
 	progress(fmt.Sprintf("suspended in %d ms", time.Since(start).Milliseconds()))

@@ -1,0 +1,35 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/store"
+)
+
+// TestPlaceOn: a sandbox is placed on a live, active node; one that has
+// its image unpacked first, then the one with the most free memory; never
+// on a lost or draining node; on this node when no other is better.
+func TestPlaceOn(t *testing.T) {
+	n := func(name string, live bool, state api.NodeState, freeGB int64, images ...string) *store.Node {
+		return &store.Node{Name: name, Live: live, State: state,
+			Capacity: api.NodeCapacity{FreeMemoryBytes: freeGB << 30, Images: images}}
+	}
+	for _, c := range []struct {
+		name  string
+		nodes []*store.Node
+		want  string
+	}{
+		{"most free memory", []*store.Node{n("a", true, api.NodeActive, 4), n("b", true, api.NodeActive, 8), n("c", true, api.NodeActive, 2)}, "b"},
+		{"the image before memory", []*store.Node{n("a", true, api.NodeActive, 4), n("b", true, api.NodeActive, 8), n("c", true, api.NodeActive, 2, "img")}, "c"},
+		{"not a lost node", []*store.Node{n("a", true, api.NodeActive, 4), n("b", false, api.NodeLost, 8, "img")}, "a"},
+		{"not a draining node", []*store.Node{n("a", true, api.NodeActive, 4), n("b", true, api.NodeDraining, 8, "img")}, "a"},
+		{"self on a tie", []*store.Node{n("a", true, api.NodeActive, 4), n("b", true, api.NodeActive, 4)}, "a"},
+		{"away from a draining self", []*store.Node{n("a", true, api.NodeDraining, 9, "img"), n("b", true, api.NodeActive, 1)}, "b"},
+		{"self when no node is usable", []*store.Node{n("a", true, api.NodeDraining, 9), n("b", false, api.NodeLost, 9)}, "a"},
+	} {
+		if got := placeOn(c.nodes, "img", "a"); got != c.want {
+			t.Errorf("%s: placed on %s, want %s", c.name, got, c.want)
+		}
+	}
+}
