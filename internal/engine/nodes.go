@@ -326,3 +326,23 @@ func (e *Engine) deliveredSince(ctx context.Context, sb *store.Sandbox) bool {
 	}
 	return false
 }
+
+// claim takes suspended sb for this node before it resumes it here: its
+// own node takes it; another node only when sb's node is not live (read
+// now, not from the cache), and then only if no node took it since sb was
+// read (store.Cluster.ClaimSandbox). So of nodes racing to resume it, one
+// goes on; the others get ErrConflict.
+func (e *Engine) claim(ctx context.Context, cl store.Cluster, sb *store.Sandbox) error {
+	if sb.Node != "" && sb.Node != e.cfg.Node {
+		nodes, err := cl.ListNodes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if n.Name == sb.Node && n.Live {
+				return errdefs.Conflictf("sandbox %s belongs to node %s, which is live: it resumes there", sb.Name, sb.Node)
+			}
+		}
+	}
+	return cl.ClaimSandbox(ctx, sb, e.cfg.Node)
+}

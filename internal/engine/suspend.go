@@ -162,13 +162,17 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, r
 	}
 	progress(steps.line(api.ReleaseStepsPrefix))
 	_ = e.st.DeleteOp(ctx, opID)
-	if _, ok := e.distributesImages(); ok {
+	if cl, ok := e.distributesImages(); ok {
 		// In a cluster, another node may have to wake it, this one being
-		// lost: the suspend answers once its memory image is in the blob
-		// store too. A failure leaves that to the background store.
-		progress("storing its memory image in the blob store")
+		// lost: the suspend answers once its memory image, and its
+		// image's root filesystem, are in the blob store too. A failure
+		// leaves that to the background stores.
+		progress("storing its memory image and its image in the blob store")
 		if err := e.storeHot(ctx, sn); err != nil {
 			e.log.Warn("suspend: store the memory image now; the background store retries", "sandbox", sb.Name, "err", err)
+		}
+		if err := e.publishImage(ctx, cl, sb.ImageID); err != nil {
+			e.log.Warn("suspend: publish its image now; the background publisher retries", "sandbox", sb.Name, "err", err)
 		}
 	}
 	e.log.Info("suspended", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
@@ -278,9 +282,7 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	}
 	defer admitted()
 	if cl, ok := e.st.(store.Cluster); ok && e.cfg.Node != "" {
-		// Of the nodes that may race to resume it (its own, and one that
-		// found its node lost), one goes on.
-		if err := cl.ClaimSandbox(ctx, sb, e.cfg.Node); err != nil {
+		if err := e.claim(ctx, cl, sb); err != nil {
 			return err
 		}
 	}

@@ -291,7 +291,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, auth bool) {
 		return
 	}
 	defer done()
-	if name := sandboxOfPath(r.URL.Path); name != "" && s.forward(w, r, name) {
+	// A sandbox's record is read here; anything else on it is served by
+	// its node.
+	if name := sandboxOfPath(r.URL.Path); name != "" && !(r.Method == http.MethodGet && r.URL.Path == "/v1/sandboxes/"+name) && s.forward(w, r, name) {
 		return
 	}
 	if r.URL.Path == mcpPath {

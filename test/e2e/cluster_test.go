@@ -2,15 +2,21 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/client"
+	"github.com/sbxhq/sbx/internal/blob/blobtest"
 	"github.com/sbxhq/sbx/internal/store/postgres/pgtest"
 )
 
@@ -30,16 +36,7 @@ type node struct {
 // listening on a TCP port of loopback that it advertises.
 func startNode(t *testing.T, url, name string, args ...string) *node {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	key := "e2e-operator-key-" + name + "-0123456789"
-	d := secondEnv(t, []string{"SBX_CLUSTER_KEY=" + clusterKey},
-		append([]string{"--pool", "0", "--store", url, "--node", name, "--listen", addr, "--api-key", key}, args...)...)
-	return &node{harness: d, name: name, addr: addr, key: key}
+	return startNodeEnv(t, url, name, nil, args...)
 }
 
 // TestClusterForwarding: two sbxd nodes share one PostgreSQL store. Each
@@ -196,4 +193,142 @@ func httpCall(t *testing.T, method, url, key, body string) (int, string) {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(b)
+}
+
+// TestClusterNodeLoss: three nodes share one PostgreSQL store and one S3
+// bucket (a real versitygw). A sandbox suspended on a is woken on another
+// node, with its memory and processes, after a is SIGKILLed and an event is
+// posted to c; a second node's resume of it at the same time loses to the
+// first (one copy runs). A node that starts a sandbox on an image it never
+// unpacked installs it from the bucket.
+func TestClusterNodeLoss(t *testing.T) {
+	url := pgtest.URL(t)
+	s3 := blobtest.StartS3(t)
+	bucket := s3.CreateBucket(t)
+	args := []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
+	env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_NODE_LEASE_TTL=3s"}
+	a := startNodeEnv(t, url, "node-a", env, args...)
+	b := startNodeEnv(t, url, "node-b", env, args...)
+	c := startNodeEnv(t, url, "node-c", env, args...)
+	ctx := ctxT(t)
+
+	sb, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "task"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, sb, "echo step-1 > /workspace/progress && (nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 &); sleep 1")
+	if err := sb.Suspend(ctx, "approval-42"); err != nil {
+		t.Fatal(err)
+	}
+	a.kill()
+	killed := time.Now()
+	if _, err := c.c.Events.Post(ctx, "approval-42", []byte("approved"), "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	var woke *client.Sandbox
+	for time.Since(killed) < 2*time.Minute {
+		if got, err := c.c.Sandboxes.Get(ctx, "task"); err == nil && got.State == api.StateRunning {
+			woke = got
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if woke == nil || (woke.Node != "node-b" && woke.Node != "node-c") {
+		t.Fatalf("after a was killed and an event posted to c: %+v\nb's log:\n%s\nc's log:\n%s", woke, notDebug(b.logPath), notDebug(c.logPath))
+	}
+	t.Logf("woken on %s %v after a was SIGKILLed (lease 3 s)", woke.Node, time.Since(killed).Round(time.Millisecond))
+	n1 := strings.TrimSpace(mustSh(t, woke, "cat /workspace/progress; cat /tmp/count"))
+	time.Sleep(time.Second)
+	n2 := strings.TrimSpace(mustSh(t, woke, "cat /tmp/count"))
+	if !strings.HasPrefix(n1, "step-1\n") || n2 == strings.TrimPrefix(n1, "step-1\n") {
+		t.Fatalf("the woken sandbox: %q then %q, want its file and a counter that runs on", n1, n2)
+	}
+
+	// Suspended again on its new node, which is then lost; two nodes race
+	// to resume it: one copy runs.
+	home := map[string]*node{"node-b": b, "node-c": c}[woke.Node]
+	racers := []*node{a, map[string]*node{"node-b": c, "node-c": b}[woke.Node]}
+	if err := woke.Suspend(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	home.kill()
+	if err := a.start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second) // the lost node's lease (3 s) runs out
+	errs := make(chan error, 2)
+	for _, n := range racers {
+		go func(n *node) {
+			sb, err := n.c.Sandboxes.Get(ctx, "task")
+			if err == nil {
+				err = sb.Resume(ctx)
+			}
+			errs <- err
+		}(n)
+	}
+	for range racers {
+		if err := <-errs; err != nil {
+			var ae *client.Error
+			if !errors.As(err, &ae) || ae.Code != api.CodeConflict {
+				t.Fatalf("a racing resume: %v, want success or a conflict", err)
+			}
+		}
+	}
+	got, err := a.c.Sandboxes.Get(ctx, "task")
+	if err != nil || got.State != api.StateRunning {
+		t.Fatalf("after the race: %+v %v", got, err)
+	}
+	running := 0
+	for _, n := range racers {
+		if runscHas(t, n.harness, got.ID) {
+			running++
+			if n.name != got.Node {
+				t.Fatalf("the sandbox runs on %s, and its record says %s", n.name, got.Node)
+			}
+		}
+	}
+	if running != 1 {
+		t.Fatalf("after two racing resumes, %d nodes run the sandbox, want 1", running)
+	}
+	if got := mustSh(t, got, "cat /workspace/progress"); got != "step-1\n" {
+		t.Fatalf("after the race: %q", got)
+	}
+}
+
+// runscHas reports whether runsc of d's data dir runs container id.
+func runscHas(t *testing.T, d *harness, id string) bool {
+	t.Helper()
+	out, err := exec.Command("runsc", "--root", filepath.Join(d.dataDir, "runsc"), "list", "-quiet").Output()
+	if err != nil {
+		t.Fatalf("runsc list: %v", err)
+	}
+	return slices.Contains(strings.Fields(string(out)), id)
+}
+
+// startNodeEnv is startNode with more environment for sbxd.
+func startNodeEnv(t *testing.T, url, name string, env []string, args ...string) *node {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	key := "e2e-operator-key-" + name + "-0123456789"
+	d := secondEnv(t, append([]string{"SBX_CLUSTER_KEY=" + clusterKey}, env...),
+		append([]string{"--pool", "0", "--store", url, "--node", name, "--listen", addr, "--api-key", key}, args...)...)
+	return &node{harness: d, name: name, addr: addr, key: key}
+}
+
+// notDebug is the last 40 lines of sbxd's log at path that are not at
+// debug level.
+func notDebug(path string) string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.Contains(l, "level=DEBUG") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-40):], "\n")
 }
