@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/sbxhq/sbx/api"
 )
@@ -16,4 +17,22 @@ func (c *Client) Nodes(ctx context.Context) ([]api.Node, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// DrainNode makes node name drain (drain): it takes no new sandboxes and
+// moves those it runs to other nodes, with their processes; with drain
+// false it takes sandboxes again (POST or DELETE /v1/nodes/{name}/drain,
+// an admin key's call). It returns the node's record. Errors: *Error with
+// code forbidden (a tenant key), not_found (no such node),
+// invalid_argument (a single sbxd).
+func (c *Client) DrainNode(ctx context.Context, name string, drain bool) (*api.Node, error) {
+	method := http.MethodPost
+	if !drain {
+		method = http.MethodDelete
+	}
+	var out api.Node
+	if err := c.doJSON(ctx, method, "/v1/nodes/"+url.PathEscape(name)+"/drain", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

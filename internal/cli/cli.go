@@ -124,7 +124,7 @@ func (a *app) root() *cobra.Command {
 		a.cpCmd(), a.checkpointCmd(), a.checkpointsCmd(), a.restoreCmd(), a.diffCmd(),
 		a.snapshotCmd(), a.snapshotsCmd(), a.forkCmd(), a.psCmd(), a.attachCmd(), a.killCmd(), a.portsCmd(),
 		a.suspendCmd(), a.resumeCmd(), a.eventCmd(), a.eventsCmd(), a.updateCmd(),
-		a.netCmd(), a.secretCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.usageCmd(), a.limitCmd(), a.nodesCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd(), a.classifyCmd())
+		a.netCmd(), a.secretCmd(), a.imageCmd(), a.deliverCmd(), a.deliveriesCmd(), a.deliveryCmd(), a.usageCmd(), a.limitCmd(), a.nodesCmd(), a.nodeCmd(), a.benchCmd(), a.versionCmd(), a.mcpCmd(), a.shellCmd(), a.classifyCmd())
 	root.AddCommand(a.keyCmd())
 	for _, c := range root.Commands() {
 		if c.HasSubCommands() && !c.Runnable() {

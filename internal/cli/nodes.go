@@ -60,3 +60,42 @@ A single sbxd lists itself alone.`,
 	a.addOutput(cmd)
 	return cmd
 }
+
+func (a *app) nodeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Manage a node of the cluster (an admin key's command)",
+	}
+	var cancel bool
+	drain := &cobra.Command{
+		Use:   "drain NAME",
+		Short: "Move a node's sandboxes to other nodes, with their processes, and stop placing new ones on it",
+		Long: `Drain a node: it takes no new sandboxes, and each sandbox it runs is
+suspended there and resumed on another node (the one placement picks), its
+processes running on. A sandbox with a volume stays (its volume is that
+host's directory). The drain lasts across restarts of the node until
+--cancel. The command answers at once; sbx ls shows where each sandbox
+runs, and sbx nodes that the node drains.`,
+		Example: `  sbx node drain node-a
+  sbx node drain node-a --cancel`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.checkOutput(); err != nil {
+				return err
+			}
+			n, err := a.c.DrainNode(cmd.Context(), args[0], !cancel)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return a.printJSON(n)
+			}
+			fmt.Fprintf(a.stdout, "node %s: %s\n", n.Name, n.State)
+			return nil
+		},
+	}
+	drain.Flags().BoolVar(&cancel, "cancel", false, "end the drain: the node takes sandboxes again")
+	a.addOutput(drain)
+	cmd.AddCommand(drain)
+	return cmd
+}

@@ -339,9 +339,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	go e.meter.limitsLoop()
 	go e.ingestLoop()
 	if cl, ok := e.st.(store.Cluster); ok && e.cfg.Node != "" {
-		e.bg.Add(2)
+		e.bg.Add(3)
 		go e.listenWakes(cl)
 		go e.wakeOrphansLoop(cl)
+		go e.drainLoop(cl)
 	}
 	if _, ok := e.distributesImages(); ok {
 		e.bg.Add(1)

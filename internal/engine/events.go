@@ -230,12 +230,12 @@ func (e *Engine) deliverAllPending(ctx context.Context) {
 // store (NotifyWake).
 func (e *Engine) wake(ctx context.Context, sb *store.Sandbox, why string) {
 	cl, ok := e.st.(store.Cluster)
-	if !ok || e.cfg.Node == "" || sb.Node == "" || sb.Node == e.cfg.Node {
+	if !ok || e.cfg.Node == "" || sb.Node == "" {
 		e.resumeAsync(sb.ID, why)
 		return
 	}
 	to := sb.Node
-	if n, err := e.node(ctx, sb.Node); err != nil || n == nil || !n.Live {
+	if n, err := e.node(ctx, sb.Node); err != nil || n == nil || !n.Live || n.State == api.NodeDraining {
 		to, _ = e.place(ctx, sb.ImageID)
 	}
 	if to == "" || to == e.cfg.Node {

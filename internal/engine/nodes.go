@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sbxhq/sbx/api"
+	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/store"
 )
@@ -190,6 +191,9 @@ func (e *Engine) Route(ctx context.Context, idOrName string) (string, error) {
 	}
 	suspended := sb.State == api.StateSuspended
 	switch {
+	case suspended && n != nil && n.State == api.NodeDraining:
+		// A draining node wakes nothing: this one does.
+		return "", nil
 	case n == nil || !n.Live:
 		if suspended {
 			return "", nil
@@ -213,8 +217,9 @@ const orphanInterval = 2 * time.Second
 
 // place picks the node to start or resume a sandbox of image imageID on:
 // among the live, active nodes, one that has the image unpacked, then the
-// one with the most free memory; this node when it is one of the best, or
-// when no record says better. It returns the node's name.
+// least loaded (fewest sandboxes), then the one with the most free memory;
+// this node when it is one of the best, or when no record says better. It
+// returns the node's name.
 func (e *Engine) place(ctx context.Context, imageID string) (string, error) {
 	cl, ok := e.st.(store.Cluster)
 	if !ok || e.cfg.Node == "" {
@@ -228,8 +233,8 @@ func (e *Engine) place(ctx context.Context, imageID string) (string, error) {
 }
 
 // placeOn is place's rule over the node records: live and active nodes;
-// those with imageID unpacked first; then the most free memory; ties go to
-// self, then by name.
+// those with imageID unpacked first; then the fewest sandboxes; then the
+// most free memory; ties go to self, then by name.
 func placeOn(nodes []*store.Node, imageID, self string) string {
 	best := self
 	var bestN *store.Node
@@ -245,6 +250,9 @@ func placeOn(nodes []*store.Node, imageID, self string) string {
 		ai, bi := slices.Contains(a.Capacity.Images, imageID), slices.Contains(b.Capacity.Images, imageID)
 		if ai != bi {
 			return ai
+		}
+		if a.Capacity.Sandboxes != b.Capacity.Sandboxes {
+			return a.Capacity.Sandboxes < b.Capacity.Sandboxes
 		}
 		return a.Capacity.FreeMemoryBytes > b.Capacity.FreeMemoryBytes
 	}
@@ -328,9 +336,9 @@ func (e *Engine) deliveredSince(ctx context.Context, sb *store.Sandbox) bool {
 }
 
 // claim takes suspended sb for this node before it resumes it here: its
-// own node takes it; another node only when sb's node is not live (read
-// now, not from the cache), and then only if no node took it since sb was
-// read (store.Cluster.ClaimSandbox). So of nodes racing to resume it, one
+// own node takes it; another node only when sb's node is not live or
+// drains (read now, not from the cache), and then only if no node took
+// it since sb was read (store.Cluster.ClaimSandbox). So of nodes racing to resume it, one
 // goes on; the others get ErrConflict.
 func (e *Engine) claim(ctx context.Context, cl store.Cluster, sb *store.Sandbox) error {
 	if sb.Node != "" && sb.Node != e.cfg.Node {
@@ -339,10 +347,138 @@ func (e *Engine) claim(ctx context.Context, cl store.Cluster, sb *store.Sandbox)
 			return err
 		}
 		for _, n := range nodes {
-			if n.Name == sb.Node && n.Live {
+			if n.Name == sb.Node && n.Live && n.State != api.NodeDraining {
 				return errdefs.Conflictf("sandbox %s belongs to node %s, which is live: it resumes there", sb.Name, sb.Node)
 			}
 		}
 	}
 	return cl.ClaimSandbox(ctx, sb, e.cfg.Node)
+}
+
+// drainInterval is how often a node checks whether it drains, and moves
+// what it still runs.
+const drainInterval = time.Second
+
+// DrainNode marks node name draining (drain) or active again: a draining
+// node takes no new sandboxes (placement skips it) and moves each sandbox
+// it runs to another node, with its processes (a suspend there, a resume
+// elsewhere). Its record is answered. Errors: ErrForbidden for a tenant
+// key; ErrInvalidArgument on a single sbxd (no other node to move to);
+// ErrNotFound (no such node); the store's.
+func (e *Engine) DrainNode(ctx context.Context, name string, drain bool) (*api.Node, error) {
+	if !CallerOf(ctx).Admin {
+		return nil, errdefs.New(errdefs.ErrForbidden, "nodes are the operator's: only an admin key may drain one")
+	}
+	cl, ok := e.st.(store.Cluster)
+	if !ok || e.cfg.Node == "" {
+		return nil, errdefs.Invalid("node", "this sbxd is not a cluster's node (its store is not PostgreSQL): there is no other node to drain to")
+	}
+	if err := cl.SetNodeDraining(ctx, name, drain); err != nil {
+		return nil, err
+	}
+	e.nodes.mu.Lock()
+	e.nodes.at = time.Time{} // read the change at once
+	e.nodes.mu.Unlock()
+	nodes, err := e.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range nodes {
+		if nodes[i].Name == name {
+			return &nodes[i], nil
+		}
+	}
+	return nil, errdefs.New(errdefs.ErrNotFound, "no node named %q", name)
+}
+
+// drainLoop moves this node's running sandboxes away while it drains.
+func (e *Engine) drainLoop(cl store.Cluster) {
+	defer e.bg.Done()
+	tick := time.NewTicker(drainInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		nodes, err := cl.ListNodes(e.ctx)
+		if err != nil {
+			continue
+		}
+		for _, n := range nodes {
+			if n.Name == e.cfg.Node && n.State == api.NodeDraining {
+				e.drainOnce(e.ctx, cl, nodes)
+			}
+		}
+	}
+}
+
+// drainOnce moves each running sandbox of this node to the node placement
+// picks: it suspends it here (durably: memory and image in the blob
+// store) and asks that node to wake it. A sandbox with a volume cannot
+// move (its volume is this host's directory); one whose lock another
+// operation holds waits for the next round; none moves while no other
+// node can take it.
+func (e *Engine) drainOnce(ctx context.Context, cl store.Cluster, nodes []*store.Node) {
+	sbs, err := e.localSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return
+	}
+	for _, sb := range sbs {
+		if sb.State != api.StateRunning || len(sb.Volumes) > 0 {
+			continue
+		}
+		to := placeOn(nodes, sb.ImageID, e.cfg.Node)
+		if to == e.cfg.Node {
+			e.log.Warn("drain: no other live, active node to move to", "sandbox", sb.Name)
+			return
+		}
+		unlock, err := e.lockID(ctx, sb.ID, sb.Name, "suspend", lockOrConflict)
+		if err != nil {
+			continue
+		}
+		cur, err := e.st.GetSandbox(ctx, sb.ID)
+		if err != nil || cur.State != api.StateRunning || cur.Node != e.cfg.Node {
+			unlock()
+			continue
+		}
+		e.log.Info("drain: moving a sandbox", "sandbox", sb.Name, "to", to)
+		_, err = e.suspendLocked(ctx, cur, "", "", nil)
+		unlock()
+		if err != nil {
+			e.log.Warn("drain: suspend", "sandbox", sb.Name, "err", err)
+			continue
+		}
+		if err := cl.NotifyWake(ctx, to, sb.ID); err != nil {
+			e.log.Warn("drain: wake on another node", "sandbox", sb.Name, "to", to, "err", err)
+		}
+	}
+}
+
+// PlaceCreate says where a create of a sandbox of image (its name, ""
+// the default image) goes: "" for this node, else the URL of the node
+// placement picks (place). An image the caller cannot see, or that does
+// not exist yet (the default image, built on first use), is created here,
+// where the create answers for it.
+func (e *Engine) PlaceCreate(ctx context.Context, image string) (string, error) {
+	if e.cfg.Node == "" {
+		return "", nil
+	}
+	if image == "" {
+		image = disk.DefaultImage
+	}
+	img, err := e.GetImage(ctx, image)
+	if err != nil {
+		return "", nil
+	}
+	to, err := e.place(ctx, img.ID)
+	if err != nil || to == e.cfg.Node || to == "" {
+		return "", err
+	}
+	n, err := e.node(ctx, to)
+	if err != nil || n == nil || n.URL == "" {
+		return "", err
+	}
+	return n.URL, nil
 }

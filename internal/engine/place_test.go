@@ -8,12 +8,19 @@ import (
 )
 
 // TestPlaceOn: a sandbox is placed on a live, active node; one that has
-// its image unpacked first, then the one with the most free memory; never
-// on a lost or draining node; on this node when no other is better.
+// its image unpacked first, then the least loaded, then the one with the
+// most free memory; never on a lost or draining node; on this node when no
+// other is better.
 func TestPlaceOn(t *testing.T) {
 	n := func(name string, live bool, state api.NodeState, freeGB int64, images ...string) *store.Node {
+		// In the one case where they differ, more free memory comes with
+		// more sandboxes.
+		sandboxes := 0
+		if len(images) > 0 {
+			sandboxes = int(freeGB)
+		}
 		return &store.Node{Name: name, Live: live, State: state,
-			Capacity: api.NodeCapacity{FreeMemoryBytes: freeGB << 30, Images: images}}
+			Capacity: api.NodeCapacity{FreeMemoryBytes: freeGB << 30, Images: images, Sandboxes: sandboxes}}
 	}
 	for _, c := range []struct {
 		name  string
@@ -24,6 +31,7 @@ func TestPlaceOn(t *testing.T) {
 		{"the image before memory", []*store.Node{n("a", true, api.NodeActive, 4), n("b", true, api.NodeActive, 8), n("c", true, api.NodeActive, 2, "img")}, "c"},
 		{"not a lost node", []*store.Node{n("a", true, api.NodeActive, 4), n("b", false, api.NodeLost, 8, "img")}, "a"},
 		{"not a draining node", []*store.Node{n("a", true, api.NodeActive, 4), n("b", true, api.NodeDraining, 8, "img")}, "a"},
+		{"the fewest sandboxes before memory", []*store.Node{n("a", true, api.NodeActive, 4, "img"), n("b", true, api.NodeActive, 8, "img"), n("c", true, api.NodeActive, 1, "img")}, "c"},
 		{"self on a tie", []*store.Node{n("a", true, api.NodeActive, 4), n("b", true, api.NodeActive, 4)}, "a"},
 		{"away from a draining self", []*store.Node{n("a", true, api.NodeDraining, 9, "img"), n("b", true, api.NodeActive, 1)}, "b"},
 		{"self when no node is usable", []*store.Node{n("a", true, api.NodeDraining, 9), n("b", false, api.NodeLost, 9)}, "a"},

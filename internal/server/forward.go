@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -54,7 +56,7 @@ func (s *Server) newForwarder() *httputil.ReverseProxy {
 		Transport:     tr,
 		FlushInterval: -1,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			target := pr.In.Context().Value(forwardKey{}).(*forwardTo)
+			target := pr.In.Context().Value(forwardKey{}).(*forwardTarget)
 			pr.SetURL(target.url)
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
@@ -66,7 +68,7 @@ func (s *Server) newForwarder() *httputil.ReverseProxy {
 			h.Set("X-Request-Id", target.rid)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			target := r.Context().Value(forwardKey{}).(*forwardTo)
+			target := r.Context().Value(forwardKey{}).(*forwardTarget)
 			s.log.Warn("forward to another node", "node_url", target.url.String(), "request_id", target.rid, "err", err)
 			if r.Context().Err() != nil {
 				return
@@ -79,8 +81,8 @@ func (s *Server) newForwarder() *httputil.ReverseProxy {
 
 type forwardKey struct{}
 
-// forwardTo is where one request is forwarded, and as whom.
-type forwardTo struct {
+// forwardTarget is where one request is forwarded, and as whom.
+type forwardTarget struct {
 	url    *url.URL
 	caller string
 	rid    string
@@ -132,19 +134,57 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, name string) bo
 			"sandbox %s moved to another node while this request was on its way; retry", name))
 		return true
 	}
-	u, err := url.Parse(to)
+	s.forwardTo(w, r, to)
+	return true
+}
+
+// placeCreate forwards a create (POST /v1/sandboxes) to the node placement
+// picks (engine.PlaceCreate) when that is another node, and reports
+// whether it did. A create another node forwarded is made here.
+func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Node == "" || s.cfg.ClusterKey == "" {
+		return false
+	}
+	if _, placed := s.forwarded(r); placed {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxJSONBody+1))
 	if err != nil {
 		s.writeError(w, r, err)
 		return true
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		Image    string `json:"image"`
+		Snapshot string `json:"snapshot"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.Snapshot != "" {
+		// A bad body is answered here; a start from a snapshot runs
+		// here (a node that holds its memory image is not chosen yet).
+		return false
+	}
+	to, err := s.eng.PlaceCreate(r.Context(), req.Image)
+	if err != nil || to == "" {
+		return false
+	}
+	s.forwardTo(w, r, to)
+	return true
+}
+
+// forwardTo forwards r to the node at URL to, as r's caller.
+func (s *Server) forwardTo(w http.ResponseWriter, r *http.Request, to string) {
+	u, err := url.Parse(to)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	c := engine.CallerOf(r.Context())
 	caller, _ := json.Marshal(wireCaller{KeyID: c.KeyID, Admin: c.Admin})
 	rid := requestID(r.Context())
 	// The other node answers with the same request id.
 	w.Header().Del("X-Request-Id")
-	ctx := context.WithValue(r.Context(), forwardKey{}, &forwardTo{url: u, caller: string(caller), rid: rid})
+	ctx := context.WithValue(r.Context(), forwardKey{}, &forwardTarget{url: u, caller: string(caller), rid: rid})
 	s.forwarder.ServeHTTP(w, r.WithContext(ctx))
-	return true
 }
 
 // sandboxOfPath is the sandbox name of an API path on one sandbox

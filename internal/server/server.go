@@ -202,6 +202,8 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/classify", s.classify)
 	m.HandleFunc("GET /v1/usage", s.usage)
 	m.HandleFunc("GET /v1/nodes", s.listNodes)
+	m.HandleFunc("POST /v1/nodes/{name}/drain", s.drainNode(true))
+	m.HandleFunc("DELETE /v1/nodes/{name}/drain", s.drainNode(false))
 	m.HandleFunc("GET /v1/snapshots", s.listSnapshots)
 	m.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
 	m.HandleFunc("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
@@ -291,6 +293,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, auth bool) {
 		return
 	}
 	defer done()
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/sandboxes" && s.placeCreate(w, r) {
+		return
+	}
 	// A sandbox's record is read here; anything else on it is served by
 	// its node.
 	if name := sandboxOfPath(r.URL.Path); name != "" && !(r.Method == http.MethodGet && r.URL.Path == "/v1/sandboxes/"+name) && s.forward(w, r, name) {
@@ -414,6 +419,18 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, nodes)
+}
+
+// drainNode answers a drain of node {name} (drain) or its end.
+func (s *Server) drainNode(drain bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		n, err := s.eng.DrainNode(r.Context(), r.PathValue("name"), drain)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, n)
+	}
 }
 
 // errorOf turns err into the API's error body: the class's code, and the

@@ -470,6 +470,10 @@ type Cluster interface {
 	// Errors: errdefs.ErrConflict (the record changed: another node took
 	// it, or it is no longer suspended); ErrSandboxNotFound.
 	ClaimSandbox(ctx context.Context, sb *Sandbox, to string) error
+	// SetNodeDraining marks node name draining (it takes no new
+	// sandboxes, and moves its own away) or not; errdefs.ErrNotFound when
+	// there is no such node.
+	SetNodeDraining(ctx context.Context, name string, draining bool) error
 }
 
 // Store persists records. Methods are safe for concurrent use.

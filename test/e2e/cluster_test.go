@@ -293,6 +293,40 @@ func TestClusterNodeLoss(t *testing.T) {
 	if got := mustSh(t, got, "cat /workspace/progress"); got != "step-1\n" {
 		t.Fatalf("after the race: %q", got)
 	}
+
+	// A drain moves it to the other live node, its processes running on;
+	// a create through the draining node is placed on the other.
+	from := map[string]*node{a.name: a, racers[1].name: racers[1]}[got.Node]
+	to := map[string]*node{a.name: racers[1], racers[1].name: a}[got.Node]
+	mustSh(t, got, "(nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/drain; sleep 0.2; done' >/dev/null 2>&1 &); sleep 0.5")
+	drained := time.Now()
+	if n, err := from.c.DrainNode(ctx, from.name, true); err != nil || n.State != api.NodeDraining {
+		t.Fatalf("drain %s: %+v %v", from.name, n, err)
+	}
+	var moved *client.Sandbox
+	for time.Since(drained) < 2*time.Minute {
+		if sb, err := from.c.Sandboxes.Get(ctx, "task"); err == nil && sb.State == api.StateRunning && sb.Node == to.name {
+			moved = sb
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if moved == nil {
+		t.Fatalf("task did not move off draining %s to %s\n%s's log:\n%s", from.name, to.name, from.name, notDebug(from.logPath))
+	}
+	t.Logf("drain: task moved from %s to %s in %v", from.name, to.name, time.Since(drained).Round(time.Millisecond))
+	d1 := strings.TrimSpace(mustSh(t, moved, "cat /tmp/drain"))
+	time.Sleep(600 * time.Millisecond)
+	if d2 := strings.TrimSpace(mustSh(t, moved, "cat /tmp/drain")); d1 == d2 || runscHas(t, from.harness, moved.ID) {
+		t.Fatalf("after the drain: counter %s then %s, still on %s: %v", d1, d2, from.name, runscHas(t, from.harness, moved.ID))
+	}
+	placed, err := from.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "placed"})
+	if err != nil || placed.Node != to.name {
+		t.Fatalf("a create through draining %s: %+v %v", from.name, placed, err)
+	}
+	if n, err := from.c.DrainNode(ctx, from.name, false); err != nil || n.State != api.NodeActive {
+		t.Fatalf("end the drain: %+v %v", n, err)
+	}
 }
 
 // runscHas reports whether runsc of d's data dir runs container id.

@@ -269,3 +269,15 @@ func (s *Store) ClaimSandbox(ctx context.Context, sb *store.Sandbox, to string) 
 	}
 	return errdefs.Conflictf("sandbox %s changed before this node could resume it: node %s took it (now %s)", sb.Name, node, state)
 }
+
+// SetNodeDraining implements store.Cluster.
+func (s *Store) SetNodeDraining(ctx context.Context, name string, draining bool) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET draining = $2 WHERE name = $1`, name, draining)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return errdefs.New(errdefs.ErrNotFound, "no node named %q", name)
+	}
+	return nil
+}
