@@ -44,6 +44,11 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Capacity is what the node publishes in each heartbeat.
 	Capacity func(ctx context.Context) api.NodeCapacity
+	// Renewed, when not nil, is called after a heartbeat succeeds again
+	// after failing: the node was out of touch with the database, its
+	// lease may have run out, and another node may have taken sandboxes
+	// over (fencing).
+	Renewed func(ctx context.Context)
 }
 
 // Member is this sbxd's place in the cluster, from Join to Leave.
@@ -158,6 +163,9 @@ func (m *Member) Run(ctx context.Context) {
 		case err == nil:
 			if failing {
 				m.log.Info("node heartbeat renewed again", "node", m.cfg.Name)
+				if m.cfg.Renewed != nil {
+					m.cfg.Renewed(ctx)
+				}
 			}
 			failing = false
 		case errdefs.IsConflict(err):

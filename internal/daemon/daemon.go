@@ -473,7 +473,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 // SQLite store. Errors: no usable node name; the name held by another
 // live sbxd, or a live node of another cluster protocol
 // (errdefs.ErrConflict); the store's.
-func joinCluster(ctx context.Context, cfg Config, st store.Store, capacity func(context.Context) api.NodeCapacity, log *slog.Logger) (*cluster.Member, error) {
+func joinCluster(ctx context.Context, cfg Config, st store.Store, capacity func(context.Context) api.NodeCapacity, renewed func(context.Context), log *slog.Logger) (*cluster.Member, error) {
 	cl, ok := st.(store.Cluster)
 	if !ok {
 		return nil, nil
@@ -491,7 +491,7 @@ func joinCluster(ctx context.Context, cfg Config, st store.Store, capacity func(
 	}
 	ttl, _ := time.ParseDuration(cfg.NodeLeaseTTL)
 	return cluster.Join(ctx, cl, cluster.Config{Name: name, URL: advertiseURL(cfg), DataDir: cfg.DataDir,
-		Version: server.Version, LeaseTTL: ttl, Capacity: capacity}, log)
+		Version: server.Version, LeaseTTL: ttl, Capacity: capacity, Renewed: renewed}, log)
 }
 
 // advertiseURL is the URL other nodes reach this one at: Advertise, or
@@ -583,6 +583,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return api.NodeCapacity{}
 		}
 		return eng.NodeCapacity(ctx)
+	}, func(ctx context.Context) {
+		if eng != nil {
+			eng.FenceCheck(ctx)
+		}
 	}, log)
 	if err != nil {
 		return err

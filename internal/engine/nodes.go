@@ -482,3 +482,43 @@ func (e *Engine) PlaceCreate(ctx context.Context, image string) (string, error) 
 	}
 	return n.URL, nil
 }
+
+// FenceCheck stops what this node runs but no longer owns: each container
+// whose record is gone, or names another node (another node took the
+// sandbox over while this one could not reach the database). It is called
+// when the node's heartbeat succeeds again after failing. A sandbox that
+// an operation here holds is left for the next check.
+func (e *Engine) FenceCheck(ctx context.Context) {
+	if e.cfg.Node == "" {
+		return
+	}
+	conts, err := e.rt.List(ctx)
+	if err != nil {
+		e.log.Warn("fence check: list containers", "err", err)
+		return
+	}
+	for _, c := range conts {
+		sb, err := e.st.GetSandbox(ctx, c.ID)
+		switch {
+		case errdefs.IsNotFound(err):
+		case err != nil || sb.Node == e.cfg.Node:
+			continue
+		}
+		name := c.ID
+		if sb != nil {
+			name = sb.Name
+		}
+		unlock, err := e.lockID(ctx, c.ID, name, "fence", lockOrConflict)
+		if err != nil {
+			continue
+		}
+		if sb != nil {
+			e.log.Warn("fenced: stopping a sandbox that another node took over", "sandbox", sb.Name, "id", sb.ID, "owner", sb.Node)
+		} else {
+			e.log.Warn("fenced: stopping a sandbox whose record is gone", "id", c.ID)
+		}
+		e.removeAll(ctx, c.ID)
+		e.forgetInstance(c.ID)
+		unlock()
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/store/postgres/pgtest"
 )
@@ -174,4 +176,48 @@ func TestPostgresOutage(t *testing.T) {
 		t.Fatalf("create after the outage: %v", err)
 	}
 	mustSh(t, two, "true")
+}
+
+// TestFencedNodeComingBack: a node loses the database long enough for its
+// lease to run out, and meanwhile another node took one of its sandboxes
+// over (its record names that node). When the node reaches the database
+// again, it stops that sandbox, and keeps running its own.
+func TestFencedNodeComingBack(t *testing.T) {
+	pg := pgtest.NewServer(t)
+	d := secondEnv(t, []string{"SBX_NODE_LEASE_TTL=2s"}, "--pool", "0", "--store", pg.URL(), "--node", "fenced")
+	ctx := ctxT(t)
+	moved, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "moved"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "kept"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another node took "moved" over (as a takeover of a lost node's
+	// sandbox records it).
+	conn, err := pgx.Connect(ctx, pg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE sandboxes SET node = 'other-node' WHERE id = $1`, moved.ID); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	if !runscHas(t, d, moved.ID) {
+		t.Fatal("the sandbox stopped before the node lost the database")
+	}
+	pg.Down(t)
+	time.Sleep(3 * time.Second) // heartbeats fail; the 2 s lease runs out
+	pg.Up(t)
+	deadline := time.Now().Add(time.Minute)
+	for runscHas(t, d, moved.ID) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if runscHas(t, d, moved.ID) {
+		t.Fatalf("the node still runs the sandbox another node took over\n%s", notDebug(d.logPath))
+	}
+	if got := mustSh(t, kept, "echo still"); got != "still\n" {
+		t.Fatalf("its own sandbox: %q", got)
+	}
 }
