@@ -32,10 +32,11 @@ go test -count=1 -timeout 80m ./...
 # The end-to-end suite again on the fallback path, where btrfs is not
 # available: plain-directory layers, checkpoints captured into the chunk
 # store by the call (sbxd --layers dir). Tests that never touch a layer
-# (SDKs, console, terminal, network, MCP, secrets, files through the agent)
-# ran above and are not run twice; tests of quotas and of snapshot
+# (SDKs, console, terminal, network, MCP, secrets, files through the agent,
+# the PostgreSQL store and the cluster's nodes) ran above and are not run
+# twice; tests of quotas and of snapshot
 # checkpoints skip themselves here.
-layer_free='^(TestSDKPython|TestSDKTypeScript|TestExamplesGo|TestConsoleBrowser|TestConsoleCrossOrigin|TestTerminalStalledClient|TestNetworkAptMirror|TestMCPOfficialClient|TestSecretsEndToEnd|TestPostgresStore|TestOpenAPIContract|TestHostileFifo)$'
+layer_free='^(TestSDKPython|TestSDKTypeScript|TestExamplesGo|TestConsoleBrowser|TestConsoleCrossOrigin|TestTerminalStalledClient|TestNetworkAptMirror|TestMCPOfficialClient|TestSecretsEndToEnd|TestPostgresStore|TestOpenAPIContract|TestHostileFifo|TestPostgresOutage|TestFencedNodeComingBack|TestClusterForwarding|TestClusterNodeLoss)$'
 echo
 echo "==> go test ./test/e2e on the fallback path (SBX_TEST_LAYERS=dir)"
 SBX_TEST_LAYERS=dir go test -count=1 -timeout 60m -skip "$layer_free" ./test/e2e/
