@@ -468,6 +468,19 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	return st, "postgres " + st.Name(), nil
 }
 
+// cgroupParent is the cgroup under which this sbxd's sandboxes get theirs:
+// /sbx for the default network tag, /sbx-TAG for another. The tag is this
+// sbxd's alone on the host (network.NewManager holds it), so two sbxd on
+// one host never touch each other's cgroups, even for one sandbox id: in a
+// cluster, a sandbox that moved between two nodes on one host keeps its id,
+// and the cleanup of its old node's leftovers must not kill it.
+func cgroupParent(tag string) string {
+	if tag == "" || tag == "sbx" {
+		return "/sbx"
+	}
+	return "/sbx-" + tag
+}
+
 // joinCluster joins the nodes table when the store is shared
 // (store.Cluster: PostgreSQL) and returns the membership; nil with the
 // SQLite store. Errors: no usable node name; the name held by another
@@ -603,7 +616,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: cfg.Runsc, Root: filepath.Join(cfg.DataDir, "runsc"), Platform: cfg.Platform,
-		DebugLogDir: cfg.RunscDebugLogDir,
+		DebugLogDir: cfg.RunscDebugLogDir, CgroupParent: cgroupParent(cfg.NetworkTag),
 	})
 	if err != nil {
 		return err

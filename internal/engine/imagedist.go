@@ -113,7 +113,8 @@ func (e *Engine) ensureImage(ctx context.Context, id string) error {
 	}
 	cl, ok := e.distributesImages()
 	if !ok {
-		return nil // the mount says what is missing
+		return errdefs.New(errdefs.ErrUnavailable,
+			"image %s is not unpacked on this node, and the nodes do not share a blob store to install it from", id)
 	}
 	digests, err := cl.GetImageRootFS(ctx, id)
 	if errdefs.IsNotFound(err) {

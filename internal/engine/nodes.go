@@ -229,13 +229,23 @@ func (e *Engine) place(ctx context.Context, imageID string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return placeOn(recs, imageID, e.cfg.Node), nil
+	for _, n := range recs {
+		if n.Name == e.cfg.Node {
+			// This node's capacity as of now, not of its last heartbeat.
+			c := *n
+			c.Capacity = e.NodeCapacity(ctx)
+			*n = c
+		}
+	}
+	_, shared := e.distributesImages()
+	return placeOn(recs, imageID, e.cfg.Node, !shared), nil
 }
 
-// placeOn is place's rule over the node records: live and active nodes;
-// those with imageID unpacked first; then the fewest sandboxes; then the
-// most free memory; ties go to self, then by name.
-func placeOn(nodes []*store.Node, imageID, self string) string {
+// placeOn is place's rule over the node records: live and active nodes
+// (only those with imageID unpacked when needImage: images do not travel
+// between the nodes); those with imageID unpacked first; then the fewest
+// sandboxes; then the most free memory; ties go to self, then by name.
+func placeOn(nodes []*store.Node, imageID, self string, needImage bool) string {
 	best := self
 	var bestN *store.Node
 	for _, n := range nodes {
@@ -256,11 +266,11 @@ func placeOn(nodes []*store.Node, imageID, self string) string {
 		}
 		return a.Capacity.FreeMemoryBytes > b.Capacity.FreeMemoryBytes
 	}
-	if bestN != nil && (!bestN.Live || bestN.State != api.NodeActive) {
+	if bestN != nil && (!bestN.Live || bestN.State != api.NodeActive || (needImage && !slices.Contains(bestN.Capacity.Images, imageID))) {
 		bestN, best = nil, ""
 	}
 	for _, n := range nodes {
-		if !n.Live || n.State != api.NodeActive || n.Name == self {
+		if !n.Live || n.State != api.NodeActive || n.Name == self || (needImage && !slices.Contains(n.Capacity.Images, imageID)) {
 			continue
 		}
 		if better(n, bestN) {
@@ -286,7 +296,7 @@ func (e *Engine) wakeOrphansLoop(cl store.Cluster) {
 			return
 		case <-tick.C:
 		}
-		if e.holdsDuty(e.ctx) {
+		if _, shared := e.distributesImages(); shared && e.holdsDuty(e.ctx) {
 			e.wakeOrphans(e.ctx, cl)
 		}
 	}
@@ -309,7 +319,7 @@ func (e *Engine) wakeOrphans(ctx context.Context, cl store.Cluster) {
 			if sb.State != api.StateSuspended || sb.WakeOn == "" || !e.deliveredSince(ctx, sb) {
 				continue
 			}
-			to := placeOn(nodes, sb.ImageID, e.cfg.Node)
+			to := placeOn(nodes, sb.ImageID, e.cfg.Node, false)
 			e.log.Info("waking a sandbox of a lost node", "sandbox", sb.Name, "lost_node", n.Name, "on", to)
 			if to == e.cfg.Node {
 				e.resumeAsync(sb.ID, "event for a sandbox of lost node "+n.Name)
@@ -363,7 +373,8 @@ const drainInterval = time.Second
 // node takes no new sandboxes (placement skips it) and moves each sandbox
 // it runs to another node, with its processes (a suspend there, a resume
 // elsewhere). Its record is answered. Errors: ErrForbidden for a tenant
-// key; ErrInvalidArgument on a single sbxd (no other node to move to);
+// key; ErrInvalidArgument on a single sbxd (no other node to move to) or
+// in a cluster whose nodes do not share a blob store (nothing can move);
 // ErrNotFound (no such node); the store's.
 func (e *Engine) DrainNode(ctx context.Context, name string, drain bool) (*api.Node, error) {
 	if !CallerOf(ctx).Admin {
@@ -372,6 +383,9 @@ func (e *Engine) DrainNode(ctx context.Context, name string, drain bool) (*api.N
 	cl, ok := e.st.(store.Cluster)
 	if !ok || e.cfg.Node == "" {
 		return nil, errdefs.Invalid("node", "this sbxd is not a cluster's node (its store is not PostgreSQL): there is no other node to drain to")
+	}
+	if _, shared := e.distributesImages(); !shared && drain {
+		return nil, errdefs.Invalid("node", "a drain moves sandboxes through a blob store the nodes share, and this cluster's nodes each keep their own (sbxd --blob-store)")
 	}
 	if err := cl.SetNodeDraining(ctx, name, drain); err != nil {
 		return nil, err
@@ -429,7 +443,7 @@ func (e *Engine) drainOnce(ctx context.Context, cl store.Cluster, nodes []*store
 		if sb.State != api.StateRunning || len(sb.Volumes) > 0 {
 			continue
 		}
-		to := placeOn(nodes, sb.ImageID, e.cfg.Node)
+		to := placeOn(nodes, sb.ImageID, e.cfg.Node, false)
 		if to == e.cfg.Node {
 			e.log.Warn("drain: no other live, active node to move to", "sandbox", sb.Name)
 			return

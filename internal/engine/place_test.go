@@ -36,8 +36,27 @@ func TestPlaceOn(t *testing.T) {
 		{"away from a draining self", []*store.Node{n("a", true, api.NodeDraining, 9, "img"), n("b", true, api.NodeActive, 1)}, "b"},
 		{"self when no node is usable", []*store.Node{n("a", true, api.NodeDraining, 9), n("b", false, api.NodeLost, 9)}, "a"},
 	} {
-		if got := placeOn(c.nodes, "img", "a"); got != c.want {
+		if got := placeOn(c.nodes, "img", "a", false); got != c.want {
 			t.Errorf("%s: placed on %s, want %s", c.name, got, c.want)
 		}
+	}
+}
+
+// TestPlaceOnNeedsImage: where images do not travel between nodes, a
+// sandbox goes only to a node that has its image, however loaded; to this
+// node when none has it (its create builds or fails there).
+func TestPlaceOnNeedsImage(t *testing.T) {
+	n := func(name string, sandboxes int, images ...string) *store.Node {
+		return &store.Node{Name: name, Live: true, State: api.NodeActive,
+			Capacity: api.NodeCapacity{Sandboxes: sandboxes, Images: images}}
+	}
+	if got := placeOn([]*store.Node{n("a", 9), n("b", 5, "img"), n("c", 0)}, "img", "a", true); got != "b" {
+		t.Errorf("placed on %s, want b, the only node with the image", got)
+	}
+	if got := placeOn([]*store.Node{n("a", 9), n("b", 5), n("c", 0)}, "img", "a", true); got != "a" {
+		t.Errorf("no node has the image: placed on %s, want a (self)", got)
+	}
+	if got := placeOn([]*store.Node{n("a", 9), n("b", 5), n("c", 0)}, "img", "a", false); got != "c" {
+		t.Errorf("images travel: placed on %s, want c (the least loaded)", got)
 	}
 }

@@ -220,6 +220,13 @@ func TestClusterNodeLoss(t *testing.T) {
 	if err := sb.Suspend(ctx, "approval-42"); err != nil {
 		t.Fatal(err)
 	}
+	second, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Suspend(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
 	a.kill()
 	killed := time.Now()
 	if _, err := c.c.Events.Post(ctx, "approval-42", []byte("approved"), "text/plain"); err != nil {
@@ -244,6 +251,28 @@ func TestClusterNodeLoss(t *testing.T) {
 		t.Fatalf("the woken sandbox: %q then %q, want its file and a counter that runs on", n1, n2)
 	}
 
+	// An exec through c on the other sandbox of lost a resumes it on c.
+	secondOnC, err := c.c.Sandboxes.Get(ctx, "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, secondOnC, "(nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.2; done' >/dev/null 2>&1 &); sleep 0.5")
+
+	// a comes back; its recovery leaves alone the sandboxes that moved (on
+	// this host, another node's runsc runs them under the same ids).
+	if err := a.start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if n3 := strings.TrimSpace(mustSh(t, woke, "cat /tmp/count")); n3 == n2 {
+		t.Fatalf("the woken sandbox stopped when its old node came back: count %s then %s", n2, n3)
+	}
+	for _, name := range []string{"task", "second"} {
+		if got, err := c.c.Sandboxes.Get(ctx, name); err != nil || got.State != api.StateRunning {
+			t.Fatalf("%s after its old node came back: %+v %v\n%s", name, got, err, notDebug(c.logPath))
+		}
+	}
+
 	// Suspended again on its new node, which is then lost; two nodes race
 	// to resume it: one copy runs.
 	home := map[string]*node{"node-b": b, "node-c": c}[woke.Node]
@@ -252,9 +281,6 @@ func TestClusterNodeLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	home.kill()
-	if err := a.start(); err != nil {
-		t.Fatal(err)
-	}
 	time.Sleep(4 * time.Second) // the lost node's lease (3 s) runs out
 	errs := make(chan error, 2)
 	for _, n := range racers {
