@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -139,9 +140,12 @@ func (a *app) benchSuspend(ctx context.Context, mb int) (*suspendRow, error) {
 }
 
 // cgroupMemory is the memory a sandbox's cgroup charges (0 when it has
-// none: not running).
+// none: not running). Its cgroup is under /sbx, or /sbx-TAG for an sbxd
+// with another network tag (daemon's cgroupParent); ids are unique.
 func cgroupMemory(id string) int64 {
-	for _, p := range []string{"/sys/fs/cgroup/memory/sbx/" + id + "/memory.usage_in_bytes", "/sys/fs/cgroup/sbx/" + id + "/memory.current"} {
+	v1, _ := filepath.Glob("/sys/fs/cgroup/memory/sbx*/" + id + "/memory.usage_in_bytes")
+	v2, _ := filepath.Glob("/sys/fs/cgroup/sbx*/" + id + "/memory.current")
+	for _, p := range append(v1, v2...) {
 		if b, err := os.ReadFile(p); err == nil {
 			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 			return n

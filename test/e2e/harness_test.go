@@ -241,6 +241,16 @@ func (h *harness) start() error {
 	return fmt.Errorf("sbxd did not answer: %v\n%s", err, tail(h.logPath, 3000))
 }
 
+// cgroupParentOf is the cgroup under which d's sbxd puts its sandboxes':
+// /sbx for the network tag sbx, /sbx-TAG for another (one per sbxd on a
+// host).
+func cgroupParentOf(d *harness) string {
+	if d.netTag == "sbx" {
+		return "/sbx"
+	}
+	return "/sbx-" + d.netTag
+}
+
 // testLayers is where the suite's sbxds keep writable layers:
 // SBX_TEST_LAYERS ("btrfs" or "dir"; empty lets sbxd choose, which is btrfs
 // on this kind of machine). scripts/test.sh runs the suite on both paths. A

@@ -268,11 +268,11 @@ func TestHostileAdmission(t *testing.T) {
 	if hl.Capacity == nil {
 		t.Fatal("health has no capacity")
 	}
-	if b, err := os.ReadFile("/sys/fs/cgroup/memory/sbx/memory.limit_in_bytes"); err == nil {
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory" + cgroupParentOf(h) + "/memory.limit_in_bytes"); err == nil {
 		if got := strings.TrimSpace(string(b)); got != strconv.FormatInt(int64(hl.Capacity.MaxSandboxMemoryMB)<<20, 10) {
 			t.Errorf("parent memory limit %s, want %d MiB", got, hl.Capacity.MaxSandboxMemoryMB)
 		}
-		q, _ := os.ReadFile("/sys/fs/cgroup/cpu/sbx/cpu.cfs_quota_us")
+		q, _ := os.ReadFile("/sys/fs/cgroup/cpu" + cgroupParentOf(h) + "/cpu.cfs_quota_us")
 		if got := strings.TrimSpace(string(q)); got != strconv.Itoa(int(hl.Capacity.MaxSandboxCPUs*100000)) {
 			t.Errorf("parent CPU quota %s, want %g CPUs", got, hl.Capacity.MaxSandboxCPUs)
 		}

@@ -49,7 +49,7 @@ func suspendedLeftovers(t *testing.T, id string) []string {
 			left = append(left, p)
 		}
 	}
-	if b, err := os.ReadFile("/sys/fs/cgroup/memory/sbx/" + id + "/cgroup.procs"); err == nil && strings.TrimSpace(string(b)) != "" {
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory" + cgroupParentOf(h) + "/" + id + "/cgroup.procs"); err == nil && strings.TrimSpace(string(b)) != "" {
 		left = append(left, "processes in its memory cgroup")
 	}
 	if out, _ := exec.Command("ip", "-o", "link", "show", vethOf(h, id)).Output(); len(out) > 0 {
