@@ -428,19 +428,25 @@ func (e *Engine) drainLoop(cl store.Cluster) {
 	}
 }
 
+// movable reports whether sb can move to another node: not with a volume
+// (a directory of this host), nor with secrets (sealed with this node's
+// key, which the other nodes do not have).
+func movable(sb *store.Sandbox) bool {
+	return len(sb.Volumes) == 0 && (sb.Secrets == nil || len(sb.Secrets.List) == 0)
+}
+
 // drainOnce moves each running sandbox of this node to the node placement
 // picks: it suspends it here (durably: memory and image in the blob
-// store) and asks that node to wake it. A sandbox with a volume cannot
-// move (its volume is this host's directory); one whose lock another
-// operation holds waits for the next round; none moves while no other
-// node can take it.
+// store) and asks that node to wake it. A sandbox that cannot move
+// (movable) stays; one whose lock another operation holds waits for the
+// next round; none moves while no other node can take it.
 func (e *Engine) drainOnce(ctx context.Context, cl store.Cluster, nodes []*store.Node) {
 	sbs, err := e.localSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
 		return
 	}
 	for _, sb := range sbs {
-		if sb.State != api.StateRunning || len(sb.Volumes) > 0 {
+		if sb.State != api.StateRunning || !movable(sb) {
 			continue
 		}
 		to := placeOn(nodes, sb.ImageID, e.cfg.Node, false)
