@@ -191,17 +191,11 @@ func (e *Engine) gcLoop() {
 	}
 	if err := e.blobGCOff(); err != nil {
 		e.log.Warn("blob collection is off: the blob store grows until it is on", "reason", err)
-		tick := time.NewTicker(gcInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-e.ctx.Done():
-				return
-			case <-tick.C:
-			}
+		e.every(gcInterval, func() {
 			before(e.ctx)
 			after(e.ctx)
-		}
+		})
+		return
 	}
 	e.collector.Run(e.ctx, gcInterval, before, after)
 }

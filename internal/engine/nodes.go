@@ -288,7 +288,16 @@ func placeOn(nodes []*store.Node, imageID, self string, needImage bool) string {
 // have woken it); the duty holder does it, every orphanInterval.
 func (e *Engine) wakeOrphansLoop(cl store.Cluster) {
 	defer e.bg.Done()
-	tick := time.NewTicker(orphanInterval)
+	e.every(orphanInterval, func() {
+		if _, shared := e.distributesImages(); shared && e.holdsDuty(e.ctx) {
+			e.wakeOrphans(e.ctx, cl)
+		}
+	})
+}
+
+// every calls fn every interval until the engine closes.
+func (e *Engine) every(interval time.Duration, fn func()) {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -296,9 +305,7 @@ func (e *Engine) wakeOrphansLoop(cl store.Cluster) {
 			return
 		case <-tick.C:
 		}
-		if _, shared := e.distributesImages(); shared && e.holdsDuty(e.ctx) {
-			e.wakeOrphans(e.ctx, cl)
-		}
+		fn()
 	}
 }
 
@@ -408,24 +415,17 @@ func (e *Engine) DrainNode(ctx context.Context, name string, drain bool) (*api.N
 // drainLoop moves this node's running sandboxes away while it drains.
 func (e *Engine) drainLoop(cl store.Cluster) {
 	defer e.bg.Done()
-	tick := time.NewTicker(drainInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-e.ctx.Done():
-			return
-		case <-tick.C:
-		}
+	e.every(drainInterval, func() {
 		nodes, err := cl.ListNodes(e.ctx)
 		if err != nil {
-			continue
+			return
 		}
 		for _, n := range nodes {
 			if n.Name == e.cfg.Node && n.State == api.NodeDraining {
 				e.drainOnce(e.ctx, cl, nodes)
 			}
 		}
-	}
+	})
 }
 
 // movable reports whether sb can move to another node: not with a volume
