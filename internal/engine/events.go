@@ -127,18 +127,15 @@ func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, content
 	c := CallerOf(ctx)
 	e.eventsMu.Lock()
 	defer e.eventsMu.Unlock()
-	sbs, err := e.st.ListSandboxes(ctx, store.SandboxFilter{Owners: c.owners()})
+	// Only the sandboxes waiting on the key are read (an index), not
+	// every sandbox (docs/scale.md).
+	waitingOn := store.SandboxFilter{Owners: c.owners(), WakeOn: key}
+	waiting, err := e.st.ListSandboxes(ctx, waitingOn)
 	if err != nil {
 		return nil, err
 	}
 	lim := e.cfg.EventLimits.withDefaults()
 	size := int64(len(data))
-	var waiting []*store.Sandbox
-	for _, sb := range sbs {
-		if sb.State == api.StateSuspended && sb.WakeOn == key {
-			waiting = append(waiting, sb)
-		}
-	}
 	n := max(len(waiting), 1)
 	if err := e.checkEventRoom(ctx, store.EventQuery{}, "sbxd", lim.TotalCount-n+1, lim.TotalBytes-int64(n-1)*size, size); err != nil {
 		return nil, err
@@ -182,9 +179,9 @@ func (e *Engine) PostEvent(ctx context.Context, key string, data []byte, content
 		out.Event = ev
 		// A sandbox may have suspended on the key between the list and the
 		// insert: it takes the event now.
-		for _, sb := range sbs {
-			if cur, err := e.st.GetSandbox(ctx, sb.ID); err == nil && cur.State == api.StateSuspended && cur.WakeOn == key {
-				e.deliverPending(ctx, cur)
+		if late, err := e.st.ListSandboxes(ctx, waitingOn); err == nil {
+			for _, sb := range late {
+				e.deliverPending(ctx, sb)
 			}
 		}
 	}

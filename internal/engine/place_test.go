@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/sbxhq/sbx/api"
@@ -58,5 +59,21 @@ func TestPlaceOnNeedsImage(t *testing.T) {
 	}
 	if got := placeOn([]*store.Node{n("a", 9), n("b", 5), n("c", 0)}, "img", "a", false); got != "c" {
 		t.Errorf("images travel: placed on %s, want c (the least loaded)", got)
+	}
+}
+
+// BenchmarkPlaceOn is placement's rule over 50 nodes' records (its query,
+// the nodes table, is BenchmarkScale/nodes-read in the postgres store).
+func BenchmarkPlaceOn(b *testing.B) {
+	var nodes []*store.Node
+	for i := range 50 {
+		nodes = append(nodes, &store.Node{Name: fmt.Sprintf("n%02d", i), Live: true, State: api.NodeActive,
+			Capacity: api.NodeCapacity{Sandboxes: 200 - i%9, FreeMemoryBytes: int64(i) << 30,
+				Images: []string{"img-base", fmt.Sprintf("img-%d", i%5), "a", "b", "c", "d"}}})
+	}
+	for b.Loop() {
+		if placeOn(nodes, "img-3", "n00", false) == "" {
+			b.Fatal("no node")
+		}
 	}
 }

@@ -365,6 +365,10 @@ type SandboxFilter struct {
 	Owners []string
 	// Node, when not "", selects the sandboxes on that node.
 	Node string
+	// WakeOn, when not "", selects the suspended sandboxes waiting on
+	// that event key (an index serves it: an event's post reads only
+	// them).
+	WakeOn string
 }
 
 // Key is the record of an API key (docs/api.md "API keys and tenants").

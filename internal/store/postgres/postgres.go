@@ -341,6 +341,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 	if f.Node != "" {
 		q += ` AND node = ` + arg(f.Node)
 	}
+	if f.WakeOn != "" {
+		q += ` AND wake_on = ` + arg(f.WakeOn) + ` AND state = ` + arg(string(api.StateSuspended))
+	}
 	if len(f.Labels) > 0 {
 		want, err := jsonOf(f.Labels)
 		if err != nil {

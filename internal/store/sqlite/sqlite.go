@@ -205,6 +205,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		q += ` AND node = ?`
 		args = append(args, f.Node)
 	}
+	if f.WakeOn != "" {
+		q += ` AND wake_on = ? AND state = ?`
+		args = append(args, f.WakeOn, string(api.StateSuspended))
+	}
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY create_time, id`, args...)
 	if err != nil {
 		return nil, err

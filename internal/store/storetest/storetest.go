@@ -121,6 +121,25 @@ func testSandboxNodes(t *testing.T, s store.Store) {
 			t.Fatalf("usage of node %q: %+v %v, want %d sandboxes", node, u, err, want)
 		}
 	}
+	// An event's post reads only the suspended sandboxes waiting on its key.
+	for _, id := range []string{"sbx_2", "sbx_3"} {
+		sb, _ := s.GetSandbox(ctx, id)
+		sb.State, sb.WakeOn = api.StateSuspended, "approval"
+		if err := s.UpdateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb0, _ := s.GetSandbox(ctx, "sbx_0")
+	sb0.WakeOn = "approval" // running: it waits on nothing
+	if err := s.UpdateSandbox(ctx, sb0); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.ListSandboxes(ctx, store.SandboxFilter{WakeOn: "approval"}); err != nil || len(l) != 2 || l[0].ID != "sbx_2" || l[1].ID != "sbx_3" {
+		t.Fatalf("waiting on approval: %v %v", l, err)
+	}
+	if l, err := s.ListSandboxes(ctx, store.SandboxFilter{WakeOn: "approval", Node: "a"}); err != nil || len(l) != 1 {
+		t.Fatalf("waiting on approval on node a: %v %v", l, err)
+	}
 	// Each node recovers its own journal entries.
 	for i, node := range []string{"a", "b", "a"} {
 		if err := s.PutOp(ctx, &store.Op{ID: fmt.Sprintf("op_%d", i), SandboxID: "sbx_0", Node: node, Kind: "k"}); err != nil {
