@@ -153,7 +153,14 @@ func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request) bool {
 		s.writeError(w, r, err)
 		return true
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	// The handler reads the whole body again (and answers one too large).
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	if len(body) > MaxJSONBody {
+		return false
+	}
 	var req struct {
 		Image    string `json:"image"`
 		Snapshot string `json:"snapshot"`
