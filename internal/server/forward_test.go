@@ -2,7 +2,10 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +70,24 @@ func TestForgedForwardHeaders(t *testing.T) {
 	tenantCaller := `{"key_id":"` + tenant.ID + `","admin":false}`
 	if code := nodes("", CallerHeader, tenantCaller, ClusterKeyHeader, "cluster-key-0123456789"); code != 403 {
 		t.Fatalf("a node forwarding the tenant's request: %d", code)
+	}
+}
+
+// TestPlacedCreateBodyWhole: on a cluster's node, where a create's body is
+// read for placement, a body past what placement reads reaches the create
+// whole: the answer is the one a single sbxd gives, not a JSON error on a
+// body cut short.
+func TestPlacedCreateBodyWhole(t *testing.T) {
+	ks := newKeyServer(t)
+	body := `{"name":"big","labels":{"x":"` + strings.Repeat("a", MaxJSONBody) + `"}}`
+	answer := func() string {
+		resp := ks.do(t, "POST", "/v1/sandboxes", testKey, body)
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	single := answer()
+	ks.s.cfg.Node, ks.s.cfg.ClusterKey = "n1", "cluster-key-0123456789"
+	if got := answer(); got != single {
+		t.Fatalf("a create of %d bytes on a cluster's node: %s, want what a single sbxd answers: %s", len(body), got, single)
 	}
 }
