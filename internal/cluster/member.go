@@ -9,6 +9,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -44,6 +45,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Capacity is what the node publishes in each heartbeat.
 	Capacity func(ctx context.Context) api.NodeCapacity
+	// Key is the cluster key ("" when the node has none: it forwards
+	// nothing); every node of a cluster must have the same, which Join
+	// checks against the digest the first node recorded.
+	Key string
 	// Renewed, when not nil, is called after a heartbeat succeeds again
 	// after failing: the node was out of touch with the database, its
 	// lease may have run out, and another node may have taken sandboxes
@@ -91,6 +96,12 @@ func Join(ctx context.Context, st store.Cluster, cfg Config, log *slog.Logger) (
 	hostID, err := hostID(cfg.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Key != "" {
+		sum := sha256.Sum256([]byte("sbx cluster key v1\x00" + cfg.Key))
+		if err := st.CheckClusterKey(ctx, hex.EncodeToString(sum[:])); err != nil {
+			return nil, fmt.Errorf("join the cluster as node %s: %w", cfg.Name, err)
+		}
 	}
 	m := &Member{st: st, cfg: cfg, log: log, fenced: make(chan struct{})}
 	m.node = store.Node{Name: cfg.Name, URL: cfg.URL, HostID: hostID, Version: cfg.Version,

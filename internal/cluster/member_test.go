@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,18 @@ func TestMembership(t *testing.T) {
 	}
 	if nodes, _ := st.ListNodes(ctx); nodes[0].State != api.NodeStopped {
 		t.Fatalf("after a clean leave: %+v", nodes[0])
+	}
+	// A node given another cluster key than the first node's is refused.
+	keyed := cfg
+	keyed.Name, keyed.DataDir, keyed.Key = "n2", t.TempDir(), "the-cluster-key-0123456789"
+	k2, err := cluster.Join(ctx, st, keyed, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = k2.Leave()
+	keyed.Name, keyed.DataDir, keyed.Key = "n3", t.TempDir(), "another-cluster-key-0123456789"
+	if _, err := cluster.Join(ctx, st, keyed, log); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "SBX_CLUSTER_KEY") {
+		t.Fatalf("a node with another cluster key joined: %v", err)
 	}
 	if err := cluster.ValidName("Node_1"); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("ValidName(Node_1) = %v", err)

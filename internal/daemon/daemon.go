@@ -504,7 +504,7 @@ func joinCluster(ctx context.Context, cfg Config, st store.Store, capacity func(
 	}
 	ttl, _ := time.ParseDuration(cfg.NodeLeaseTTL)
 	return cluster.Join(ctx, cl, cluster.Config{Name: name, URL: advertiseURL(cfg), DataDir: cfg.DataDir,
-		Version: server.Version, LeaseTTL: ttl, Capacity: capacity, Renewed: renewed}, log)
+		Version: server.Version, LeaseTTL: ttl, Capacity: capacity, Renewed: renewed, Key: cfg.ClusterKey}, log)
 }
 
 // advertiseURL is the URL other nodes reach this one at: Advertise, or

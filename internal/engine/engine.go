@@ -341,7 +341,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if cl, ok := e.st.(store.Cluster); ok && e.cfg.Node != "" {
 		e.bg.Add(3)
 		go e.listenWakes(cl)
-		go e.wakeOrphansLoop(cl)
+		go e.wakeLoop(cl)
 		go e.drainLoop(cl)
 	}
 	if _, ok := e.distributesImages(); ok {

@@ -252,7 +252,7 @@ func (e *Engine) wake(ctx context.Context, sb *store.Sandbox, why string) {
 func (e *Engine) listenWakes(cl store.Cluster) {
 	defer e.bg.Done()
 	cl.ListenWakes(e.ctx, e.cfg.Node, func() { e.wakeDelivered(e.ctx) }, func(id string) {
-		e.resumeAsync(id, "event posted on another node")
+		e.resumeAsync(id, "asked by another node")
 	})
 }
 
@@ -266,7 +266,7 @@ func (e *Engine) wakeDelivered(ctx context.Context) {
 	}
 	for _, sb := range sbs {
 		if sb.State == api.StateSuspended && sb.WakeOn != "" && e.deliveredSince(ctx, sb) {
-			e.resumeAsync(sb.ID, "event delivered while this node did not listen")
+			e.wake(ctx, sb, "an event delivered to it, not yet woken")
 		}
 	}
 }

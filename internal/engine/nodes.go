@@ -283,17 +283,29 @@ func placeOn(nodes []*store.Node, imageID, self string, needImage bool) string {
 	return best
 }
 
-// wakeOrphans wakes, on a placed node, each suspended sandbox of a lost
-// node that was delivered an event after it suspended (its node would
-// have woken it); the duty holder does it, every orphanInterval.
-func (e *Engine) wakeOrphansLoop(cl store.Cluster) {
+// wakeLoop makes sure that suspended sandboxes that were delivered an
+// event wake, whatever was lost on the way (a wake sent to a node that
+// died, a crash between an event and its wake): every orphanInterval the
+// duty holder wakes, on a placed node, those of lost nodes; every
+// ownWakeInterval each node wakes its own (wake, which places them
+// elsewhere while it drains).
+func (e *Engine) wakeLoop(cl store.Cluster) {
 	defer e.bg.Done()
+	n := 0
 	e.every(orphanInterval, func() {
+		n++
 		if _, shared := e.distributesImages(); shared && e.holdsDuty(e.ctx) {
 			e.wakeOrphans(e.ctx, cl)
 		}
+		if n%int(ownWakeInterval/orphanInterval) == 0 {
+			e.wakeDelivered(e.ctx)
+		}
 	})
 }
+
+// ownWakeInterval is how often a node looks for its own suspended
+// sandboxes that an event reached and that still sleep.
+const ownWakeInterval = 10 * time.Second
 
 // every calls fn every interval until the engine closes.
 func (e *Engine) every(interval time.Duration, fn func()) {
@@ -366,6 +378,20 @@ func (e *Engine) claim(ctx context.Context, cl store.Cluster, sb *store.Sandbox)
 		for _, n := range nodes {
 			if n.Name == sb.Node && n.Live && n.State != api.NodeDraining {
 				return errdefs.Conflictf("sandbox %s belongs to node %s, which is live: it resumes there", sb.Name, sb.Node)
+			}
+		}
+		// A lost node may have been in the middle of resuming it: its
+		// runsc sandbox outlives its sbxd and may run. Taking it over would
+		// make a second copy; the node's recovery settles it when it is
+		// back.
+		ops, err := e.st.ListOps(ctx, sb.Node)
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			if op.SandboxID == sb.ID {
+				return errdefs.New(errdefs.ErrUnavailable,
+					"sandbox %s: node %s, which is lost, was in the middle of an operation on it (%s); it is settled when that node is back", sb.Name, sb.Node, op.Kind)
 			}
 		}
 	}
@@ -464,14 +490,24 @@ func (e *Engine) drainOnce(ctx context.Context, cl store.Cluster, nodes []*store
 			continue
 		}
 		e.log.Info("drain: moving a sandbox", "sandbox", sb.Name, "to", to)
-		_, err = e.suspendLocked(ctx, cur, "", "", nil)
-		unlock()
-		if err != nil {
-			e.log.Warn("drain: suspend", "sandbox", sb.Name, "err", err)
+		// The move is an event on a key of its own, posted before the
+		// suspend: the suspend takes it and wakes the sandbox on a placed
+		// node (wake), and whatever is lost on the way (a crash of this
+		// node, a target that dies) is found again by wakeLoop, so the
+		// sandbox does not stay suspended.
+		key := "sbx.drain." + sb.ID
+		now := time.Now().UTC()
+		ev := &store.Event{ID: newEventID(), Key: key, Data: []byte("moved by a drain of node " + e.cfg.Node),
+			ContentType: "text/plain", CreateTime: now, ExpireTime: now.Add(DefaultEventRetention)}
+		if err := e.st.AddEvent(ctx, ev); err != nil {
+			unlock()
 			continue
 		}
-		if err := cl.NotifyWake(ctx, to, sb.ID); err != nil {
-			e.log.Warn("drain: wake on another node", "sandbox", sb.Name, "to", to, "err", err)
+		_, err = e.suspendLocked(ctx, cur, key, "", nil)
+		unlock()
+		if err != nil {
+			_, _ = e.st.DeletePendingEvents(ctx, key, nil)
+			e.log.Warn("drain: suspend", "sandbox", sb.Name, "err", err)
 		}
 	}
 }

@@ -654,7 +654,7 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			cp := &store.Sandbox{
-				ID: newID(), Name: name, State: api.StateCreating, Image: sb.Image, ImageID: sb.ImageID,
+				ID: newID(), Node: e.cfg.Node, Name: name, State: api.StateCreating, Image: sb.Image, ImageID: sb.ImageID,
 				CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Labels: req.Labels, Network: normalizeNetwork(network),
 				SourceSandbox: sb.Name, SourceSnapshot: sn.ID, DiskSource: sb.Name + "/" + sn.ID, CreateTime: time.Now().UTC(),
 				Owner:   sb.Owner, // a fork belongs to its source's owner

@@ -478,6 +478,10 @@ type Cluster interface {
 	// sandboxes, and moves its own away) or not; errdefs.ErrNotFound when
 	// there is no such node.
 	SetNodeDraining(ctx context.Context, name string, draining bool) error
+	// CheckClusterKey records digest as the digest of the cluster's key if
+	// none is recorded, and checks it against the recorded one:
+	// errdefs.ErrConflict when they differ (a node given another key).
+	CheckClusterKey(ctx context.Context, digest string) error
 }
 
 // Store persists records. Methods are safe for concurrent use.

@@ -99,6 +99,25 @@ func TestClusterForwarding(t *testing.T) {
 		t.Fatalf("preview through a: %d %q", code, page)
 	}
 
+	// A fork through a runs on b, beside its source; it answers through a,
+	// and a delete through a removes it from b.
+	fork, err := viaA.ForkOne(ctx, api.ForkRequest{Name: "copy-of-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fork.Node != "node-b" {
+		t.Fatalf("a fork through a: node %q, want node-b", fork.Node)
+	}
+	if got := mustSh(t, fork, "cat /workspace/f"); got != "written through a" {
+		t.Fatalf("the fork through a: %q", got)
+	}
+	if err := a.c.Sandboxes.Delete(ctx, fork.Name); err != nil {
+		t.Fatal(err)
+	}
+	if runscHas(t, b.harness, fork.ID) {
+		t.Fatal("a fork deleted through a still runs on b")
+	}
+
 	// A tenant's key, made through a, works through b, on its own
 	// sandboxes only.
 	key, err := a.c.Keys.Create(ctx, api.CreateKeyRequest{Name: "tenant"})
@@ -391,4 +410,86 @@ func notDebug(path string) string {
 		}
 	}
 	return strings.Join(out[max(0, len(out)-40):], "\n")
+}
+
+// TestClusterResumeInterrupted: a node dies in the middle of resuming a
+// sandbox of another lost node (its runsc sandbox outlives it and runs).
+// No third node takes the sandbox over meanwhile (that would make a second
+// copy); when the dead node is back, its recovery settles the resume, and
+// exactly one copy runs.
+func TestClusterResumeInterrupted(t *testing.T) {
+	url := pgtest.URL(t)
+	s3 := blobtest.StartS3(t)
+	bucket := s3.CreateBucket(t)
+	args := []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
+	env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_NODE_LEASE_TTL=3s"}
+	a := startNodeEnv(t, url, "node-a", env, args...)
+	b := startNodeEnv(t, url, "node-b", append(env, "SBX_FAULTS=resume:restored=60s"), args...)
+	c := startNodeEnv(t, url, "node-c", env, args...)
+	ctx := ctxT(t)
+	sb, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "mid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, sb, "(nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.2; done' >/dev/null 2>&1 &); sleep 0.5")
+	if err := sb.Suspend(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	a.kill()
+	time.Sleep(4 * time.Second) // a's lease runs out
+	// b resumes it and stops, restored, at its fault point; then b dies.
+	onB, err := b.c.Sandboxes.Get(ctx, "mid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = onB.Resume(context.Background()) }()
+	b.waitLog(t, 0, "fault point reached", time.Minute)
+	if !runscHas(t, b.harness, sb.ID) {
+		t.Fatal("b's restored copy is not running at its fault point")
+	}
+	b.kill()
+	time.Sleep(4 * time.Second) // b's lease runs out
+	onC, err := c.c.Sandboxes.Get(ctx, "mid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = onC.Resume(ctx)
+	wantCode(t, err, api.CodeUnavailable)
+	if runscHas(t, c.harness, sb.ID) {
+		t.Fatal("c started a second copy while b's may run")
+	}
+	// b comes back (without its fault): its recovery settles the resume.
+	b.env = append([]string{"SBX_CLUSTER_KEY=" + clusterKey}, env...)
+	if err := b.start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cur, err := c.c.Sandboxes.Get(ctx, "mid")
+		if err == nil && cur.State == api.StateRunning {
+			break
+		}
+		if err == nil && cur.State == api.StateSuspended {
+			if err := cur.Resume(ctx); err != nil && time.Now().After(deadline) {
+				t.Fatalf("resume after b is back: %v", err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mid after b is back: %+v %v", cur, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cur, _ := c.c.Sandboxes.Get(ctx, "mid")
+	running := 0
+	for _, n := range []*node{b, c} {
+		if runscHas(t, n.harness, sb.ID) {
+			running++
+		}
+	}
+	if running != 1 {
+		t.Fatalf("%d copies run after the interrupted resume was settled, want 1 (record on %s)", running, cur.Node)
+	}
+	if got := strings.TrimSpace(mustSh(t, cur, "cat /tmp/n")); got == "" {
+		t.Fatal("its counter is gone")
+	}
 }

@@ -281,3 +281,19 @@ func (s *Store) SetNodeDraining(ctx context.Context, name string, draining bool)
 	}
 	return nil
 }
+
+// CheckClusterKey implements store.Cluster.
+func (s *Store) CheckClusterKey(ctx context.Context, digest string) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO cluster_meta (name, value) VALUES ('cluster_key_digest', $1)
+		ON CONFLICT (name) DO NOTHING`, digest); err != nil {
+		return err
+	}
+	var have string
+	if err := s.pool.QueryRow(ctx, `SELECT value FROM cluster_meta WHERE name = 'cluster_key_digest'`).Scan(&have); err != nil {
+		return err
+	}
+	if have != digest {
+		return errdefs.Conflictf("this node's cluster key is not the cluster's: every node of a cluster needs the same $SBX_CLUSTER_KEY (the nodes could not forward requests to one another)")
+	}
+	return nil
+}
