@@ -54,11 +54,6 @@ func scaleStore(b *testing.B) *postgres.Store {
 	return s
 }
 
-var (
-	scaleOnce sync.Once
-	scaleSt   *postgres.Store
-)
-
 // BenchmarkScale measures, over 10,000 sandbox records and 50 nodes, the
 // store's part of the cluster's decisions: reading the nodes table (what
 // placement decides on: one query), listing one node's sandboxes (a
