@@ -158,14 +158,7 @@ func TestClusterForwarding(t *testing.T) {
 	if _, err := a.c.Events.Post(ctx, "approved", []byte("go"), "text/plain"); err != nil {
 		t.Fatal(err)
 	}
-	var woke *client.Sandbox
-	for time.Since(posted) < 2*time.Minute {
-		if sb, err := a.c.Sandboxes.Get(ctx, "on-b"); err == nil && sb.State == api.StateRunning {
-			woke = sb
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	woke := runningOn(ctx, a.c, "on-b", "")
 	if woke == nil || woke.Node != "node-b" {
 		t.Fatalf("after an event posted to a: %+v", woke)
 	}
@@ -251,14 +244,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	if _, err := c.c.Events.Post(ctx, "approval-42", []byte("approved"), "text/plain"); err != nil {
 		t.Fatal(err)
 	}
-	var woke *client.Sandbox
-	for time.Since(killed) < 2*time.Minute {
-		if got, err := c.c.Sandboxes.Get(ctx, "task"); err == nil && got.State == api.StateRunning {
-			woke = got
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	woke := runningOn(ctx, c.c, "task", "")
 	if woke == nil || (woke.Node != "node-b" && woke.Node != "node-c") {
 		t.Fatalf("after a was killed and an event posted to c: %+v\nb's log:\n%s\nc's log:\n%s", woke, notDebug(b.logPath), notDebug(c.logPath))
 	}
@@ -348,14 +334,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	if n, err := from.c.DrainNode(ctx, from.name, true); err != nil || n.State != api.NodeDraining {
 		t.Fatalf("drain %s: %+v %v", from.name, n, err)
 	}
-	var moved *client.Sandbox
-	for time.Since(drained) < 2*time.Minute {
-		if sb, err := from.c.Sandboxes.Get(ctx, "task"); err == nil && sb.State == api.StateRunning && sb.Node == to.name {
-			moved = sb
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	moved := runningOn(ctx, from.c, "task", to.name)
 	if moved == nil {
 		t.Fatalf("task did not move off draining %s to %s\n%s's log:\n%s", from.name, to.name, from.name, notDebug(from.logPath))
 	}
@@ -492,4 +471,15 @@ func TestClusterResumeInterrupted(t *testing.T) {
 	if got := strings.TrimSpace(mustSh(t, cur, "cat /tmp/n")); got == "" {
 		t.Fatal("its counter is gone")
 	}
+}
+
+// runningOn waits, up to 2 minutes, until sandbox name runs (on node, when
+// not ""), as c sees it; nil if it does not by then.
+func runningOn(ctx context.Context, c *client.Client, name, node string) *client.Sandbox {
+	for start := time.Now(); time.Since(start) < 2*time.Minute; time.Sleep(100 * time.Millisecond) {
+		if sb, err := c.Sandboxes.Get(ctx, name); err == nil && sb.State == api.StateRunning && (node == "" || sb.Node == node) {
+			return sb
+		}
+	}
+	return nil
 }
