@@ -8,7 +8,7 @@ import "time"
 // ClusterProtocol (a different sbx version is allowed); it goes up when a
 // release changes one of them, and such a release is rolled out by
 // stopping every node first (docs/cluster.md, "Versions").
-const ClusterProtocol = 1
+const ClusterProtocol = 2
 
 // NodeState is a node's state in GET /v1/nodes.
 type NodeState string

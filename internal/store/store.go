@@ -66,6 +66,16 @@ type Sandbox struct {
 	// suspended it (which holds its memory image and wakes it while it is
 	// live); "" on a single sbxd that is not a cluster's node.
 	Node string
+	// RecoveryIntervalMS is how often, in ms, its node takes a recovery
+	// snapshot of it while it runs (memory and disk, stored whole in the
+	// blob store before it counts), from which another node recovers it
+	// when its node is lost; 0 never.
+	RecoveryIntervalMS int64
+	// RecoverySnapshot is the id of its latest recovery snapshot (a
+	// snapshot record with Suspend set, not listed); "" none.
+	RecoverySnapshot string
+	// RecoveryTime is when RecoverySnapshot was captured; zero for none.
+	RecoveryTime time.Time
 }
 
 // SecretSet is a sandbox's secrets as stored (in the sandbox's record and
@@ -474,6 +484,12 @@ type Cluster interface {
 	// Errors: errdefs.ErrConflict (the record changed: another node took
 	// it, or it is no longer suspended); ErrSandboxNotFound.
 	ClaimSandbox(ctx context.Context, sb *Sandbox, to string) error
+	// TakeOverSandbox writes sb whole, as UpdateSandbox does, if its
+	// record is still as it was read (its Node and an UpdateTime of seen):
+	// the node that recovers a lost node's sandbox changes it this way,
+	// so that of nodes racing to, one does. It sets sb's UpdateTime.
+	// Errors: errdefs.ErrConflict (the record changed); ErrSandboxNotFound.
+	TakeOverSandbox(ctx context.Context, sb *Sandbox, seen time.Time) error
 	// SetNodeDraining marks node name draining (it takes no new
 	// sandboxes, and moves its own away) or not; errdefs.ErrNotFound when
 	// there is no such node.
@@ -499,7 +515,12 @@ type Store interface {
 	// SandboxUsage sums what the sandboxes of node hold ("" every
 	// sandbox's), for admission.
 	SandboxUsage(ctx context.Context, node string) (Usage, error)
-	// UpdateSandbox replaces the record with the same ID and sets UpdateTime.
+	// UpdateSandbox replaces the record with the same ID and sets
+	// UpdateTime, if the record still names sb's Node: a node writes only
+	// the sandboxes it owns, so one that lost its lease, and whose
+	// sandboxes another node took over meanwhile, changes none of them
+	// (fencing). Errors: ErrSandboxNotFound; errdefs.ErrConflict (another
+	// node owns it now); ErrNameTaken.
 	UpdateSandbox(ctx context.Context, sb *Sandbox) error
 	// DeleteSandbox removes the record; a missing one is not an error.
 	DeleteSandbox(ctx context.Context, id string) error

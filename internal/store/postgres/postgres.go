@@ -207,17 +207,18 @@ func collect[T any](rows pgx.Rows, err error, scan func(row) (*T, error)) ([]*T,
 
 const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
 	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time,
-	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets, node`
+	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets, node,
+	recovery_interval_ms, recovery_snapshot, recovery_time`
 
 func scanSandbox(r row) (*store.Sandbox, error) {
 	var sb store.Sandbox
 	var env, labels, network, volumes, secrets []byte
 	var state string
-	var st *time.Time
+	var st, rt *time.Time
 	if err := r.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
 		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
 		&sb.DiskSource, &sb.Pooled, &sb.CreateTime, &sb.UpdateTime, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive,
-		&st, &sb.Owner, &secrets, &sb.Node); err != nil {
+		&st, &sb.Owner, &secrets, &sb.Node, &sb.RecoveryIntervalMS, &sb.RecoverySnapshot, &rt); err != nil {
 		return nil, err
 	}
 	if secrets != nil {
@@ -231,6 +232,7 @@ func scanSandbox(r row) (*store.Sandbox, error) {
 		return nil, fmt.Errorf("sandbox %s: corrupt record: %w", sb.ID, err)
 	}
 	sb.CreateTime, sb.UpdateTime, sb.SuspendTime = sb.CreateTime.UTC(), sb.UpdateTime.UTC(), utc(st)
+	sb.RecoveryTime = utc(rt)
 	return &sb, nil
 }
 
@@ -255,7 +257,8 @@ func sandboxArgs(sb *store.Sandbox) ([]any, error) {
 	return []any{sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB,
 		sb.DiskMB, env, labels, network, vols, sb.TimeoutMS, sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource,
 		sb.Pooled, sb.CreateTime.UTC(), sb.UpdateTime.UTC(), sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive,
-		optTime(sb.SuspendTime), sb.Owner, secrets, sb.Node}, nil
+		optTime(sb.SuspendTime), sb.Owner, secrets, sb.Node, sb.RecoveryIntervalMS, sb.RecoverySnapshot,
+		optTime(sb.RecoveryTime)}, nil
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -375,12 +378,54 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+setList(sandboxCols)+` WHERE id = $1`, args...)
+	// The node column is $27: the update keeps it, and happens only
+	// while the record names it (fencing, see store.Store).
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+setList(sandboxCols)+` WHERE id = $1 AND node = $27`, args...)
 	if err != nil {
 		return sandboxNameTaken(err, sb)
 	}
 	if tag.RowsAffected() == 0 {
-		return errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox with id %q", sb.ID)
+		return s.notUpdated(ctx, sb)
+	}
+	return nil
+}
+
+// notUpdated is the error of an update of sb that changed no row:
+// ErrSandboxNotFound, or ErrConflict when another node owns it now.
+func (s *Store) notUpdated(ctx context.Context, sb *store.Sandbox) error {
+	var node string
+	if err := s.pool.QueryRow(ctx, `SELECT node FROM sandboxes WHERE id = $1`, sb.ID).Scan(&node); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox with id %q", sb.ID)
+		}
+		return err
+	}
+	if node != sb.Node {
+		return errdefs.Conflictf("sandbox %s belongs to node %s now (taken over while node %s could not reach the database): node %s changes it no more", sb.Name, node, sb.Node, sb.Node)
+	}
+	return errdefs.Conflictf("sandbox %s changed meanwhile", sb.Name)
+}
+
+// TakeOverSandbox implements store.Cluster.
+func (s *Store) TakeOverSandbox(ctx context.Context, sb *store.Sandbox, seen time.Time) error {
+	prev := sb.UpdateTime
+	sb.UpdateTime = time.Now().UTC().Truncate(time.Microsecond)
+	args, err := sandboxArgs(sb)
+	if err != nil {
+		return err
+	}
+	args = append(args, seen.UTC())
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+setList(sandboxCols)+` WHERE id = $1 AND node = $27 AND update_time = $`+fmt.Sprint(len(args)), args...)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = s.notUpdated(ctx, sb)
+		if errdefs.IsNotFound(err) {
+			return err
+		}
+		err = errdefs.Conflictf("sandbox %s changed before this node could take it over", sb.Name)
+	}
+	if err != nil {
+		sb.UpdateTime = prev
+		return err
 	}
 	return nil
 }

@@ -248,3 +248,43 @@ func TestClaimSandbox(t *testing.T) {
 		t.Fatalf("a claim on a running sandbox: %v", err)
 	}
 }
+
+// TestTakeOverSandbox: of two nodes taking over a lost node's sandbox on
+// the same read, one does; and the lost node, back, writes it no more.
+func TestTakeOverSandbox(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, pgtest.URL(t))
+	if err := s.CreateSandbox(ctx, &store.Sandbox{ID: "sbx_1", Name: "s", State: api.StateRunning, Image: "default", CPUs: 1, MemoryMB: 256, Node: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := s.GetSandbox(ctx, "s") // node a's copy, before it was lost
+	b, _ := s.GetSandbox(ctx, "s")
+	c, _ := s.GetSandbox(ctx, "s")
+	seenB, seenC := b.UpdateTime, c.UpdateTime
+	b.State, b.SuspendSnapshot = api.StateSuspended, "snap_b"
+	if err := s.TakeOverSandbox(ctx, b, seenB); err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.SuspendSnapshot = api.StateSuspended, "snap_c"
+	if err := s.TakeOverSandbox(ctx, c, seenC); !errdefs.IsConflict(err) {
+		t.Fatalf("a second take-over on the same read: %v, want a conflict", err)
+	}
+	if got, _ := s.GetSandbox(ctx, "s"); got.SuspendSnapshot != "snap_b" {
+		t.Fatalf("after the take-overs: %+v", got)
+	}
+	// The claim that resumes it elsewhere moves it; node a's write is refused.
+	fresh, _ := s.GetSandbox(ctx, "s")
+	if err := s.ClaimSandbox(ctx, fresh, "b"); err != nil {
+		t.Fatal(err)
+	}
+	stale.StateReason = "node a writes on"
+	if err := s.UpdateSandbox(ctx, stale); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "belongs to node b") {
+		t.Fatalf("the lost node's update: %v, want a conflict naming node b", err)
+	}
+	if got, _ := s.GetSandbox(ctx, "s"); got.StateReason != "" || got.Node != "b" {
+		t.Fatalf("after the lost node's write: %+v", got)
+	}
+	if err := s.TakeOverSandbox(ctx, &store.Sandbox{ID: "sbx_9", Name: "gone", Node: "a"}, time.Now()); !errdefs.IsNotFound(err) {
+		t.Fatalf("a take-over of a deleted sandbox: %v", err)
+	}
+}

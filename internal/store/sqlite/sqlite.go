@@ -104,15 +104,17 @@ func isUnique(err error) bool {
 
 const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memory_mb, disk_mb, env, labels,
 	network, volumes, timeout_ms, source_sandbox, source_snapshot, disk_source, pooled, create_time, update_time,
-	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets, node`
+	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets, node,
+	recovery_interval_ms, recovery_snapshot, recovery_time`
 
 func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	var sb store.Sandbox
-	var env, labels, network, volumes, ct, ut, st, secrets string
+	var env, labels, network, volumes, ct, ut, st, secrets, rt string
 	var state string
 	if err := row.Scan(&sb.ID, &sb.Name, &state, &sb.StateReason, &sb.Image, &sb.ImageID, &sb.CPUs, &sb.MemoryMB,
 		&sb.DiskMB, &env, &labels, &network, &volumes, &sb.TimeoutMS, &sb.SourceSandbox, &sb.SourceSnapshot,
-		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st, &sb.Owner, &secrets, &sb.Node); err != nil {
+		&sb.DiskSource, &sb.Pooled, &ct, &ut, &sb.SuspendSnapshot, &sb.WakeOn, &sb.KeepAlive, &st, &sb.Owner, &secrets, &sb.Node,
+		&sb.RecoveryIntervalMS, &sb.RecoverySnapshot, &rt); err != nil {
 		return nil, err
 	}
 	if secrets != "" {
@@ -129,6 +131,9 @@ func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
 	if st != "" {
 		sb.SuspendTime = parseTime(st)
 	}
+	if rt != "" {
+		sb.RecoveryTime = parseTime(rt)
+	}
 	return &sb, nil
 }
 
@@ -140,11 +145,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	}
 	sb.UpdateTime = now
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sb.ID, sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
-		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets), sb.Node)
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets), sb.Node,
+		sb.RecoveryIntervalMS, sb.RecoverySnapshot, optTime(sb.RecoveryTime))
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -265,11 +271,13 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, state_reason = ?,
 		image = ?, image_id = ?, cpus = ?, memory_mb = ?, disk_mb = ?, env = ?, labels = ?, network = ?, volumes = ?, timeout_ms = ?,
 		source_sandbox = ?, source_snapshot = ?, disk_source = ?, pooled = ?, create_time = ?, update_time = ?,
-		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ?, owner = ?, secrets = ?, node = ? WHERE id = ?`,
+		suspend_snapshot = ?, wake_on = ?, keep_alive = ?, suspend_time = ?, owner = ?, secrets = ?,
+		recovery_interval_ms = ?, recovery_snapshot = ?, recovery_time = ? WHERE id = ? AND node = ?`,
 		sb.Name, string(sb.State), sb.StateReason, sb.Image, sb.ImageID, sb.CPUs, sb.MemoryMB, sb.DiskMB,
 		toJSON(nonNil(sb.Env)), toJSON(nonNil(sb.Labels)), toJSON(sb.Network), toJSON(volumesOf(sb)), sb.TimeoutMS,
 		sb.SourceSandbox, sb.SourceSnapshot, sb.DiskSource, sb.Pooled, fmtTime(sb.CreateTime), fmtTime(sb.UpdateTime),
-		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets), sb.Node, sb.ID)
+		sb.SuspendSnapshot, sb.WakeOn, sb.KeepAlive, optTime(sb.SuspendTime), sb.Owner, secretsJSON(sb.Secrets),
+		sb.RecoveryIntervalMS, sb.RecoverySnapshot, optTime(sb.RecoveryTime), sb.ID, sb.Node)
 	if isUnique(err) {
 		return errdefs.New(errdefs.ErrNameTaken, "a sandbox named %q exists", sb.Name)
 	}
@@ -277,6 +285,10 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
+		var node string
+		if err := s.db.QueryRowContext(ctx, `SELECT node FROM sandboxes WHERE id = ?`, sb.ID).Scan(&node); err == nil {
+			return errdefs.Conflictf("sandbox %s belongs to node %q, not %q: this change is refused", sb.Name, node, sb.Node)
+		}
 		return errdefs.New(errdefs.ErrSandboxNotFound, "no sandbox with id %q", sb.ID)
 	}
 	return nil

@@ -93,8 +93,10 @@ func testKeys(t *testing.T, s store.Store) {
 	}
 }
 
-// testSandboxNodes: a sandbox's node is kept, changed by an update (a
-// resume on another node), and selects.
+// testSandboxNodes: a sandbox's node is kept, is not changed by an update
+// (only a claim moves a sandbox: an update naming another node is a node
+// writing a sandbox it does not own, refused), and selects; the recovery
+// fields are kept.
 func testSandboxNodes(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	for i, node := range []string{"a", "b", "a", ""} {
@@ -109,10 +111,20 @@ func testSandboxNodes(t *testing.T, s store.Store) {
 		t.Fatalf("%+v %v", sb, err)
 	}
 	sb.Node = ""
+	if err := s.UpdateSandbox(ctx, sb); !errdefs.IsConflict(err) {
+		t.Fatalf("an update by a node that does not own the sandbox: %v, want a conflict", err)
+	}
+	sb.Node = "b"
+	rt := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	sb.RecoveryIntervalMS, sb.RecoverySnapshot, sb.RecoveryTime = 30000, "snap_r", rt
 	if err := s.UpdateSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	for node, want := range map[string]int{"a": 2, "b": 0, "": 4} {
+	if got, err := s.GetSandbox(ctx, sb.ID); err != nil || got.Node != "b" || got.RecoveryIntervalMS != 30000 ||
+		got.RecoverySnapshot != "snap_r" || !got.RecoveryTime.Equal(rt) {
+		t.Fatalf("after updates: %+v %v", got, err)
+	}
+	for node, want := range map[string]int{"a": 2, "b": 1, "": 4} {
 		l, err := s.ListSandboxes(ctx, store.SandboxFilter{Node: node})
 		if err != nil || len(l) != want {
 			t.Fatalf("on node %q: %d %v, want %d", node, len(l), err, want)
