@@ -56,6 +56,14 @@ type Sandbox struct {
 	// KeepAliveWhileRunning: a process running in the sandbox counts as
 	// activity for TimeoutMS.
 	KeepAliveWhileRunning bool `json:"keep_alive_while_running"`
+	// RecoveryIntervalMS is how often, in ms, its node takes a recovery
+	// snapshot of it while it runs (a cluster's node only; docs/cluster.md,
+	// "Node loss"); 0 never.
+	RecoveryIntervalMS int64 `json:"recovery_interval_ms"`
+	// RecoveryTime is when its latest recovery snapshot was captured: if
+	// its node is lost, another node recovers it as it was then (or from a
+	// later checkpoint's disk). Omitted when it has none.
+	RecoveryTime *time.Time `json:"recovery_time,omitempty"`
 	// WakeOn is the event key a suspended sandbox waits on.
 	WakeOn string `json:"wake_on,omitempty"`
 	// SuspendTime is when a suspended sandbox was suspended.
@@ -199,6 +207,13 @@ type CreateSandboxRequest struct {
 	// KeepAliveWhileRunning makes a process running in the sandbox count
 	// as activity for TimeoutMS.
 	KeepAliveWhileRunning bool `json:"keep_alive_while_running,omitempty"`
+	// RecoveryIntervalMS, on a cluster's node whose nodes share a blob
+	// store, takes a recovery snapshot (memory and disk, paused for the
+	// capture) every this many ms while the sandbox runs: when its node is
+	// lost, another node recovers it from the latest one, with its
+	// processes. 0 (default) takes none; else [5000, 86400000]. Not with
+	// volumes or secrets (they do not move between nodes).
+	RecoveryIntervalMS int64 `json:"recovery_interval_ms,omitempty"`
 	// Secrets are held by sbxd, outside the sandbox: the sandbox sees a
 	// placeholder in an env var named after each, which the egress proxy
 	// replaces with the value in requests its rules allow (docs/api.md,
@@ -283,6 +298,9 @@ type UpdateSandboxRequest struct {
 	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
 	// KeepAliveWhileRunning: see CreateSandboxRequest.
 	KeepAliveWhileRunning *bool `json:"keep_alive_while_running,omitempty"`
+	// RecoveryIntervalMS: see CreateSandboxRequest; 0 stops taking
+	// recovery snapshots and drops the latest.
+	RecoveryIntervalMS *int64 `json:"recovery_interval_ms,omitempty"`
 }
 
 // SuspendRequest is the optional body of POST /v1/sandboxes/{name}/suspend.

@@ -269,7 +269,7 @@ func (a *app) createCmd() *cobra.Command {
 	var req api.CreateSandboxRequest
 	var labels, env []string
 	var nf netFlags
-	var idle time.Duration
+	var idle, recovery time.Duration
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create and start a sandbox",
@@ -294,6 +294,7 @@ func (a *app) createCmd() *cobra.Command {
 				return err
 			}
 			req.TimeoutMS = idle.Milliseconds()
+			req.RecoveryIntervalMS = recovery.Milliseconds()
 			ctx := cmd.Context()
 			var prog *progress
 			sb, err := a.c.Sandboxes.CreateStream(ctx, req, func(msg string, _ time.Time) {
@@ -326,6 +327,7 @@ func (a *app) createCmd() *cobra.Command {
 	f.StringVar(&req.Snapshot, "from-snapshot", "", "start from a memory snapshot (ID), running")
 	f.DurationVar(&idle, "timeout", 0, "suspend after this long without exec, file or port activity (default: never)")
 	f.BoolVar(&req.KeepAliveWhileRunning, "keep-alive", false, "with --timeout: a running process counts as activity")
+	f.DurationVar(&recovery, "recovery-interval", 0, "a cluster's node: take a recovery snapshot this often (5s to 24h), from which another node recovers the sandbox, processes and all, if its node is lost (default: none)")
 	nf.add(cmd, false)
 	a.addOutput(cmd)
 	return cmd

@@ -223,11 +223,12 @@ func (a *app) eventsCmd() *cobra.Command {
 func (a *app) updateCmd() *cobra.Command {
 	var timeout time.Duration
 	var keepAlive bool
+	var recovery time.Duration
 	var rename string
 	var labels []string
 	cmd := &cobra.Command{
-		Use:   "update NAME [--name NEW] [--label k=v]... [--timeout DURATION] [--keep-alive=true|false]",
-		Short: "Rename a sandbox, replace its labels, change its idle timeout (0: never suspend) and keep-alive",
+		Use:   "update NAME [--name NEW] [--label k=v]... [--timeout DURATION] [--keep-alive=true|false] [--recovery-interval DURATION]",
+		Short: "Rename a sandbox, replace its labels, change its idle timeout (0: never suspend), keep-alive and recovery interval (0: none)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.checkOutput(); err != nil {
@@ -240,6 +241,10 @@ func (a *app) updateCmd() *cobra.Command {
 			}
 			if cmd.Flags().Changed("keep-alive") {
 				req.KeepAliveWhileRunning = &keepAlive
+			}
+			if cmd.Flags().Changed("recovery-interval") {
+				ms := recovery.Milliseconds()
+				req.RecoveryIntervalMS = &ms
 			}
 			if cmd.Flags().Changed("name") {
 				req.Name = &rename
@@ -254,8 +259,8 @@ func (a *app) updateCmd() *cobra.Command {
 				}
 				req.Labels = l
 			}
-			if req.TimeoutMS == nil && req.KeepAliveWhileRunning == nil && req.Name == nil && req.Labels == nil {
-				return fmt.Errorf("give --name, --label, --timeout or --keep-alive")
+			if req.TimeoutMS == nil && req.KeepAliveWhileRunning == nil && req.Name == nil && req.Labels == nil && req.RecoveryIntervalMS == nil {
+				return fmt.Errorf("give --name, --label, --timeout, --keep-alive or --recovery-interval")
 			}
 			sb, err := a.c.Sandboxes.Get(cmd.Context(), args[0])
 			if err != nil {
@@ -278,6 +283,7 @@ func (a *app) updateCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "suspend after this long without exec, file or port activity (0: never)")
 	cmd.Flags().BoolVar(&keepAlive, "keep-alive", false, "a running process counts as activity")
+	cmd.Flags().DurationVar(&recovery, "recovery-interval", 0, "a cluster's node: take a recovery snapshot this often (5s to 24h; 0: none)")
 	cmd.Flags().StringVar(&rename, "name", "", "rename the sandbox")
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "replace the labels with these k=v (repeatable)")
 	a.addOutput(cmd)

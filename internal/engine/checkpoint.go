@@ -505,9 +505,12 @@ func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func (e *Engine) recordRestore(ctx context.Context, sb *store.Sandbox, opID string, seq int) error {
 	sb.DiskSource = CheckpointID(seq)
 	sb.State, sb.StateReason = api.StateStopped, ""
+	// A recovery snapshot holds the disk the restore undid.
+	drop := e.dropRecovery(ctx, sb)
 	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
 		return err
 	}
+	drop()
 	return e.st.DeleteOp(ctx, opID)
 }
 
@@ -607,6 +610,8 @@ func (e *Engine) recoverOps(ctx context.Context) error {
 			// sandbox's runtime state.
 		case opDeliver:
 			e.recoverDeliver(ctx, op)
+		case opRecovery:
+			e.recoverRecoveryOp(ctx, op)
 		default:
 			e.log.Warn("recover: unknown operation", "kind", op.Kind, "id", op.ID)
 			_ = e.st.DeleteOp(ctx, op.ID)

@@ -113,6 +113,8 @@ type Engine struct {
 	started time.Time
 	// nodes caches the cluster's node records for Route.
 	nodes nodeCache
+	// recoveryClock times recovery snapshots (recovery.go).
+	recoveryClock recoveryClock
 	// pub remembers the images published to the blob store (imagedist.go).
 	pub published
 	// publishKick asks publishLoop to publish soon.
@@ -345,8 +347,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		go e.drainLoop(cl)
 	}
 	if _, ok := e.distributesImages(); ok {
-		e.bg.Add(1)
+		e.bg.Add(2)
 		go e.publishLoop()
+		go e.recoveryLoop()
 	}
 	e.kickGC()
 	return nil

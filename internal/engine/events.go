@@ -257,7 +257,8 @@ func (e *Engine) listenWakes(cl store.Cluster) {
 }
 
 // wakeDelivered resumes every suspended sandbox of this node that has an
-// event delivered after it suspended.
+// event delivered after it suspended, or that was recovered from a lost
+// node and still sleeps (its resume here failed).
 func (e *Engine) wakeDelivered(ctx context.Context) {
 	sbs, err := e.localSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
@@ -265,7 +266,10 @@ func (e *Engine) wakeDelivered(ctx context.Context) {
 		return
 	}
 	for _, sb := range sbs {
-		if sb.State == api.StateSuspended && sb.WakeOn != "" && e.deliveredSince(ctx, sb) {
+		switch {
+		case recovered(sb):
+			e.wake(ctx, sb, "recovered from a lost node, not yet running")
+		case sb.State == api.StateSuspended && sb.WakeOn != "" && e.deliveredSince(ctx, sb):
 			e.wake(ctx, sb, "an event delivered to it, not yet woken")
 		}
 	}

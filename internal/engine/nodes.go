@@ -321,6 +321,11 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 	}
 }
 
+// wakeOrphans is the duty holder's round over the nodes that are not
+// live: it wakes, on placed nodes, their suspended sandboxes that an
+// event reached or that were recovered (recovery.go) and still sleep,
+// and recovers the running sandboxes of those that are lost
+// (recoverLost).
 func (e *Engine) wakeOrphans(ctx context.Context, cl store.Cluster) {
 	nodes, err := cl.ListNodes(ctx)
 	if err != nil {
@@ -334,8 +339,11 @@ func (e *Engine) wakeOrphans(ctx context.Context, cl store.Cluster) {
 		if err != nil {
 			return
 		}
+		if n.State == api.NodeLost {
+			e.recoverLost(ctx, cl, n.Name, sbs)
+		}
 		for _, sb := range sbs {
-			if sb.State != api.StateSuspended || sb.WakeOn == "" || !e.deliveredSince(ctx, sb) {
+			if sb.State != api.StateSuspended || !(recovered(sb) || (sb.WakeOn != "" && e.deliveredSince(ctx, sb))) {
 				continue
 			}
 			to := placeOn(nodes, sb.ImageID, e.cfg.Node, false)
@@ -380,19 +388,20 @@ func (e *Engine) claim(ctx context.Context, cl store.Cluster, sb *store.Sandbox)
 				return errdefs.Conflictf("sandbox %s belongs to node %s, which is live: it resumes there", sb.Name, sb.Node)
 			}
 		}
-		// A lost node may have been in the middle of resuming it: its
-		// runsc sandbox outlives its sbxd and may run. Taking it over would
-		// make a second copy; the node's recovery settles it when it is
-		// back.
-		ops, err := e.st.ListOps(ctx, sb.Node)
+		// The lost node may have been in the middle of an operation on
+		// it: this node takes its journal entries on it over. A resume it
+		// had begun may run on in its runsc sandbox, which outlives its
+		// sbxd: fencing stops it if the node comes back (its writes are
+		// refused, and its reconcile and fence check stop what another
+		// node owns).
+		complete, _, err := e.takeOverOps(ctx, sb)
 		if err != nil {
 			return err
 		}
-		for _, op := range ops {
-			if op.SandboxID == sb.ID {
-				return errdefs.New(errdefs.ErrUnavailable,
-					"sandbox %s: node %s, which is lost, was in the middle of an operation on it (%s); it is settled when that node is back", sb.Name, sb.Node, op.Kind)
-			}
+		if complete != nil {
+			// Only a running sandbox's suspend completes; this one is
+			// suspended already: the snapshot is not its.
+			_ = e.removeSnapshot(ctx, complete.ID)
 		}
 	}
 	return cl.ClaimSandbox(ctx, sb, e.cfg.Node)

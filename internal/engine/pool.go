@@ -257,6 +257,7 @@ func (p *pool) take(ctx context.Context, sb *store.Sandbox, want *store.Sandbox)
 	claimed.Labels = want.Labels
 	claimed.Network = want.Network
 	claimed.TimeoutMS, claimed.KeepAlive = want.TimeoutMS, want.KeepAlive
+	claimed.RecoveryIntervalMS = want.RecoveryIntervalMS
 	claimed.Owner = want.Owner
 	claimed.Pooled = false
 	claimed.State = api.StateRunning

@@ -64,6 +64,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		if err := validateTimeout(req.TimeoutMS); err != nil {
 			return nil, err
 		}
+		if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, nil, len(req.Secrets) > 0); err != nil {
+			return nil, err
+		}
 		if _, err := secret.Validate("secrets", req.Secrets); err != nil {
 			return nil, err
 		}
@@ -100,6 +103,9 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		return nil, err
 	}
 	if err := validateTimeout(req.TimeoutMS); err != nil {
+		return nil, err
+	}
+	if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, req.Volumes, len(req.Secrets) > 0); err != nil {
 		return nil, err
 	}
 	if err := validateEnv("env", req.Env); err != nil {
@@ -142,7 +148,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		CPUs: req.CPUs, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Env: req.Env, Labels: req.Labels,
 		Network: rules,
 		Volumes: req.Volumes, TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
-		Owner: CallerOf(ctx).KeyID,
+		RecoveryIntervalMS: req.RecoveryIntervalMS, Owner: CallerOf(ctx).KeyID,
 	}
 	if len(req.Secrets) > 0 {
 		if sb.Secrets, err = e.sealSecrets(sb.ID, nil, req.Secrets, secretRules, true); err != nil {
@@ -456,8 +462,10 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	}
 	e.forgetInstance(sb.ID)
 	e.releaseForkSnapshot(ctx, sb.SourceSnapshot)
-	if sb.SuspendSnapshot != "" {
-		_ = e.removeSnapshot(ctx, sb.SuspendSnapshot)
+	for _, id := range []string{sb.SuspendSnapshot, sb.RecoverySnapshot} {
+		if id != "" {
+			_ = e.removeSnapshot(ctx, id)
+		}
 	}
 	_ = os.RemoveAll(e.suspendCache(sb.ID))
 	_ = e.st.DeleteEvents(ctx, sb.ID)
@@ -622,6 +630,19 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 		return nil, err
 	}
 	defer unlock()
+	dropRecovery := ""
+	if req.RecoveryIntervalMS != nil {
+		if err := e.validateRecoveryInterval(*req.RecoveryIntervalMS, sb.Volumes, sb.Secrets != nil && len(sb.Secrets.List) > 0); err != nil {
+			return nil, err
+		}
+		sb.RecoveryIntervalMS = *req.RecoveryIntervalMS
+		if sb.RecoveryIntervalMS == 0 {
+			dropRecovery, sb.RecoverySnapshot, sb.RecoveryTime = sb.RecoverySnapshot, "", time.Time{}
+		}
+	}
+	if dropRecovery != "" {
+		defer func() { _ = e.removeSnapshot(context.WithoutCancel(ctx), dropRecovery) }()
+	}
 	if req.TimeoutMS != nil {
 		sb.TimeoutMS = *req.TimeoutMS
 	}

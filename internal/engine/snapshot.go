@@ -44,6 +44,10 @@ type sandboxShape struct {
 	// only their placeholders); sandboxes started from the snapshot get
 	// them.
 	Secrets *store.SecretSet `json:"secrets,omitempty"`
+	// DiskOnly marks a snapshot with no memory image: a lost node's
+	// sandbox recovered from a checkpoint's disk (recovery.go), which
+	// boots cold on it.
+	DiskOnly bool `json:"disk_only,omitempty"`
 }
 
 func newSnapshotID() string {
@@ -451,6 +455,12 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	if req.CPUs != 0 || req.MemoryMB != 0 {
 		return nil, errdefs.Invalid("cpus", "a sandbox from a snapshot has the snapshot's cpus and memory_mb (%g, %d)", sh.CPUs, sh.MemoryMB)
 	}
+	if sh.DiskOnly {
+		return nil, errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", req.Snapshot)
+	}
+	if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, nil, sh.Secrets != nil && len(sh.Secrets.List) > 0); err != nil {
+		return nil, err
+	}
 	if err := e.checkSpend(ctx, CallerOf(ctx).KeyID, sh.CPUs, sh.MemoryMB); err != nil {
 		return nil, err
 	}
@@ -471,6 +481,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	sb := &store.Sandbox{
 		ID: newID(), Node: e.cfg.Node, Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
 		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, DiskMB: sh.DiskMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
+		RecoveryIntervalMS: req.RecoveryIntervalMS,
 		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
 		CreateTime: time.Now().UTC(), Owner: CallerOf(ctx).KeyID,
 		// The snapshot's secrets, CA and placeholders (its processes hold

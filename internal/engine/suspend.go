@@ -214,8 +214,13 @@ func (e *Engine) finishSuspend(ctx context.Context, sb *store.Sandbox, snapID, w
 	step("checkpoint snapshots")
 	sb.State, sb.StateReason = api.StateSuspended, reason
 	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = snapID, wakeOn, time.Now().UTC()
+	// Its suspend image is newer than its recovery snapshot.
+	drop := e.dropRecovery(ctx, sb)
 	err := e.st.UpdateSandbox(ctx, sb)
 	step("record")
+	if err == nil {
+		drop()
+	}
 	return err
 }
 
@@ -308,12 +313,21 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 	defer release()
 	tImage := time.Now()
 	progress("restoring")
-	if err := e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, background: e.cfg.BackgroundRestore, what: "resumed", report: progress}); err != nil {
+	what := "resumed"
+	if imageDir == "" {
+		what = "boot" // a lost node's sandbox, on a checkpoint's disk
+	}
+	if err := e.start(ctx, sb, startFrom{image: imageDir, disk: diskM, background: e.cfg.BackgroundRestore, what: what, report: progress}); err != nil {
 		undo()
 		return failed(err)
 	}
 	e.fault("resume:restored")
-	sb.State, sb.StateReason = api.StateRunning, ""
+	reason := ""
+	if strings.HasPrefix(sb.StateReason, recoveredPrefix) {
+		// Its user is told, while it runs, what the recovery lost.
+		reason = sb.StateReason
+	}
+	sb.State, sb.StateReason = api.StateRunning, reason
 	sb.SuspendSnapshot, sb.WakeOn, sb.SuspendTime = "", "", time.Time{}
 	sb.Node = e.cfg.Node
 	if err := e.st.UpdateSandbox(ctx, sb); err != nil {
@@ -334,6 +348,14 @@ func (e *Engine) resumeLocked(ctx context.Context, sb *store.Sandbox, progress f
 // its memory image (see suspendImage; release ends its use) and its disk
 // manifest.
 func (e *Engine) snapshotInputs(ctx context.Context, sb *store.Sandbox, sn *store.Snapshot) (imageDir string, diskM *disk.Manifest, release func(), err error) {
+	var sh sandboxShape
+	if json.Unmarshal(sn.Shape, &sh) == nil && sh.DiskOnly {
+		// A checkpoint's disk, no memory: it boots cold ("" image).
+		if diskM, err = e.snapshotDisk(ctx, sn); err != nil {
+			return "", nil, nil, fmt.Errorf("its disk manifest: %w", err)
+		}
+		return "", diskM, func() {}, nil
+	}
 	imageDir, release, err = e.suspendImage(ctx, sb, sn)
 	if err != nil {
 		return "", nil, nil, err

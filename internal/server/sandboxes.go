@@ -17,10 +17,15 @@ func toAPI(sb *store.Sandbox) api.Sandbox {
 		ID: sb.ID, Name: sb.Name, State: sb.State, StateReason: sb.StateReason, Image: sb.Image,
 		CPUs: sb.CPUs, MemoryMB: sb.MemoryMB, DiskMB: sb.DiskMB, Env: sb.Env, Labels: sb.Labels, Network: sb.Network,
 		TimeoutMS: sb.TimeoutMS, KeepAliveWhileRunning: sb.KeepAlive, WakeOn: sb.WakeOn, CreateTime: sb.CreateTime.UTC(),
+		RecoveryIntervalMS: sb.RecoveryIntervalMS,
 	}
 	if !sb.SuspendTime.IsZero() {
 		t := sb.SuspendTime.UTC()
 		out.SuspendTime = &t
+	}
+	if !sb.RecoveryTime.IsZero() && sb.RecoverySnapshot != "" {
+		t := sb.RecoveryTime.UTC()
+		out.RecoveryTime = &t
 	}
 	if out.Env == nil {
 		out.Env = map[string]string{}
