@@ -393,9 +393,10 @@ func notDebug(path string) string {
 
 // TestClusterResumeInterrupted: a node dies in the middle of resuming a
 // sandbox of another lost node (its runsc sandbox outlives it and runs).
-// No third node takes the sandbox over meanwhile (that would make a second
-// copy); when the dead node is back, its recovery settles the resume, and
-// exactly one copy runs.
+// Once its lease runs out, a third node takes its journal entry over and
+// resumes the sandbox; when the dead node is back, it is fenced: it stops
+// its copy (the record names the third node) and cannot write the
+// record. Exactly one copy runs, the third node's.
 func TestClusterResumeInterrupted(t *testing.T) {
 	url := pgtest.URL(t)
 	s3 := blobtest.StartS3(t)
@@ -432,44 +433,140 @@ func TestClusterResumeInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = onC.Resume(ctx)
-	wantCode(t, err, api.CodeUnavailable)
-	if runscHas(t, c.harness, sb.ID) {
-		t.Fatal("c started a second copy while b's may run")
+	if err := onC.Resume(ctx); err != nil {
+		t.Fatalf("resume on c after b was lost mid-resume: %v\n%s", err, notDebug(c.logPath))
 	}
-	// b comes back (without its fault): its recovery settles the resume.
+	c.waitLog(t, 0, "taking over an operation of a lost node", 10*time.Second)
+	cur := runningOn(ctx, c.c, "mid", "node-c")
+	if cur == nil || !runscHas(t, c.harness, sb.ID) {
+		t.Fatalf("mid is not running on c: %+v", cur)
+	}
+	// b comes back (without its fault): its copy is no longer its own.
 	b.env = append([]string{"SBX_CLUSTER_KEY=" + clusterKey}, env...)
 	if err := b.start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cur, err := c.c.Sandboxes.Get(ctx, "mid")
-		if err == nil && cur.State == api.StateRunning {
+	for deadline := time.Now().Add(time.Minute); runscHas(t, b.harness, sb.ID); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b, back, still runs its copy of mid\n%s", notDebug(b.logPath))
+		}
+	}
+	cur, err = b.c.Sandboxes.Get(ctx, "mid")
+	if err != nil || cur.State != api.StateRunning || cur.Node != "node-c" || !runscHas(t, c.harness, sb.ID) {
+		t.Fatalf("mid after b is back: %+v %v (runs on c: %v)", cur, err, runscHas(t, c.harness, sb.ID))
+	}
+	n1 := strings.TrimSpace(mustSh(t, cur, "cat /tmp/n"))
+	time.Sleep(500 * time.Millisecond)
+	if n2 := strings.TrimSpace(mustSh(t, cur, "cat /tmp/n")); n1 == "" || n1 == n2 {
+		t.Fatalf("its counter: %q then %q, want it running on", n1, n2)
+	}
+}
+
+// TestClusterRecovery: node a is lost while it runs two sandboxes (its
+// sbxd SIGKILLed and its runsc sandboxes gone, as with its host). Each is
+// recovered on b or c from its most recent durable point:
+//   - "rec" takes recovery snapshots (recovery_interval_ms): it runs on
+//     with its processes (a counter goes on) and its files as of its
+//     latest one; a file written after it is lost;
+//   - "cp" takes none, and has checkpoint v1: it boots cold on v1's disk
+//     (a file written after v1 is lost; its processes restarted).
+//
+// Their state_reason says what was lost. When a is back, it runs neither.
+func TestClusterRecovery(t *testing.T) {
+	url := pgtest.URL(t)
+	s3 := blobtest.StartS3(t)
+	bucket := s3.CreateBucket(t)
+	args := []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
+	env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_NODE_LEASE_TTL=3s"}
+	a := startNodeEnv(t, url, "node-a", env, args...)
+	b := startNodeEnv(t, url, "node-b", env, args...)
+	c := startNodeEnv(t, url, "node-c", env, args...)
+	ctx := ctxT(t)
+
+	// Out of range: refused, naming the field.
+	_, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "bad", RecoveryIntervalMS: 1000})
+	wantCode(t, err, api.CodeInvalidArgument)
+
+	rec, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "rec", RecoveryIntervalMS: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, rec, "echo before > /workspace/before && (nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 &); sleep 0.5")
+	cp, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "cp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, cp, "echo kept > /workspace/kept && (nohup sleep 1000 >/dev/null 2>&1 &)")
+	if _, err := cp.Checkpoint(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, cp, "echo after > /workspace/after")
+	var snapAt time.Time
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		got, err := a.c.Sandboxes.Get(ctx, "rec")
+		if err == nil && got.RecoveryTime != nil {
+			snapAt = *got.RecoveryTime
 			break
 		}
-		if err == nil && cur.State == api.StateSuspended {
-			if err := cur.Resume(ctx); err != nil && time.Now().After(deadline) {
-				t.Fatalf("resume after b is back: %v", err)
-			}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery snapshot of rec after a minute: %+v %v\n%s", got, err, notDebug(a.logPath))
+		}
+	}
+	mustSh(t, rec, "echo late > /workspace/late")
+
+	a.kill()
+	for _, id := range []string{rec.ID, cp.ID} {
+		_ = exec.Command("runsc", "--root", filepath.Join(a.dataDir, "runsc"), "delete", "-force", id).Run()
+	}
+	lost := time.Now()
+	onRec := runningOn(ctx, b.c, "rec", "")
+	if onRec == nil || onRec.Node == "node-a" {
+		t.Fatalf("rec after a was lost: %+v\nb:\n%s\nc:\n%s", onRec, notDebug(b.logPath), notDebug(c.logPath))
+	}
+	t.Logf("rec recovered on %s %v after a was lost (lease 3 s); its recovery snapshot was of %s",
+		onRec.Node, time.Since(lost).Round(time.Millisecond), snapAt.Format(time.RFC3339Nano))
+	if !strings.HasPrefix(onRec.StateReason, "recovered: ") || !strings.Contains(onRec.StateReason, "recovery snapshot") {
+		t.Fatalf("rec's state_reason: %q", onRec.StateReason)
+	}
+	out := mustSh(t, onRec, "cat /workspace/before; ls /workspace; cat /tmp/count")
+	n1 := strings.Fields(out)
+	time.Sleep(time.Second)
+	n2 := strings.TrimSpace(mustSh(t, onRec, "cat /tmp/count"))
+	if !strings.HasPrefix(out, "before\n") || strings.Contains(out, "late") || n1[len(n1)-1] == n2 {
+		t.Fatalf("rec recovered: %q then count %q: want its file, not the later one, and a counter running on", out, n2)
+	}
+
+	onCp := runningOn(ctx, c.c, "cp", "")
+	if onCp == nil || onCp.Node == "node-a" {
+		t.Fatalf("cp after a was lost: %+v", onCp)
+	}
+	if !strings.Contains(onCp.StateReason, "checkpoint v1") {
+		t.Fatalf("cp's state_reason: %q", onCp.StateReason)
+	}
+	if got := mustSh(t, onCp, "cat /workspace/kept; ls /workspace; grep -l '^sleep' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"); got != "kept\nkept\n0\n" {
+		t.Fatalf("cp recovered: %q, want v1's disk (kept, not after) and no process of before", got)
+	}
+
+	// a comes back: the sandboxes stay where they were recovered, and a
+	// runs neither.
+	if err := a.start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range []*client.Sandbox{onRec, onCp} {
+		got, err := a.c.Sandboxes.Get(ctx, sb.Name)
+		if err != nil || got.State != api.StateRunning || got.Node != sb.Node || runscHas(t, a.harness, sb.ID) {
+			t.Fatalf("%s after a is back: %+v %v", sb.Name, got, err)
+		}
+	}
+	// It takes recovery snapshots on its new node.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		got, err := a.c.Sandboxes.Get(ctx, "rec")
+		if err == nil && got.RecoveryTime != nil && got.RecoveryTime.After(snapAt) {
+			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("mid after b is back: %+v %v", cur, err)
+			t.Fatalf("no recovery snapshot of rec on its new node: %+v %v", got, err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	cur, _ := c.c.Sandboxes.Get(ctx, "mid")
-	running := 0
-	for _, n := range []*node{b, c} {
-		if runscHas(t, n.harness, sb.ID) {
-			running++
-		}
-	}
-	if running != 1 {
-		t.Fatalf("%d copies run after the interrupted resume was settled, want 1 (record on %s)", running, cur.Node)
-	}
-	if got := strings.TrimSpace(mustSh(t, cur, "cat /tmp/n")); got == "" {
-		t.Fatal("its counter is gone")
 	}
 }
 

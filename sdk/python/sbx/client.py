@@ -149,14 +149,17 @@ class RuntimeOps:
                snapshot: Optional[str] = None, timeout_ms: Optional[int] = None,
                keep_alive_while_running: Optional[bool] = None, disk_mb: Optional[int] = None,
                secrets: Optional[Sequence[Union[Secret, Mapping[str, Any]]]] = None,
-               progress: Optional[Progress] = None) -> "Sandbox":
+               progress: Optional[Progress] = None, recovery_interval_ms: Optional[int] = None) -> "Sandbox":
         """Create and start a sandbox (``POST /v1/sandboxes``); returns its handle.
 
         Every argument is optional; those left ``None`` are not sent and
         take sbxd's defaults. With ``snapshot`` (a snapshot id) the sandbox
         starts from that memory snapshot, running. With ``progress`` the
         call streams (NDJSON) and passes each progress line to it (the
-        default image is built on first use, which takes minutes).
+        default image is built on first use, which takes minutes). On a
+        cluster's node, ``recovery_interval_ms`` (5000 to 86400000) takes a
+        recovery snapshot that often, from which another node recovers the
+        sandbox if its node is lost.
 
         Raises InvalidArgument, NameTaken, ImageNotFound, SnapshotNotFound.
         """
@@ -177,6 +180,7 @@ class RuntimeOps:
         _put(body, "snapshot", snapshot)
         _put(body, "timeout_ms", timeout_ms)
         _put(body, "keep_alive_while_running", keep_alive_while_running)
+        _put(body, "recovery_interval_ms", recovery_interval_ms)
         if secrets is not None:
             body["secrets"] = [secret_to_dict(s) for s in secrets]
         if progress is not None:
@@ -213,8 +217,9 @@ class RuntimeOps:
 
     @op
     def update(self, name: str, *, new_name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
-               timeout_ms: Optional[int] = None, keep_alive_while_running: Optional[bool] = None) -> "Sandbox":
-        """Change a sandbox (``PUT /v1/sandboxes/{name}``): rename it, relabel it, its idle timeout.
+               timeout_ms: Optional[int] = None, keep_alive_while_running: Optional[bool] = None,
+               recovery_interval_ms: Optional[int] = None) -> "Sandbox":
+        """Change a sandbox (``PUT /v1/sandboxes/{name}``): rename it, relabel it, its idle timeout, its recovery interval (0: none).
 
         Fields left ``None`` stay. ``new_name`` is sent as ``{"name": ...}``;
         ``labels`` replaces the labels. Raises InvalidArgument, SandboxNotFound, NameTaken.
@@ -225,6 +230,7 @@ class RuntimeOps:
             body["labels"] = dict(labels)
         _put(body, "timeout_ms", timeout_ms)
         _put(body, "keep_alive_while_running", keep_alive_while_running)
+        _put(body, "recovery_interval_ms", recovery_interval_ms)
         return self._wrap((yield J("PUT", "/v1/sandboxes/" + seg(name), body=body)))
 
     @op
@@ -831,9 +837,10 @@ class SandboxOps:
 
     @op
     def update(self, *, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
-               timeout_ms: Optional[int] = None, keep_alive_while_running: Optional[bool] = None) -> "Sandbox":
+               timeout_ms: Optional[int] = None, keep_alive_while_running: Optional[bool] = None,
+               recovery_interval_ms: Optional[int] = None) -> "Sandbox":
         """``PUT /v1/sandboxes/{id}``: rename (``name``), relabel (``labels`` replaces them),
-        idle timeout, keep-alive. Fields left ``None`` stay; returns self.
+        idle timeout, keep-alive, recovery interval. Fields left ``None`` stay; returns self.
         """
         body: Dict[str, Any] = {}
         _put(body, "name", name)
@@ -841,6 +848,7 @@ class SandboxOps:
             body["labels"] = dict(labels)
         _put(body, "timeout_ms", timeout_ms)
         _put(body, "keep_alive_while_running", keep_alive_while_running)
+        _put(body, "recovery_interval_ms", recovery_interval_ms)
         self.info = SandboxInfo.from_dict((yield J("PUT", self._p(), body=body)))
         return self
 

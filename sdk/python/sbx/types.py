@@ -291,7 +291,7 @@ class Source(_Model):
 
 
 @_wire("Sandbox", ("id", "name", "state", "image", "cpus", "memory_mb", "disk_mb", "env", "labels", "network", "volumes",
-        "timeout_ms", "keep_alive_while_running", "create_time", "source"))
+        "timeout_ms", "keep_alive_while_running", "recovery_interval_ms", "create_time", "source"))
 @dataclass
 class SandboxInfo(_Model):
     """The sandbox object of ``GET /v1/sandboxes/{name}``."""
@@ -309,6 +309,8 @@ class SandboxInfo(_Model):
     volumes: List[Volume] = field(default_factory=list)
     timeout_ms: int = 0
     keep_alive_while_running: bool = False
+    recovery_interval_ms: int = 0
+    recovery_time: Optional[datetime] = None
     state_reason: str = ""
     wake_on: str = ""
     suspend_time: Optional[datetime] = None

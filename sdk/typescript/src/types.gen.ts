@@ -65,6 +65,10 @@ export interface Sandbox {
   timeoutMs: number;
   /** A process running in the sandbox counts as activity for `timeout_ms`. */
   keepAliveWhileRunning: boolean;
+  /** How often its node takes a recovery snapshot of it while it runs (a cluster's node; docs/cluster.md, Node loss); 0 never. */
+  recoveryIntervalMs: number;
+  /** When its latest recovery snapshot was captured: if its node is lost, another node recovers it as it was then, or from a later checkpoint's disk. Absent when it has none. */
+  recoveryTime?: string;
   /** The event key a suspended sandbox waits on. */
   wakeOn?: string;
   suspendTime?: string;
@@ -220,6 +224,8 @@ export interface CreateSandboxRequest {
   /** Idle time before auto-suspend; 0 means never, else at least 1000. */
   timeoutMs?: number;
   keepAliveWhileRunning?: boolean;
+  /** On a cluster's node whose nodes share a blob store: take a recovery snapshot (memory and disk; the sandbox pauses for the capture) this often while it runs, from which another node recovers it, processes and all, if its node is lost. 0 (default) none, else at least 5000. Not with volumes or secrets. */
+  recoveryIntervalMs?: number;
   /** Secrets held by sbxd (at most 100): the sandbox sees a placeholder in an env var named after each; the egress proxy puts the value into requests its rules allow. With `snapshot`, added to the snapshot's. */
   secrets?: Secret[];
 }
@@ -230,6 +236,8 @@ export interface UpdateSandboxRequest {
   labels?: Labels;
   timeoutMs?: number;
   keepAliveWhileRunning?: boolean;
+  /** As at create; 0 stops recovery snapshots and drops the latest. */
+  recoveryIntervalMs?: number;
 }
 
 export interface SuspendRequest {
