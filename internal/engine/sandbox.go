@@ -602,13 +602,15 @@ func validateTimeout(ms int64) error {
 	return nil
 }
 
-// Update renames a sandbox, replaces its labels, changes its idle timeout
-// and keep-alive; the fields not given stay. The idle clock restarts. A
-// rename moves the sandbox's DNS name and connect rules (network.Manager
-// Rename) and, when it runs, its hostname.
+// Update renames a sandbox, replaces its labels, changes its idle timeout,
+// keep-alive and recovery interval (0 drops its recovery snapshot); the
+// fields not given stay. The idle clock restarts. A rename moves the
+// sandbox's DNS name and connect rules (network.Manager Rename) and, when
+// it runs, its hostname.
 //
 // Errors: ErrSandboxNotFound; ErrInvalidArgument (name, labels,
-// timeout_ms); ErrNameTaken; ErrConflict (another operation runs).
+// timeout_ms, recovery_interval_ms); ErrNameTaken; ErrConflict (another
+// operation runs, or another node owns the sandbox now).
 func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSandboxRequest) (*store.Sandbox, error) {
 	if req.TimeoutMS != nil {
 		if err := validateTimeout(*req.TimeoutMS); err != nil {
@@ -630,18 +632,15 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 		return nil, err
 	}
 	defer unlock()
-	dropRecovery := ""
+	dropRecovery := func() {}
 	if req.RecoveryIntervalMS != nil {
 		if err := e.validateRecoveryInterval(*req.RecoveryIntervalMS, sb.Volumes, sb.Secrets != nil && len(sb.Secrets.List) > 0); err != nil {
 			return nil, err
 		}
 		sb.RecoveryIntervalMS = *req.RecoveryIntervalMS
 		if sb.RecoveryIntervalMS == 0 {
-			dropRecovery, sb.RecoverySnapshot, sb.RecoveryTime = sb.RecoverySnapshot, "", time.Time{}
+			dropRecovery = e.dropRecovery(ctx, sb)
 		}
-	}
-	if dropRecovery != "" {
-		defer func() { _ = e.removeSnapshot(context.WithoutCancel(ctx), dropRecovery) }()
 	}
 	if req.TimeoutMS != nil {
 		sb.TimeoutMS = *req.TimeoutMS
@@ -662,6 +661,7 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 	if err := e.st.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
 		return nil, err
 	}
+	dropRecovery()
 	if sb.Name != oldName {
 		e.net.Rename(sb.ID, sb.Name)
 		if sb.State == api.StateRunning {

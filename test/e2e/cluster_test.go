@@ -519,7 +519,7 @@ func TestClusterRecovery(t *testing.T) {
 		_ = exec.Command("runsc", "--root", filepath.Join(a.dataDir, "runsc"), "delete", "-force", id).Run()
 	}
 	lost := time.Now()
-	onRec := runningOn(ctx, b.c, "rec", "")
+	onRec := runningOff(ctx, b.c, "rec", "node-a")
 	if onRec == nil || onRec.Node == "node-a" {
 		t.Fatalf("rec after a was lost: %+v\nb:\n%s\nc:\n%s", onRec, notDebug(b.logPath), notDebug(c.logPath))
 	}
@@ -536,7 +536,7 @@ func TestClusterRecovery(t *testing.T) {
 		t.Fatalf("rec recovered: %q then count %q: want its file, not the later one, and a counter running on", out, n2)
 	}
 
-	onCp := runningOn(ctx, c.c, "cp", "")
+	onCp := runningOff(ctx, c.c, "cp", "node-a")
 	if onCp == nil || onCp.Node == "node-a" {
 		t.Fatalf("cp after a was lost: %+v", onCp)
 	}
@@ -575,6 +575,17 @@ func TestClusterRecovery(t *testing.T) {
 func runningOn(ctx context.Context, c *client.Client, name, node string) *client.Sandbox {
 	for start := time.Now(); time.Since(start) < 2*time.Minute; time.Sleep(100 * time.Millisecond) {
 		if sb, err := c.Sandboxes.Get(ctx, name); err == nil && sb.State == api.StateRunning && (node == "" || sb.Node == node) {
+			return sb
+		}
+	}
+	return nil
+}
+
+// runningOff waits, up to 2 minutes, until sandbox name runs on a node
+// other than node, as c sees it; nil if it does not by then.
+func runningOff(ctx context.Context, c *client.Client, name, node string) *client.Sandbox {
+	for start := time.Now(); time.Since(start) < 2*time.Minute; time.Sleep(100 * time.Millisecond) {
+		if sb, err := c.Sandboxes.Get(ctx, name); err == nil && sb.State == api.StateRunning && sb.Node != node {
 			return sb
 		}
 	}
