@@ -36,7 +36,7 @@ go test -count=1 -timeout 80m ./...
 # the PostgreSQL store and the cluster's nodes) ran above and are not run
 # twice; tests of quotas and of snapshot
 # checkpoints skip themselves here.
-layer_free='^(TestSDKPython|TestSDKTypeScript|TestExamplesGo|TestConsoleBrowser|TestConsoleCrossOrigin|TestTerminalStalledClient|TestNetworkAptMirror|TestMCPOfficialClient|TestSecretsEndToEnd|TestPostgresStore|TestOpenAPIContract|TestHostileFifo|TestPostgresOutage|TestFencedNodeComingBack|TestClusterForwarding|TestClusterNodeLoss|TestClusterResumeInterrupted|TestClusterRecovery)$'
+layer_free='^(TestSDKPython|TestSDKTypeScript|TestExamplesGo|TestConsoleBrowser|TestConsoleCrossOrigin|TestTerminalStalledClient|TestNetworkAptMirror|TestMCPOfficialClient|TestSecretsEndToEnd|TestPostgresStore|TestOpenAPIContract|TestHostileFifo|TestPostgresOutage|TestFencedNodeComingBack|TestClusterForwarding|TestClusterNodeLoss|TestClusterResumeInterrupted|TestClusterRecovery|TestClusterSuspendBlobStoreDown)$'
 echo
 echo "==> go test ./test/e2e on the fallback path (SBX_TEST_LAYERS=dir)"
 SBX_TEST_LAYERS=dir go test -count=1 -timeout 60m -skip "$layer_free" ./test/e2e/

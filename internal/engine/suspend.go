@@ -156,25 +156,27 @@ func (e *Engine) suspendLocked(ctx context.Context, sb *store.Sandbox, wakeOn, r
 		return nil, failed(err)
 	}
 	e.fault("suspend:stored")
+	if cl, ok := e.distributesImages(); ok {
+		// In a cluster, another node may have to wake it, this one being
+		// lost: its memory image, and its image's root filesystem, go to
+		// the blob store while it is still paused here. If the blob store
+		// fails, the suspend fails and the sandbox runs on.
+		progress("storing its memory image and its image in the blob store")
+		err := e.storeHot(ctx, sn)
+		if err == nil {
+			err = e.publishImage(ctx, cl, sb.ImageID)
+		}
+		if err != nil {
+			undo()
+			return nil, failed(fmt.Errorf("the blob store: %w", err))
+		}
+	}
 	steps := stepTimes{}
 	if err := e.finishSuspend(ctx, sb, sn.ID, wakeOn, reason, &steps); err != nil {
 		return nil, failed(err)
 	}
 	progress(steps.line(api.ReleaseStepsPrefix))
 	_ = e.st.DeleteOp(ctx, opID)
-	if cl, ok := e.distributesImages(); ok {
-		// In a cluster, another node may have to wake it, this one being
-		// lost: the suspend answers once its memory image, and its
-		// image's root filesystem, are in the blob store too. A failure
-		// leaves that to the background stores.
-		progress("storing its memory image and its image in the blob store")
-		if err := e.storeHot(ctx, sn); err != nil {
-			e.log.Warn("suspend: store the memory image now; the background store retries", "sandbox", sb.Name, "err", err)
-		}
-		if err := e.publishImage(ctx, cl, sb.ImageID); err != nil {
-			e.log.Warn("suspend: publish its image now; the background publisher retries", "sandbox", sb.Name, "err", err)
-		}
-	}
 	e.log.Info("suspended", "sandbox", sb.Name, "id", sb.ID, "ms", time.Since(start).Milliseconds(),
 		"paused_ms", c.pausedMS, "memory_bytes", sn.MemoryBytes, "stored_bytes", sn.StoredBytes, "wake_on", wakeOn)
 	progress(fmt.Sprintf("suspended in %d ms", time.Since(start).Milliseconds()))

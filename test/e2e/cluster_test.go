@@ -591,3 +591,49 @@ func runningOff(ctx context.Context, c *client.Client, name, node string) *clien
 	}
 	return nil
 }
+
+// TestClusterSuspendBlobStoreDown: in a cluster, a suspend answers only
+// once the memory image is in the shared blob store (another node may have
+// to wake the sandbox). The S3 server stops in the middle of a suspend,
+// after the disk was stored and before the memory image: the suspend
+// fails with suspend_failed, the sandbox runs on with its processes, and
+// once S3 is back a suspend and a resume work.
+func TestClusterSuspendBlobStoreDown(t *testing.T) {
+	url := pgtest.URL(t)
+	s3 := blobtest.StartS3(t)
+	bucket := s3.CreateBucket(t)
+	args := []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
+	env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_FAULTS=suspend:stored=3s"}
+	a := startNodeEnv(t, url, "node-a", env, args...)
+	ctx := ctxT(t)
+	sb, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSh(t, sb, "echo kept > /workspace/kept && (nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.2; done' >/dev/null 2>&1 &); sleep 0.5")
+	done := make(chan error, 1)
+	go func() { done <- sb.Suspend(ctx, "") }()
+	a.waitLog(t, 0, "fault point reached", time.Minute)
+	s3.Stop()
+	err = <-done
+	wantCode(t, err, api.CodeSuspendFailed)
+	got, err := a.c.Sandboxes.Get(ctx, "s")
+	if err != nil || got.State != api.StateRunning {
+		t.Fatalf("after the failed suspend: %+v %v", got, err)
+	}
+	n1 := strings.TrimSpace(mustSh(t, got, "cat /tmp/n"))
+	time.Sleep(500 * time.Millisecond)
+	if n2 := strings.TrimSpace(mustSh(t, got, "cat /workspace/kept /tmp/n")); !strings.HasPrefix(n2, "kept\n") || strings.TrimPrefix(n2, "kept\n") == n1 {
+		t.Fatalf("after the failed suspend: count %q then %q, want its file and a counter running on", n1, n2)
+	}
+	s3.Start()
+	if err := got.Suspend(ctx, ""); err != nil {
+		t.Fatalf("a suspend once S3 is back: %v", err)
+	}
+	if err := got.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustSh(t, got, "cat /workspace/kept"); out != "kept\n" {
+		t.Fatalf("after suspend and resume: %q", out)
+	}
+}

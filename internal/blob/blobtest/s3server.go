@@ -21,6 +21,11 @@ import (
 type S3Server struct {
 	Endpoint             string
 	AccessKey, SecretKey string
+
+	t         *testing.T
+	bin, addr string
+	dir, log  string
+	cmd       *exec.Cmd
 }
 
 // versitygw finds the versitygw binary: $SBX_VERSITYGW or PATH. Without it
@@ -52,32 +57,57 @@ func randHex(n int) string {
 // loopback port; it stops when the test ends.
 func StartS3(t *testing.T) *S3Server {
 	t.Helper()
-	bin := versitygw(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	srv := &S3Server{Endpoint: "http://" + addr, AccessKey: "sbxtest" + randHex(4), SecretKey: randHex(16)}
-	cmd := exec.Command(bin, "--port", addr, "posix", t.TempDir())
-	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+srv.AccessKey, "ROOT_SECRET_KEY="+srv.SecretKey)
 	out, _ := os.CreateTemp(t.TempDir(), "versitygw-*.log")
+	out.Close()
+	srv := &S3Server{Endpoint: "http://" + addr, AccessKey: "sbxtest" + randHex(4), SecretKey: randHex(16),
+		t: t, bin: versitygw(t), addr: addr, dir: t.TempDir(), log: out.Name()}
+	srv.Start()
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+// Stop kills the server: requests to it fail (connection refused) until
+// Start. Its buckets and objects stay on disk.
+func (srv *S3Server) Stop() {
+	if srv.cmd != nil {
+		_ = srv.cmd.Process.Kill()
+		_ = srv.cmd.Wait()
+		srv.cmd = nil
+	}
+}
+
+// Start starts the server (again) on its address, with its data, and
+// waits until it accepts connections.
+func (srv *S3Server) Start() {
+	t := srv.t
+	t.Helper()
+	cmd := exec.Command(srv.bin, "--port", srv.addr, "posix", srv.dir)
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+srv.AccessKey, "ROOT_SECRET_KEY="+srv.SecretKey)
+	out, err := os.OpenFile(srv.log, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	srv.cmd = cmd
 	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
+		if c, err := net.Dial("tcp", srv.addr); err == nil {
 			c.Close()
-			return srv
+			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	b, _ := os.ReadFile(out.Name())
+	b, _ := os.ReadFile(srv.log)
 	t.Fatalf("versitygw did not start: %s", b)
-	return nil
 }
 
 // CreateBucket creates a new bucket and returns its name.
