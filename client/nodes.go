@@ -36,3 +36,12 @@ func (c *Client) DrainNode(ctx context.Context, name string, drain bool) (*api.N
 	}
 	return &out, nil
 }
+
+// RemoveNode deletes the record of node name, a node that will not come
+// back, with its journal entries (DELETE /v1/nodes/{name}, an admin key's
+// call). Errors: *Error with code forbidden, not_found, invalid_argument
+// (a single sbxd), conflict (the node is live, or sandboxes still name
+// it; the message says which).
+func (c *Client) RemoveNode(ctx context.Context, name string) error {
+	return c.doJSON(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, nil, nil)
+}

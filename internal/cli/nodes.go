@@ -96,6 +96,24 @@ runs, and sbx nodes that the node drains.`,
 	}
 	drain.Flags().BoolVar(&cancel, "cancel", false, "end the drain: the node takes sandboxes again")
 	a.addOutput(drain)
-	cmd.AddCommand(drain)
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove the record of a node that will not come back",
+		Long: `Remove a node's record, and its journal entries, from the cluster: for a
+node that is lost or stopped for good. It is refused while the node is live,
+and while sandboxes still name it: running ones are recovered on other
+nodes once it is lost (from their last durable point), suspended ones wake
+anywhere (resume them, or delete them, through another node).`,
+		Example: `  sbx node rm node-a`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.c.RemoveNode(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "node %s: removed\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(drain, rm)
 	return cmd
 }

@@ -115,6 +115,8 @@ type Engine struct {
 	nodes nodeCache
 	// recoveryClock times recovery snapshots (recovery.go).
 	recoveryClock recoveryClock
+	// peers reaches the other nodes (SetPeers); nil on a single sbxd.
+	peers Peers
 	// pub remembers the images published to the blob store (imagedist.go).
 	pub published
 	// publishKick asks publishLoop to publish soon.

@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"os"
 	"slices"
 	"sort"
@@ -447,6 +448,32 @@ func (e *Engine) DrainNode(ctx context.Context, name string, drain bool) (*api.N
 	return nil, errdefs.New(errdefs.ErrNotFound, "no node named %q", name)
 }
 
+// RemoveNode deletes the record of node name, which will not come back,
+// with its journal entries, so that it is listed no more. Errors:
+// ErrForbidden for a tenant key; ErrInvalidArgument on a single sbxd;
+// ErrNotFound; ErrConflict when it is live or sandboxes still name it
+// (store.Cluster.RemoveNode).
+func (e *Engine) RemoveNode(ctx context.Context, name string) error {
+	if !CallerOf(ctx).Admin {
+		return errdefs.New(errdefs.ErrForbidden, "nodes are the operator's: only an admin key may remove one")
+	}
+	cl, ok := e.st.(store.Cluster)
+	if !ok || e.cfg.Node == "" {
+		return errdefs.Invalid("node", "this sbxd is not a cluster's node (its store is not PostgreSQL): it has no node records")
+	}
+	if name == e.cfg.Node {
+		return errdefs.Conflictf("node %s is the one answering: it is live", name)
+	}
+	if err := cl.RemoveNode(ctx, name); err != nil {
+		return err
+	}
+	e.nodes.mu.Lock()
+	e.nodes.at = time.Time{}
+	e.nodes.mu.Unlock()
+	e.log.Info("removed a node's record", "node", name)
+	return nil
+}
+
 // drainLoop moves this node's running sandboxes away while it drains.
 func (e *Engine) drainLoop(cl store.Cluster) {
 	defer e.bg.Done()
@@ -586,4 +613,92 @@ func (e *Engine) FenceCheck(ctx context.Context) {
 		e.forgetInstance(c.ID)
 		unlock()
 	}
+}
+
+// Peers reaches the other nodes of a cluster. internal/server implements
+// it over their HTTP API: each call goes as ctx's caller, with the cluster
+// key, and is never forwarded again.
+type Peers interface {
+	// CreateSandbox makes a sandbox on the node at url (POST
+	// /v1/sandboxes, req as given) and returns its id. Errors: the
+	// node's answer (its code and message), or ErrUnavailable when it
+	// does not answer.
+	CreateSandbox(ctx context.Context, url string, req api.CreateSandboxRequest) (string, error)
+}
+
+// SetPeers gives the engine its way to other nodes (Peers); until then,
+// and on a single sbxd, everything runs on this node.
+func (e *Engine) SetPeers(p Peers) { e.peers = p }
+
+// placeCopies says where each of n copies of sb goes (a fork): node
+// names, this node's for the copies that stay. Each copy counts as a
+// sandbox on its node for the next one's placement, so copies spread
+// while nodes are alike. All stay here on a single sbxd, without Peers,
+// where images do not travel (no shared blob store), and for a sandbox
+// that cannot move (movable).
+func (e *Engine) placeCopies(ctx context.Context, sb *store.Sandbox, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = e.cfg.Node
+	}
+	cl, shared := e.distributesImages()
+	if !shared || e.peers == nil || !movable(sb) {
+		return out
+	}
+	imageID := sb.ImageID
+	recs, err := cl.ListNodes(ctx)
+	if err != nil {
+		return out
+	}
+	for _, r := range recs {
+		if r.Name == e.cfg.Node {
+			r.Capacity = e.NodeCapacity(ctx)
+		}
+	}
+	for i := range out {
+		to := placeOn(recs, imageID, e.cfg.Node, false)
+		out[i] = to
+		for _, r := range recs {
+			if r.Name == to {
+				r.Capacity.Sandboxes++
+			}
+		}
+	}
+	return out
+}
+
+// PlaceStart says where a start from snapshot snapID (a create with
+// snapshot) goes: "" for this node, else the URL of another node. A
+// snapshot whose memory image is in the shared blob store is placed as a
+// create of its image is. One whose image is still only on the node that
+// took it (stored in the background, hot.go), or that holds secrets
+// (sealed with that node's key), starts on the node of the sandbox it was
+// taken of, while that node is live. A snapshot the caller cannot see is
+// answered here.
+func (e *Engine) PlaceStart(ctx context.Context, snapID string) (string, error) {
+	if e.cfg.Node == "" {
+		return "", nil
+	}
+	sn, err := e.GetSnapshot(ctx, snapID)
+	if err != nil {
+		return "", nil
+	}
+	var sh sandboxShape
+	_ = json.Unmarshal(sn.Shape, &sh)
+	to := ""
+	if _, shared := e.distributesImages(); shared && !pendingHot(sn) && (sh.Secrets == nil || len(sh.Secrets.List) == 0) {
+		if to, err = e.place(ctx, sn.ImageID); err != nil {
+			return "", err
+		}
+	} else if src, err := e.st.GetSandbox(ctx, sn.SandboxID); err == nil && src.State != api.StateSuspended {
+		to = src.Node
+	}
+	if to == "" || to == e.cfg.Node {
+		return "", nil
+	}
+	n, err := e.node(ctx, to)
+	if err != nil || n == nil || !n.Live || n.URL == "" {
+		return "", err
+	}
+	return n.URL, nil
 }

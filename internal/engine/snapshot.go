@@ -461,7 +461,14 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, nil, sh.Secrets != nil && len(sh.Secrets.List) > 0); err != nil {
 		return nil, err
 	}
-	if err := e.checkSpend(ctx, CallerOf(ctx).KeyID, sh.CPUs, sh.MemoryMB); err != nil {
+	// A fork's copies belong to its source's owner, and are billed to
+	// it, wherever they start (a copy placed on another node starts there
+	// from the fork's snapshot).
+	owner := CallerOf(ctx).KeyID
+	if sn.Fork {
+		owner = sn.Owner
+	}
+	if err := e.checkSpend(ctx, owner, sh.CPUs, sh.MemoryMB); err != nil {
 		return nil, err
 	}
 	if _, err := e.images.Get(ctx, sn.Image); err != nil && !e.imageDirExists(sn.ImageID) {
@@ -483,7 +490,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, DiskMB: sh.DiskMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		RecoveryIntervalMS: req.RecoveryIntervalMS,
 		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
-		CreateTime: time.Now().UTC(), Owner: CallerOf(ctx).KeyID,
+		CreateTime: time.Now().UTC(), Owner: owner,
 		// The snapshot's secrets, CA and placeholders (its processes hold
 		// them), and whether its capture had the CA mounted.
 		Secrets: sh.Secrets.Clone(),
@@ -627,8 +634,9 @@ type ForkResult struct {
 }
 
 // fork captures the original (its lock released once it runs again),
-// records the snapshot the fork takes for itself, and starts the copies
-// from the local image, several at once.
+// records the snapshot the fork takes for itself, and starts the copies,
+// several at once: those placed on this node from the local image, those
+// placed on others (placeCopies) there, from the blob store (Peers).
 func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req api.ForkRequest, names []string, progress func(string)) (*ForkResult, error) {
 	ctx = context.WithoutCancel(ctx)
 	ctx, release := e.withLease(ctx)
@@ -656,12 +664,46 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	// Copies that failed, or were deleted meanwhile, do not hold the
 	// fork's snapshot.
 	defer e.releaseForkSnapshot(ctx, sn.ID)
+	// In a cluster, copies are placed as creates are; those placed on
+	// other nodes start there from the snapshot, whose memory image and
+	// image go to the shared blob store first (if that fails, they start
+	// here).
+	where := e.placeCopies(ctx, sb, len(names))
+	remote := 0
+	for _, to := range where {
+		if to != e.cfg.Node {
+			remote++
+		}
+	}
+	if remote > 0 {
+		progress(fmt.Sprintf("storing the memory image for %d copies on other nodes", remote))
+		cl, _ := e.distributesImages()
+		err := e.storeHot(ctx, sn)
+		if err == nil {
+			err = e.publishImage(ctx, cl, sb.ImageID)
+		}
+		if err != nil {
+			e.log.Warn("fork: the copies placed on other nodes start here", "sandbox", sb.Name, "err", err)
+			for i := range where {
+				where[i] = e.cfg.Node
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, goruntime.NumCPU()))
 	for i, name := range names {
 		wg.Add(1)
 		go func(i int, name string) {
 			defer wg.Done()
+			if where[i] != e.cfg.Node {
+				cp, err := e.startRemoteCopy(ctx, where[i], sn, name, req.Labels, network)
+				if err != nil {
+					res.Errors[i] = fmt.Errorf("copy %s on node %s: %v: %w", name, where[i], err, errdefs.ErrForkFailed)
+					return
+				}
+				res.Copies[i] = cp
+				return
+			}
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			cp := &store.Sandbox{
@@ -687,6 +729,24 @@ func (e *Engine) fork(ctx context.Context, sb *store.Sandbox, unlock func(), req
 	}
 	e.log.Info("fork", "sandbox", sb.Name, "copies", ok, "of", len(names), "paused_ms", c.pausedMS)
 	return res, nil
+}
+
+// startRemoteCopy starts fork copy name of snapshot sn on node to, from
+// the blob store (a start from the snapshot there, as the fork's caller),
+// and returns its record.
+func (e *Engine) startRemoteCopy(ctx context.Context, to string, sn *store.Snapshot, name string, labels map[string]string, network api.NetworkRules) (*store.Sandbox, error) {
+	n, err := e.node(ctx, to)
+	if err != nil {
+		return nil, err
+	}
+	if n == nil || n.URL == "" {
+		return nil, fmt.Errorf("node %s advertises no URL", to)
+	}
+	id, err := e.peers.CreateSandbox(ctx, n.URL, api.CreateSandboxRequest{Name: name, Snapshot: sn.ID, Labels: labels, Network: &network})
+	if err != nil {
+		return nil, err
+	}
+	return e.st.GetSandbox(ctx, id)
 }
 
 // Fork forks a sandbox (BeginFork, then Run).

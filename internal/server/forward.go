@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/engine"
 	"github.com/sbxhq/sbx/internal/errdefs"
 )
@@ -139,8 +141,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, name string) bo
 }
 
 // placeCreate forwards a create (POST /v1/sandboxes) to the node placement
-// picks (engine.PlaceCreate) when that is another node, and reports
-// whether it did. A create another node forwarded is made here.
+// picks (engine.PlaceCreate; engine.PlaceStart for a start from a
+// snapshot) when that is another node, and reports whether it did. A
+// create another node forwarded is made here.
 func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request) bool {
 	if s.cfg.Node == "" || s.cfg.ClusterKey == "" {
 		return false
@@ -165,12 +168,14 @@ func (s *Server) placeCreate(w http.ResponseWriter, r *http.Request) bool {
 		Image    string `json:"image"`
 		Snapshot string `json:"snapshot"`
 	}
-	if json.Unmarshal(body, &req) != nil || req.Snapshot != "" {
-		// A bad body is answered here; a start from a snapshot runs
-		// here (a node that holds its memory image is not chosen yet).
-		return false
+	if json.Unmarshal(body, &req) != nil {
+		return false // a bad body is answered here
 	}
-	to, err := s.eng.PlaceCreate(r.Context(), req.Image)
+	place := func() (string, error) { return s.eng.PlaceCreate(r.Context(), req.Image) }
+	if req.Snapshot != "" {
+		place = func() (string, error) { return s.eng.PlaceStart(r.Context(), req.Snapshot) }
+	}
+	to, err := place()
 	if err != nil || to == "" {
 		return false
 	}
@@ -203,4 +208,51 @@ func sandboxOfPath(path string) string {
 	}
 	name, _, _ := strings.Cut(rest, "/")
 	return name
+}
+
+// PeerCallTimeout bounds a call the engine makes on another node (a fork's
+// copy started there: a fetch of the memory image and a restore).
+const PeerCallTimeout = 5 * time.Minute
+
+// peers is engine.Peers over the other nodes' HTTP API.
+type peers struct{ s *Server }
+
+// CreateSandbox implements engine.Peers: POST url/v1/sandboxes as ctx's
+// caller, with the cluster key; the node makes it itself (a forwarded
+// create is not placed again).
+func (p peers) CreateSandbox(ctx context.Context, nodeURL string, req api.CreateSandboxRequest) (string, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, PeerCallTimeout)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(nodeURL, "/")+"/v1/sandboxes", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	c := engine.CallerOf(ctx)
+	caller, _ := json.Marshal(wireCaller{KeyID: c.KeyID, Admin: c.Admin})
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set(ClusterKeyHeader, p.s.cfg.ClusterKey)
+	hr.Header.Set(ForwardedByHeader, p.s.cfg.Node)
+	hr.Header.Set(CallerHeader, string(caller))
+	resp, err := p.s.forwarder.Transport.RoundTrip(hr)
+	if err != nil {
+		return "", errdefs.New(errdefs.ErrUnavailable, "node at %s does not answer: %v", hr.URL.Host, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxJSONBody))
+	if resp.StatusCode != http.StatusCreated {
+		var er api.ErrorResponse
+		if json.Unmarshal(b, &er) == nil && er.Error.Code != "" {
+			return "", fmt.Errorf("node at %s: %s (%s)", hr.URL.Host, er.Error.Message, er.Error.Code)
+		}
+		return "", fmt.Errorf("node at %s: HTTP %d", hr.URL.Host, resp.StatusCode)
+	}
+	var sb api.Sandbox
+	if err := json.Unmarshal(b, &sb); err != nil || sb.ID == "" {
+		return "", fmt.Errorf("node at %s: an unreadable sandbox: %v", hr.URL.Host, err)
+	}
+	return sb.ID, nil
 }

@@ -142,6 +142,9 @@ func New(eng *engine.Engine, cfg Config, log *slog.Logger) *Server {
 	}
 	s.proxy = s.newProxy()
 	s.forwarder = s.newForwarder()
+	if cfg.Node != "" && cfg.ClusterKey != "" {
+		eng.SetPeers(peers{s})
+	}
 	s.loadOpenAPI()
 	s.routes()
 	return s
@@ -204,6 +207,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/nodes", s.listNodes)
 	m.HandleFunc("POST /v1/nodes/{name}/drain", s.drainNode(true))
 	m.HandleFunc("DELETE /v1/nodes/{name}/drain", s.drainNode(false))
+	m.HandleFunc("DELETE /v1/nodes/{name}", s.removeNode)
 	m.HandleFunc("GET /v1/snapshots", s.listSnapshots)
 	m.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
 	m.HandleFunc("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
@@ -431,6 +435,15 @@ func (s *Server) drainNode(drain bool) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, n)
 	}
+}
+
+// removeNode answers DELETE /v1/nodes/{name}: 204 once the record is gone.
+func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
+	if err := s.eng.RemoveNode(r.Context(), r.PathValue("name")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // errorOf turns err into the API's error body: the class's code, and the

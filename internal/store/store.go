@@ -494,6 +494,12 @@ type Cluster interface {
 	// sandboxes, and moves its own away) or not; errdefs.ErrNotFound when
 	// there is no such node.
 	SetNodeDraining(ctx context.Context, name string, draining bool) error
+	// RemoveNode deletes node name's record and its journal entries: a
+	// node that will not come back. Errors: errdefs.ErrNotFound (no such
+	// node); errdefs.ErrConflict when it is live (its lease runs), or
+	// when sandbox records still name it (the error says how many and
+	// names some).
+	RemoveNode(ctx context.Context, name string) error
 	// CheckClusterKey records digest as the digest of the cluster's key if
 	// none is recorded, and checks it against the recorded one:
 	// errdefs.ErrConflict when they differ (a node given another key).

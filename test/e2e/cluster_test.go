@@ -568,6 +568,34 @@ func TestClusterRecovery(t *testing.T) {
 			t.Fatalf("no recovery snapshot of rec on its new node: %+v %v", got, err)
 		}
 	}
+
+	// A fork is placed as creates are: of two copies, a (back, with no
+	// sandbox) takes at least one, which starts there from the blob store
+	// with the source's processes and files.
+	src, err := a.c.Sandboxes.Get(ctx, "rec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies, err := src.Fork(ctx, api.ForkRequest{Name: "fk", Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := 0
+	for i, cp := range copies.Copies {
+		if cp == nil {
+			t.Fatalf("copy %d failed: %v", i, copies.Errors[i])
+		}
+		if cp.Node != src.Node {
+			elsewhere++
+		}
+		if got := mustSh(t, cp, "cat /workspace/before; test -s /tmp/count && echo counting"); got != "before\ncounting\n" {
+			t.Fatalf("copy %s on %s: %q", cp.Name, cp.Node, got)
+		}
+	}
+	if elsewhere == 0 {
+		t.Fatalf("both copies of a fork on %s stayed there, with node-a idle", src.Node)
+	}
+	t.Logf("fork of rec on %s: copies on %s and %s", src.Node, copies.Copies[0].Node, copies.Copies[1].Node)
 }
 
 // runningOn waits, up to 2 minutes, until sandbox name runs (on node, when

@@ -63,13 +63,36 @@ type harness struct {
 // upstream is the DNS server every test sbxd resolves names with.
 var upstream *nettest.Upstream
 
-// netIdentity picks a network tag and a /20 for one test sbxd.
+// netIdentity picks a network tag and a /20 for one test sbxd, skipping
+// CIDRs another sbxd on this machine holds now (another test run's: sbxd
+// refuses a CIDR another one holds).
 func netIdentity(first byte) (tag, cidr string) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
-	tag = string([]byte{first, alnum[int(b[0])%36], alnum[int(b[1])%36], alnum[int(b[2])%36]})
-	return tag, fmt.Sprintf("10.%d.%d.0/20", 240+int(b[3])%8, (int(b[0])%16)*16)
+	for range 64 {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
+		tag = string([]byte{first, alnum[int(b[0])%36], alnum[int(b[1])%36], alnum[int(b[2])%36]})
+		third := (int(b[0]) % 16) * 16
+		cidr = fmt.Sprintf("10.%d.%d.0/20", 240+int(b[3])%8, third)
+		if !lockHeld(fmt.Sprintf("/run/sbx/net-cidr-10.%d.%d.0-20.lock", 240+int(b[3])%8, third)) {
+			break
+		}
+	}
+	return tag, cidr
+}
+
+// lockHeld reports whether another process holds the flock of path.
+func lockHeld(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // overlaps reports whether two CIDRs share an address.

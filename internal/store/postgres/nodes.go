@@ -270,6 +270,50 @@ func (s *Store) ClaimSandbox(ctx context.Context, sb *store.Sandbox, to string) 
 	return errdefs.Conflictf("sandbox %s changed before this node could resume it: node %s took it (now %s)", sb.Name, node, state)
 }
 
+// RemoveNode implements store.Cluster, in one transaction that locks the
+// node's row (a node joining meanwhile waits, then joins anew).
+func (s *Store) RemoveNode(ctx context.Context, name string) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var live bool
+	err = tx.QueryRow(ctx, `SELECT state = 'active' AND lease_expire_time > now() FROM nodes WHERE name = $1 FOR UPDATE`, name).Scan(&live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errdefs.New(errdefs.ErrNotFound, "no node named %q", name)
+	}
+	if err != nil {
+		return err
+	}
+	if live {
+		return errdefs.Conflictf("node %s is live (its lease runs): stop it, or wait for its lease to run out, first", name)
+	}
+	rows, err := tx.Query(ctx, `SELECT name FROM sandboxes WHERE node = $1 ORDER BY name LIMIT 6`, name)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(names) > 0 {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM sandboxes WHERE node = $1`, name).Scan(&n); err != nil {
+			return err
+		}
+		return errdefs.Conflictf("%d sandboxes still name node %s (%s): resume or delete them through another node first (running ones are recovered elsewhere once it is lost)",
+			n, name, strings.Join(names[:min(len(names), 5)], ", "))
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM operations WHERE node = $1`, name); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE name = $1`, name); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // SetNodeDraining implements store.Cluster.
 func (s *Store) SetNodeDraining(ctx context.Context, name string, draining bool) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET draining = $2 WHERE name = $1`, name, draining)

@@ -288,3 +288,44 @@ func TestTakeOverSandbox(t *testing.T) {
 		t.Fatalf("a take-over of a deleted sandbox: %v", err)
 	}
 }
+
+// TestRemoveNode: a live node, or one that sandbox records still name, is
+// not removed; a gone one is, with its journal entries.
+func TestRemoveNode(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, pgtest.URL(t))
+	n := &store.Node{Name: "gone", HostID: "host-g", Version: "v1", Protocol: api.ClusterProtocol}
+	if err := s.JoinNode(ctx, n, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveNode(ctx, "gone"); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "live") {
+		t.Fatalf("remove a live node: %v", err)
+	}
+	if err := s.LeaveNode(ctx, "gone", n.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, &store.Sandbox{ID: "sbx_1", Name: "left", State: api.StateSuspended, Image: "default", Node: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutOp(ctx, &store.Op{ID: "op_1", Node: "gone", SandboxID: "sbx_1", Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveNode(ctx, "gone"); !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "1 sandboxes still name node gone (left)") {
+		t.Fatalf("remove a node that a sandbox names: %v", err)
+	}
+	if err := s.DeleteSandbox(ctx, "sbx_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveNode(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if nodes, _ := s.ListNodes(ctx); len(nodes) != 0 {
+		t.Fatalf("after the removal: %+v", nodes)
+	}
+	if ops, _ := s.ListOps(ctx, "gone"); len(ops) != 0 {
+		t.Fatalf("its journal after the removal: %+v", ops)
+	}
+	if err := s.RemoveNode(ctx, "gone"); !errdefs.IsNotFound(err) {
+		t.Fatalf("remove it again: %v", err)
+	}
+}
