@@ -660,7 +660,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		CaptureTimeout: captureTimeout, CaptureMaxBytes: cfg.CaptureMaxBytes, HotImageBytes: hotImageBytes(cfg.HotImageBytes),
 		DeliveryMaxBytes: cfg.DeliveryMaxBytes,
 		Prices:           cfg.Prices, UsageInterval: usageInterval,
-		Node: nodeName, NodeURL: nodeURL, Version: server.Version, SharedBlobs: cfg.BlobStore != "",
+		Node: nodeName, NodeURL: nodeURL, Version: server.Version, SharedBlobs: cfg.BlobStore != "", ClusterKey: cfg.ClusterKey,
 	}, st, rt, images, netm, blobs, log)
 	if err != nil {
 		return err

@@ -104,6 +104,11 @@ type Config struct {
 	// (an S3 bucket or a directory given by the operator, not the data
 	// dir's own): a cluster's nodes then do not collect blobs (gc.go).
 	SharedBlobs bool
+	// ClusterKey is the cluster's key ($SBX_CLUSTER_KEY; "" none): a
+	// cluster's node seals new secrets with a key derived from it
+	// (secret.DeriveKeeper), so that any node of the cluster opens them
+	// and a sandbox with secrets can move.
+	ClusterKey string
 }
 
 // Engine runs sandboxes.
@@ -148,8 +153,11 @@ type Engine struct {
 	leases *blob.Leases
 	// collector deletes the blobs that nothing records or pins.
 	collector *gc.Collector
-	// keeper seals and opens secrets' values (internal/engine/secrets.go).
-	keeper *secret.Keeper
+	// keeper seals and opens secrets' values (internal/engine/secrets.go)
+	// with this node's key; clusterKeeper with the key derived from the
+	// cluster key (nil when sbxd has none), which a cluster's node seals
+	// new secrets with.
+	keeper, clusterKeeper *secret.Keeper
 	// deliveryKey signs delivery records; deliverMu makes signing a
 	// record and appending it to the chain one step.
 	deliveryKey ed25519.PrivateKey
@@ -295,6 +303,11 @@ func New(cfg Config, st store.Store, rt runtime.Runtime, images *disk.Images, ne
 	}
 	if err := e.initDeliveries(); err != nil {
 		return nil, err
+	}
+	if cfg.Node != "" && cfg.ClusterKey != "" {
+		if e.clusterKeeper, err = secret.DeriveKeeper([]byte(cfg.ClusterKey)); err != nil {
+			return nil, err
+		}
 	}
 	if e.keeper, err = secret.OpenKeeper(filepath.Join(cfg.DataDir, secret.KeyFile)); err != nil {
 		return nil, err

@@ -491,10 +491,11 @@ func (e *Engine) drainLoop(cl store.Cluster) {
 }
 
 // movable reports whether sb can move to another node: not with a volume
-// (a directory of this host), nor with secrets (sealed with this node's
-// key, which the other nodes do not have).
+// (a directory of this host), nor with secrets sealed with this node's
+// key, which the other nodes do not have (secretsStay; those sealed with
+// the cluster's key move).
 func movable(sb *store.Sandbox) bool {
-	return len(sb.Volumes) == 0 && (sb.Secrets == nil || len(sb.Secrets.List) == 0)
+	return len(sb.Volumes) == 0 && !secretsStay(sb.Secrets)
 }
 
 // drainOnce moves each running sandbox of this node to the node placement
@@ -686,7 +687,7 @@ func (e *Engine) PlaceStart(ctx context.Context, snapID string) (string, error) 
 	var sh sandboxShape
 	_ = json.Unmarshal(sn.Shape, &sh)
 	to := ""
-	if _, shared := e.distributesImages(); shared && !pendingHot(sn) && (sh.Secrets == nil || len(sh.Secrets.List) == 0) {
+	if _, shared := e.distributesImages(); shared && !pendingHot(sn) && !secretsStay(sh.Secrets) {
 		if to, err = e.place(ctx, sn.ImageID); err != nil {
 			return "", err
 		}

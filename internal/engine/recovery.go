@@ -43,7 +43,8 @@ const (
 )
 
 // validateRecoveryInterval checks recovery_interval_ms for a sandbox with
-// volumes vols and secrets (when secrets): 0, or
+// volumes vols and secrets that cannot leave this node (when secrets;
+// secretsStay): 0, or
 // [MinRecoveryIntervalMS, MaxRecoveryIntervalMS] on a cluster's node whose
 // nodes share a blob store (elsewhere no other node could recover it), for
 // a sandbox that can move (no volume, no secret). ErrInvalidArgument.
@@ -62,7 +63,7 @@ func (e *Engine) validateRecoveryInterval(ms int64, vols []api.Volume, secrets b
 		return errdefs.Invalid(field, "a sandbox with volumes is not captured (volumes are this host's directories) and cannot be recovered on another node")
 	}
 	if secrets {
-		return errdefs.Invalid(field, "a sandbox's secrets are sealed with its node's key, which no other node holds: it cannot be recovered on another node")
+		return errdefs.Invalid(field, "the sandbox's secrets are sealed with its node's own key, which no other node holds (a node with a cluster key, $SBX_CLUSTER_KEY, seals them with the cluster's): it cannot be recovered on another node")
 	}
 	return nil
 }

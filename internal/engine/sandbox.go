@@ -64,7 +64,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 		if err := validateTimeout(req.TimeoutMS); err != nil {
 			return nil, err
 		}
-		if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, nil, len(req.Secrets) > 0); err != nil {
+		if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, nil, len(req.Secrets) > 0 && e.clusterKeeper == nil); err != nil {
 			return nil, err
 		}
 		if _, err := secret.Validate("secrets", req.Secrets); err != nil {
@@ -105,7 +105,7 @@ func (e *Engine) Create(ctx context.Context, opts CreateOptions) (*store.Sandbox
 	if err := validateTimeout(req.TimeoutMS); err != nil {
 		return nil, err
 	}
-	if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, req.Volumes, len(req.Secrets) > 0); err != nil {
+	if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, req.Volumes, len(req.Secrets) > 0 && e.clusterKeeper == nil); err != nil {
 		return nil, err
 	}
 	if err := validateEnv("env", req.Env); err != nil {
@@ -634,7 +634,7 @@ func (e *Engine) Update(ctx context.Context, idOrName string, req api.UpdateSand
 	defer unlock()
 	dropRecovery := func() {}
 	if req.RecoveryIntervalMS != nil {
-		if err := e.validateRecoveryInterval(*req.RecoveryIntervalMS, sb.Volumes, sb.Secrets != nil && len(sb.Secrets.List) > 0); err != nil {
+		if err := e.validateRecoveryInterval(*req.RecoveryIntervalMS, sb.Volumes, secretsStay(sb.Secrets)); err != nil {
 			return nil, err
 		}
 		sb.RecoveryIntervalMS = *req.RecoveryIntervalMS

@@ -198,6 +198,18 @@ func (e *Engine) sealSecrets(id string, base *store.SecretSet, in []api.Secret, 
 	if replace {
 		out.List = nil
 	}
+	// A set keeps the key it was sealed with; a new set on a cluster's
+	// node is sealed with the cluster's.
+	if len(out.List) == 0 && len(out.CACert) == 0 {
+		out.Keyring = ""
+		if e.clusterKeeper != nil {
+			out.Keyring = store.KeyringCluster
+		}
+	}
+	k := e.keeperOf(out)
+	if k == nil {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "the secrets of this sandbox are sealed with the cluster's key, and this sbxd has no cluster key ($SBX_CLUSTER_KEY)")
+	}
 	now := time.Now().UTC()
 	for i, s := range in {
 		ph := secret.NewPlaceholder()
@@ -205,7 +217,7 @@ func (e *Engine) sealSecrets(id string, base *store.SecretSet, in []api.Secret, 
 			ph = o.Placeholder
 		}
 		x := store.StoredSecret{Name: s.Name, Placeholder: ph, Rules: secret.API(parsed[i]),
-			Sealed: e.keeper.Seal([]byte(s.Value), sealPurpose(s.Name)), ValueBytes: len(s.Value), UpdateTime: now}
+			Sealed: k.Seal([]byte(s.Value), sealPurpose(s.Name)), ValueBytes: len(s.Value), UpdateTime: now}
 		if j := slices.IndexFunc(out.List, func(y store.StoredSecret) bool { return y.Name == s.Name }); j >= 0 {
 			out.List[j] = x
 		} else {
@@ -217,7 +229,7 @@ func (e *Engine) sealSecrets(id string, base *store.SecretSet, in []api.Secret, 
 	}
 	slices.SortFunc(out.List, func(a, b store.StoredSecret) int { return strings.Compare(a.Name, b.Name) })
 	if len(out.List) > 0 && len(out.CACert) == 0 {
-		cert, key, err := e.keeper.NewCA(id)
+		cert, key, err := k.NewCA(id)
 		if err != nil {
 			return nil, fmt.Errorf("make the sandbox's CA: %w", err)
 		}
@@ -228,6 +240,21 @@ func (e *Engine) sealSecrets(id string, base *store.SecretSet, in []api.Secret, 
 
 func sealPurpose(name string) string { return "secret:" + name }
 
+// keeperOf is the Keeper that opens set s (its Keyring): nil when it was
+// sealed with the cluster's key and this sbxd has none.
+func (e *Engine) keeperOf(s *store.SecretSet) *secret.Keeper {
+	if s != nil && s.Keyring == store.KeyringCluster {
+		return e.clusterKeeper
+	}
+	return e.keeper
+}
+
+// secretsStay reports whether set s holds secrets that cannot leave this
+// node: sealed with its own key, which no other node has.
+func secretsStay(s *store.SecretSet) bool {
+	return s != nil && (len(s.List) > 0 || len(s.CACert) > 0) && s.Keyring != store.KeyringCluster
+}
+
 // openSecrets returns what the egress proxy needs of sb's secrets, values
 // opened, or nil when it has none. A value or CA that does not open
 // (another data dir's key) is left out and logged, without the value.
@@ -236,14 +263,19 @@ func (e *Engine) openSecrets(sb *store.Sandbox) *network.Secrets {
 	if s == nil || len(s.List) == 0 || len(s.CACert) == 0 {
 		return nil
 	}
-	ca, err := e.keeper.OpenCA(s.CACert, s.CAKey)
+	k := e.keeperOf(s)
+	if k == nil {
+		e.log.Warn("secrets: sealed with the cluster's key, and this sbxd has none ($SBX_CLUSTER_KEY); its secrets are not used", "sandbox", sb.Name)
+		return nil
+	}
+	ca, err := k.OpenCA(s.CACert, s.CAKey)
 	if err != nil {
 		e.log.Warn("secrets: the sandbox's CA does not open; its secrets are not used", "sandbox", sb.Name, "err", err)
 		return nil
 	}
 	out := &network.Secrets{CA: ca}
 	for _, x := range s.List {
-		v, err := e.keeper.Open(x.Sealed, sealPurpose(x.Name))
+		v, err := k.Open(x.Sealed, sealPurpose(x.Name))
 		if err != nil {
 			e.log.Warn("secrets: a value does not open; it is not used", "sandbox", sb.Name, "secret", x.Name, "err", err)
 			continue

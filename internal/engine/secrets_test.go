@@ -13,6 +13,7 @@ import (
 	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/network"
+	"github.com/sbxhq/sbx/internal/store"
 )
 
 const (
@@ -265,5 +266,48 @@ func linkIn(t *testing.T, root, target, rel string) {
 	}
 	if err := os.Symlink(target, p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFakeSecretsClusterKeyring: a cluster's node (one with a cluster key)
+// seals a sandbox's secrets with the cluster's key, so another node of the
+// cluster opens them and the sandbox may move; without one, with its own
+// key, and it stays.
+func TestFakeSecretsClusterKeyring(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const key = "cluster-key-0123456789"
+	f := startFakeEngine(t, newFakeDataDir(t), Config{Node: "n1", ClusterKey: key})
+	g := startFakeEngine(t, newFakeDataDir(t), Config{Node: "n2", ClusterKey: key})
+	single := startFakeEngine(t, newFakeDataDir(t), Config{})
+	req := api.CreateSandboxRequest{Name: "s", Secrets: []api.Secret{{Name: "API_TOKEN", Value: secretV1, Rules: getRule()}}}
+	sb, err := f.e.Create(ctx, CreateOptions{CreateSandboxRequest: req})
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, f.logs.String())
+	}
+	if sb.Secrets.Keyring != store.KeyringCluster || !movable(sb) {
+		t.Fatalf("a cluster's node sealed with keyring %q (movable %v)", sb.Secrets.Keyring, movable(sb))
+	}
+	opened := g.e.openSecrets(sb)
+	if opened == nil || len(opened.List) != 1 || string(opened.List[0].Value) != secretV1 {
+		t.Fatalf("another node of the cluster opened: %+v", opened)
+	}
+	if single.e.openSecrets(sb) != nil {
+		t.Fatal("an sbxd without the cluster key opened them")
+	}
+	alone, err := single.e.Create(ctx, CreateOptions{CreateSandboxRequest: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alone.Secrets.Keyring != "" || movable(alone) {
+		t.Fatalf("a single sbxd sealed with keyring %q (movable %v)", alone.Secrets.Keyring, movable(alone))
+	}
+	// Secrets set later keep the set's key.
+	if _, err := f.e.SetSecrets(ctx, "s", []api.Secret{{Name: "OTHER", Value: "x-other", Rules: getRule()}}); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := f.e.Get(ctx, "s")
+	if o := g.e.openSecrets(cur); cur.Secrets.Keyring != store.KeyringCluster || o == nil || len(o.List) != 1 || o.List[0].Name != "OTHER" {
+		t.Fatalf("after adding a secret: keyring %q, opened %+v", cur.Secrets.Keyring, o)
 	}
 }

@@ -458,7 +458,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 	if sh.DiskOnly {
 		return nil, errdefs.New(errdefs.ErrSnapshotNotFound, "no snapshot %q", req.Snapshot)
 	}
-	if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, nil, sh.Secrets != nil && len(sh.Secrets.List) > 0); err != nil {
+	if err := e.validateRecoveryInterval(req.RecoveryIntervalMS, nil, secretsStay(sh.Secrets) || (len(req.Secrets) > 0 && e.clusterKeeper == nil)); err != nil {
 		return nil, err
 	}
 	// A fork's copies belong to its source's owner, and are billed to
@@ -489,7 +489,7 @@ func (e *Engine) createFromSnapshot(ctx context.Context, req api.CreateSandboxRe
 		ID: newID(), Node: e.cfg.Node, Name: req.Name, State: api.StateCreating, Image: sn.Image, ImageID: sn.ImageID,
 		CPUs: sh.CPUs, MemoryMB: sh.MemoryMB, DiskMB: sh.DiskMB, Env: env, Labels: req.Labels, Network: normalizeNetwork(network), TimeoutMS: req.TimeoutMS, KeepAlive: req.KeepAliveWhileRunning,
 		RecoveryIntervalMS: req.RecoveryIntervalMS,
-		SourceSandbox: sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
+		SourceSandbox:      sn.SandboxName, SourceSnapshot: sn.ID, DiskSource: sn.SandboxName + "/" + sn.ID,
 		CreateTime: time.Now().UTC(), Owner: owner,
 		// The snapshot's secrets, CA and placeholders (its processes hold
 		// them), and whether its capture had the CA mounted.

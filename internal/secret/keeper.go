@@ -3,7 +3,9 @@ package secret
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +49,29 @@ func OpenKeeper(path string) (*Keeper, error) {
 			key, err = readKey(path) // another sbxd made it meanwhile
 		}
 	}
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &Keeper{aead: aead}, nil
+}
+
+// DeriveKeeper is a Keeper whose key is derived from secret (a cluster's
+// key, shared by its nodes) with HKDF-SHA256 (crypto/hkdf; info
+// "sbx secrets keeper v1"), so that every holder of secret opens what any
+// other sealed. secret must be at least 16 bytes.
+func DeriveKeeper(secret []byte) (*Keeper, error) {
+	if len(secret) < 16 {
+		return nil, errors.New("a derived secrets key needs a secret of at least 16 bytes")
+	}
+	key, err := hkdf.Key(sha256.New, secret, []byte("sbx"), "sbx secrets keeper v1", keyBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -228,3 +228,31 @@ func TestAuthorityLeaf(t *testing.T) {
 		t.Error("another sandbox's leaf verifies against this sandbox's CA")
 	}
 }
+
+// TestDeriveKeeper: keepers derived from the same cluster key open each
+// other's values; another cluster key, or a node's own key, does not; a
+// short secret is refused.
+func TestDeriveKeeper(t *testing.T) {
+	a, err := DeriveKeeper([]byte("cluster-key-0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := DeriveKeeper([]byte("cluster-key-0123456789"))
+	other, _ := DeriveKeeper([]byte("cluster-key-9876543210"))
+	own, err := OpenKeeper(filepath.Join(t.TempDir(), KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := a.Seal([]byte("v"), "secret:T")
+	if got, err := b.Open(sealed, "secret:T"); err != nil || string(got) != "v" {
+		t.Fatalf("another node of the cluster: %q %v", got, err)
+	}
+	for _, k := range []*Keeper{other, own} {
+		if _, err := k.Open(sealed, "secret:T"); !errors.Is(err, ErrUnsealable) {
+			t.Fatalf("another key opened it: %v", err)
+		}
+	}
+	if _, err := DeriveKeeper([]byte("short")); err == nil {
+		t.Fatal("a 5-byte secret was accepted")
+	}
+}

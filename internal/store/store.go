@@ -89,11 +89,20 @@ type SecretSet struct {
 	CAKey  []byte `json:"ca_key"`
 	// List holds the secrets, by name.
 	List []StoredSecret `json:"list"`
+	// Keyring says which key sealed the values and the CA's key: "" this
+	// node's own (secrets.key in its data dir), KeyringCluster the key
+	// derived from the cluster key, which every node of the cluster has
+	// (so the sandbox can move between nodes).
+	Keyring string `json:"keyring,omitempty"`
 	// Mounted: the sandbox's container has the CA in its trust store
 	// (mounts made at its last cold boot, kept by memory images). See
 	// internal/engine/secrets.go.
 	Mounted bool `json:"mounted,omitempty"`
 }
+
+// KeyringCluster is SecretSet.Keyring for secrets sealed with the key
+// derived from the cluster key (secret.DeriveKeeper).
+const KeyringCluster = "cluster"
 
 // StoredSecret is one secret as stored.
 type StoredSecret struct {
@@ -114,7 +123,7 @@ func (s *SecretSet) Clone() *SecretSet {
 	if s == nil {
 		return nil
 	}
-	out := &SecretSet{CACert: append([]byte(nil), s.CACert...), CAKey: append([]byte(nil), s.CAKey...), Mounted: s.Mounted}
+	out := &SecretSet{CACert: append([]byte(nil), s.CACert...), CAKey: append([]byte(nil), s.CAKey...), Mounted: s.Mounted, Keyring: s.Keyring}
 	for _, x := range s.List {
 		x.Rules = append([]api.SecretRule(nil), x.Rules...)
 		x.Sealed = append([]byte(nil), x.Sealed...)
