@@ -212,7 +212,8 @@ type CreateSandboxRequest struct {
 	// capture) every this many ms while the sandbox runs: when its node is
 	// lost, another node recovers it from the latest one, with its
 	// processes. 0 (default) takes none; else [5000, 86400000]. Not with
-	// volumes or secrets (they do not move between nodes).
+	// volumes, nor with secrets on a node without a cluster key (they do
+	// not move between nodes).
 	RecoveryIntervalMS int64 `json:"recovery_interval_ms,omitempty"`
 	// Secrets are held by sbxd, outside the sandbox: the sandbox sees a
 	// placeholder in an env var named after each, which the egress proxy

@@ -389,6 +389,10 @@ func (e *Engine) claim(ctx context.Context, cl store.Cluster, sb *store.Sandbox)
 				return errdefs.Conflictf("sandbox %s belongs to node %s, which is live: it resumes there", sb.Name, sb.Node)
 			}
 		}
+		if !movable(sb) {
+			return errdefs.New(errdefs.ErrUnavailable,
+				"sandbox %s cannot move from node %s (a volume, or secrets sealed with that node's own key): it resumes when that node is back", sb.Name, sb.Node)
+		}
 		// The lost node may have been in the middle of an operation on
 		// it: this node takes its journal entries on it over. A resume it
 		// had begun may run on in its runsc sandbox, which outlives its

@@ -305,6 +305,10 @@ func (e *Engine) recoverLost(ctx context.Context, cl store.Cluster, lost string,
 		if sb.Pooled || (sb.State != api.StateRunning && sb.State != api.StatePaused) {
 			continue
 		}
+		if !movable(sb) {
+			e.noteUnrecoverable(sb, lost, "it has a volume, or secrets sealed with that node's own key")
+			continue
+		}
 		if err := e.recoverSandbox(ctx, cl, sb); err != nil && !errdefs.IsConflict(err) {
 			e.log.Warn("recover a sandbox of a lost node", "sandbox", sb.Name, "node", lost, "err", err)
 		}
@@ -341,7 +345,7 @@ func (e *Engine) recoverSandbox(ctx context.Context, cl store.Cluster, sb *store
 		}
 		p, ok := pickRecoveryPoint(sb, haveSnap, cps)
 		if !ok {
-			e.noteUnrecoverable(sb, lost)
+			e.noteUnrecoverable(sb, lost, "it has no durable point (no recovery snapshot, no stored checkpoint)")
 			return nil
 		}
 		at := p.at.UTC().Format(time.RFC3339)
@@ -386,8 +390,8 @@ func (e *Engine) recoverSandbox(ctx context.Context, cl store.Cluster, sb *store
 }
 
 // noteUnrecoverable logs, once per sandbox while this sbxd runs, that a
-// lost node's sandbox has no durable point to recover from.
-func (e *Engine) noteUnrecoverable(sb *store.Sandbox, lost string) {
+// lost node's running sandbox is not recovered elsewhere, and why.
+func (e *Engine) noteUnrecoverable(sb *store.Sandbox, lost, why string) {
 	c := &e.recoveryClock
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -398,8 +402,8 @@ func (e *Engine) noteUnrecoverable(sb *store.Sandbox, lost string) {
 		return
 	}
 	c.unrecoverable[sb.ID] = true
-	e.log.Warn("a running sandbox of a lost node has no durable point (no recovery snapshot, no stored checkpoint): it is unavailable until its node is back",
-		"sandbox", sb.Name, "node", lost)
+	e.log.Warn("a running sandbox of a lost node is not recovered elsewhere: it is unavailable until its node is back",
+		"sandbox", sb.Name, "node", lost, "why", why)
 }
 
 // recovered reports whether suspended sb waits to wake as a sandbox

@@ -492,7 +492,10 @@ func TestClusterRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSh(t, rec, "echo before > /workspace/before && (nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done' >/dev/null 2>&1 &); sleep 0.5")
-	cp, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "cp"})
+	// cp holds a secret: a cluster's node seals it with the cluster's key,
+	// so the node that recovers cp opens it.
+	cp, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "cp", Secrets: []api.Secret{{
+		Name: "API_TOKEN", Value: "tok-recovered-1234", Rules: []api.SecretRule{{Host: "api.test"}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,6 +548,13 @@ func TestClusterRecovery(t *testing.T) {
 	}
 	if got := mustSh(t, onCp, "cat /workspace/kept; ls /workspace; grep -l '^sleep' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"); got != "kept\nkept\n0\n" {
 		t.Fatalf("cp recovered: %q, want v1's disk (kept, not after) and no process of before", got)
+	}
+	if l, err := onCp.Secrets().List(ctx); err != nil || len(l) != 1 || l[0].Name != "API_TOKEN" {
+		t.Fatalf("cp's secrets after its recovery: %+v %v", l, err)
+	}
+	recNode := map[string]*node{"node-b": b, "node-c": c}[onCp.Node]
+	if log, _ := os.ReadFile(recNode.logPath); strings.Contains(string(log), "does not open") || strings.Contains(string(log), "secrets are not used") {
+		t.Fatalf("the node that recovered cp could not use its secrets:\n%s", notDebug(recNode.logPath))
 	}
 
 	// a comes back: the sandboxes stay where they were recovered, and a

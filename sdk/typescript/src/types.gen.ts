@@ -224,7 +224,7 @@ export interface CreateSandboxRequest {
   /** Idle time before auto-suspend; 0 means never, else at least 1000. */
   timeoutMs?: number;
   keepAliveWhileRunning?: boolean;
-  /** On a cluster's node whose nodes share a blob store: take a recovery snapshot (memory and disk; the sandbox pauses for the capture) this often while it runs, from which another node recovers it, processes and all, if its node is lost. 0 (default) none, else at least 5000. Not with volumes or secrets. */
+  /** On a cluster's node whose nodes share a blob store: take a recovery snapshot (memory and disk; the sandbox pauses for the capture) this often while it runs, from which another node recovers it, processes and all, if its node is lost. 0 (default) none, else at least 5000. Not with volumes, nor with secrets on a node without a cluster key. */
   recoveryIntervalMs?: number;
   /** Secrets held by sbxd (at most 100): the sandbox sees a placeholder in an env var named after each; the egress proxy puts the value into requests its rules allow. With `snapshot`, added to the snapshot's. */
   secrets?: Secret[];
