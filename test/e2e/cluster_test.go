@@ -516,6 +516,13 @@ func TestClusterRecovery(t *testing.T) {
 		}
 	}
 	mustSh(t, rec, "echo late > /workspace/late")
+	if log, err := os.ReadFile(a.logPath); err == nil {
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, `msg="recovery snapshot"`) {
+				t.Logf("a's log: %s", l) // what a recovery snapshot cost
+			}
+		}
+	}
 
 	a.kill()
 	for _, id := range []string{rec.ID, cp.ID} {
