@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -366,12 +365,10 @@ func runscHas(t *testing.T, d *harness, id string) bool {
 // startNodeEnv is startNode with more environment for sbxd.
 func startNodeEnv(t *testing.T, url, name string, env []string, args ...string) *node {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := listenAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	key := "e2e-operator-key-" + name + "-0123456789"
 	d := secondEnv(t, append([]string{"SBX_CLUSTER_KEY=" + clusterKey}, env...),
 		append([]string{"--pool", "0", "--store", url, "--node", name, "--listen", addr, "--api-key", key}, args...)...)

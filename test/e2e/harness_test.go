@@ -63,6 +63,23 @@ type harness struct {
 // upstream is the DNS server every test sbxd resolves names with.
 var upstream *nettest.Upstream
 
+// listenAddr picks a free loopback address for an sbxd's TCP API, with a
+// port below Linux's ephemeral range (32768 and up): a port from that
+// range, free when picked, may become an outgoing connection's local port
+// before sbxd binds it (or before a killed sbxd starts again on it).
+func listenAddr() (string, error) {
+	b := make([]byte, 2)
+	for range 100 {
+		_, _ = rand.Read(b)
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+(int(b[0])<<8|int(b[1]))%12000)
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr, nil
+		}
+	}
+	return "", errors.New("no free loopback port in 20000-31999")
+}
+
 // netIdentity picks a network tag and a /20 for one test sbxd, skipping
 // CIDRs another sbxd on this machine holds now (another test run's: sbxd
 // refuses a CIDR another one holds).
@@ -167,12 +184,9 @@ func run(m *testing.M) (int, error) {
 	if err := h.build(); err != nil {
 		return 0, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if h.listen, err = listenAddr(); err != nil {
 		return 0, err
 	}
-	h.listen = ln.Addr().String()
-	ln.Close()
 	if err := h.start(); err != nil {
 		return 0, err
 	}
