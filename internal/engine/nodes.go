@@ -582,9 +582,11 @@ func (e *Engine) PlaceCreate(ctx context.Context, image string) (string, error) 
 
 // FenceCheck stops what this node runs but no longer owns: each container
 // whose record is gone, or names another node (another node took the
-// sandbox over while this one could not reach the database). It is called
-// when the node's heartbeat succeeds again after failing. A sandbox that
-// an operation here holds is left for the next check.
+// sandbox over while this one could not reach the database), or says it is
+// suspended (the duty holder recorded it suspended on its recovery point,
+// to be recovered elsewhere, while this node's lease had run out). It is
+// called when the node's heartbeat succeeds again after failing. A sandbox
+// that an operation here holds is left for the next check.
 func (e *Engine) FenceCheck(ctx context.Context) {
 	if e.cfg.Node == "" {
 		return
@@ -598,7 +600,27 @@ func (e *Engine) FenceCheck(ctx context.Context) {
 		sb, err := e.st.GetSandbox(ctx, c.ID)
 		switch {
 		case errdefs.IsNotFound(err):
-		case err != nil || sb.Node == e.cfg.Node:
+		case err != nil:
+			continue
+		case sb.Node == e.cfg.Node && sb.State == api.StateSuspended:
+			unlock, err := e.lockID(ctx, sb.ID, sb.Name, "fence", lockOrConflict)
+			if err != nil {
+				continue
+			}
+			// Read again under the lock: a suspend or resume here may
+			// have just ended.
+			if cur, err := e.st.GetSandbox(ctx, sb.ID); err == nil && cur.State == api.StateSuspended && cur.Node == e.cfg.Node {
+				e.log.Warn("fenced: stopping a sandbox recorded suspended while this node's lease had run out", "sandbox", sb.Name, "id", sb.ID, "reason", cur.StateReason)
+				e.unwatch(sb.ID)
+				e.dropAgent(sb.ID)
+				if err := e.dropSuspendedHost(ctx, sb.ID); err != nil {
+					e.log.Warn("fence check: stop", "sandbox", sb.Name, "err", err)
+				}
+				e.forgetInstance(sb.ID)
+			}
+			unlock()
+			continue
+		case sb.Node == e.cfg.Node:
 			continue
 		}
 		name := c.ID

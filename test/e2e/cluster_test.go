@@ -492,7 +492,7 @@ func TestClusterRecovery(t *testing.T) {
 	// cp holds a secret: a cluster's node seals it with the cluster's key,
 	// so the node that recovers cp opens it.
 	cp, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "cp", Secrets: []api.Secret{{
-		Name: "API_TOKEN", Value: "tok-recovered-1234", Rules: []api.SecretRule{{Host: "api.test"}}}}})
+		Name: "API_TOKEN", Value: "tok-recovered-1234", Rules: []api.SecretRule{{Host: "api.test", Methods: []string{"GET"}}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

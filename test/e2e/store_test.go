@@ -180,8 +180,9 @@ func TestPostgresOutage(t *testing.T) {
 
 // TestFencedNodeComingBack: a node loses the database long enough for its
 // lease to run out, and meanwhile another node took one of its sandboxes
-// over (its record names that node). When the node reaches the database
-// again, it stops that sandbox, and keeps running its own.
+// over (its record names that node), and the duty holder recorded another
+// suspended, to be recovered elsewhere. When the node reaches the database
+// again, it stops those two, and keeps running its own.
 func TestFencedNodeComingBack(t *testing.T) {
 	pg := pgtest.NewServer(t)
 	d := secondEnv(t, []string{"SBX_NODE_LEASE_TTL=2s"}, "--pool", "0", "--store", pg.URL(), "--node", "fenced")
@@ -194,6 +195,10 @@ func TestFencedNodeComingBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	parked, err := d.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "parked"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Another node took "moved" over (as a takeover of a lost node's
 	// sandbox records it).
 	conn, err := pgx.Connect(ctx, pg.URL())
@@ -201,6 +206,12 @@ func TestFencedNodeComingBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, `UPDATE sandboxes SET node = 'other-node' WHERE id = $1`, moved.ID); err != nil {
+		t.Fatal(err)
+	}
+	// And "parked" was recorded suspended on its recovery point, to be
+	// recovered elsewhere (as the duty holder does for a lost node's
+	// running sandbox), before any node claimed it.
+	if _, err := conn.Exec(ctx, `UPDATE sandboxes SET state = 'suspended', suspend_snapshot = 'snap_0', state_reason = 'recovered: node fenced was lost' WHERE id = $1`, parked.ID); err != nil {
 		t.Fatal(err)
 	}
 	conn.Close(ctx)
@@ -216,6 +227,12 @@ func TestFencedNodeComingBack(t *testing.T) {
 	}
 	if runscHas(t, d, moved.ID) {
 		t.Fatalf("the node still runs the sandbox another node took over\n%s", notDebug(d.logPath))
+	}
+	for runscHas(t, d, parked.ID) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if runscHas(t, d, parked.ID) {
+		t.Fatalf("the node still runs the sandbox recorded suspended for its recovery elsewhere\n%s", notDebug(d.logPath))
 	}
 	if got := mustSh(t, kept, "echo still"); got != "still\n" {
 		t.Fatalf("its own sandbox: %q", got)
