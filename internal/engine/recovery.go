@@ -68,9 +68,12 @@ func (e *Engine) validateRecoveryInterval(ms int64, vols []api.Volume, secrets b
 	return nil
 }
 
-// recoveryClock is when this node first saw each running sandbox with
-// recovery on and no recovery snapshot: its first one is due an interval
-// later.
+// recoveryClock times each running sandbox's recovery snapshots on this
+// node: the next is due an interval after the later of the last capture
+// (its RecoveryTime) and the end of the last attempt (so that a store
+// slower than the interval does not make them back to back), and a
+// sandbox's first an interval after this node first saw it with recovery
+// on.
 type recoveryClock struct {
 	mu    sync.Mutex
 	since map[string]time.Time
@@ -98,12 +101,14 @@ func (e *Engine) recoveryLoop() {
 			if sb.State != api.StateRunning || sb.RecoveryIntervalMS <= 0 || sb.Pooled {
 				continue
 			}
-			last := sb.RecoveryTime
-			if sb.RecoverySnapshot == "" || last.IsZero() {
-				if last = c.since[sb.ID]; last.IsZero() {
-					last = now
-				}
-				seen[sb.ID] = last
+			since, ok := c.since[sb.ID]
+			if !ok {
+				since = now
+			}
+			seen[sb.ID] = since
+			last := since
+			if sb.RecoverySnapshot != "" && sb.RecoveryTime.After(last) {
+				last = sb.RecoveryTime
 			}
 			if now.Sub(last) >= time.Duration(sb.RecoveryIntervalMS)*time.Millisecond {
 				due = append(due, sb)
@@ -119,9 +124,7 @@ func (e *Engine) recoveryLoop() {
 				e.log.Warn("recovery snapshot failed; the next is tried an interval later", "sandbox", sb.Name, "err", err)
 			}
 			c.mu.Lock()
-			if _, ok := c.since[sb.ID]; ok {
-				c.since[sb.ID] = time.Now()
-			}
+			c.since[sb.ID] = time.Now()
 			c.mu.Unlock()
 		}
 	})
