@@ -53,6 +53,21 @@ func (s *screen) waitFor(t *testing.T, mark int, want string, timeout time.Durat
 	}
 }
 
+// shows reports whether the screen shows want after mark within timeout.
+func (s *screen) shows(mark int, want string, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		s.mu.Lock()
+		seen := s.buf.String()
+		s.mu.Unlock()
+		if strings.Contains(seen[mark:], want) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // TestTerminal: a shell on a pseudo-terminal, as docker exec -it: it is a
 // tty of the size asked, follows a resize, Ctrl-C interrupts the
 // foreground command and not the shell, and the exit code comes back.
@@ -80,9 +95,19 @@ func TestTerminal(t *testing.T) {
 	if err := term.Resize(40, 120); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	type_("stty size\r")
-	m = scr.waitFor(t, m, "40 120", 10*time.Second)
+	// The resize travels apart from the keystrokes (a control message, an
+	// ioctl in the agent): a command typed at once may still see the old
+	// size on a loaded machine. Ask again until the new size shows.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		type_("stty size\r")
+		if scr.shows(m, "40 120", time.Second) {
+			break
+		}
+		if time.Now().After(deadline) {
+			m = scr.waitFor(t, m, "40 120", 0)
+		}
+	}
+	m = scr.waitFor(t, m, "40 120", time.Second)
 
 	// Ctrl-C stops the foreground sleep; the shell answers at once.
 	type_("sleep 100; echo not-$((2+3))-interrupted\r")
