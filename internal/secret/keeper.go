@@ -52,15 +52,7 @@ func OpenKeeper(path string) (*Keeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	return &Keeper{aead: aead}, nil
+	return newKeeper(key)
 }
 
 // DeriveKeeper is a Keeper whose key is derived from secret (a cluster's
@@ -75,6 +67,11 @@ func DeriveKeeper(secret []byte) (*Keeper, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newKeeper(key)
+}
+
+// newKeeper is the Keeper of a 32-byte key.
+func newKeeper(key []byte) (*Keeper, error) {
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err

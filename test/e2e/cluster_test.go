@@ -213,11 +213,7 @@ func httpCall(t *testing.T, method, url, key, body string) (int, string) {
 // first (one copy runs). A node that starts a sandbox on an image it never
 // unpacked installs it from the bucket.
 func TestClusterNodeLoss(t *testing.T) {
-	url := pgtest.URL(t)
-	s3 := blobtest.StartS3(t)
-	bucket := s3.CreateBucket(t)
-	args := []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
-	env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_NODE_LEASE_TTL=3s"}
+	url, _, env, args := sharedStores(t)
 	a := startNodeEnv(t, url, "node-a", env, args...)
 	b := startNodeEnv(t, url, "node-b", env, args...)
 	c := startNodeEnv(t, url, "node-c", env, args...)
@@ -395,11 +391,7 @@ func notDebug(path string) string {
 // its copy (the record names the third node) and cannot write the
 // record. Exactly one copy runs, the third node's.
 func TestClusterResumeInterrupted(t *testing.T) {
-	url := pgtest.URL(t)
-	s3 := blobtest.StartS3(t)
-	bucket := s3.CreateBucket(t)
-	args := []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
-	env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_NODE_LEASE_TTL=3s"}
+	url, _, env, args := sharedStores(t)
 	a := startNodeEnv(t, url, "node-a", env, args...)
 	b := startNodeEnv(t, url, "node-b", append(env, "SBX_FAULTS=resume:restored=60s"), args...)
 	c := startNodeEnv(t, url, "node-c", env, args...)
@@ -470,11 +462,7 @@ func TestClusterResumeInterrupted(t *testing.T) {
 //
 // Their state_reason says what was lost. When a is back, it runs neither.
 func TestClusterRecovery(t *testing.T) {
-	url := pgtest.URL(t)
-	s3 := blobtest.StartS3(t)
-	bucket := s3.CreateBucket(t)
-	args := []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
-	env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_NODE_LEASE_TTL=3s"}
+	url, _, env, args := sharedStores(t)
 	a := startNodeEnv(t, url, "node-a", env, args...)
 	b := startNodeEnv(t, url, "node-b", env, args...)
 	c := startNodeEnv(t, url, "node-c", env, args...)
@@ -641,11 +629,8 @@ func runningOff(ctx context.Context, c *client.Client, name, node string) *clien
 // fails with suspend_failed, the sandbox runs on with its processes, and
 // once S3 is back a suspend and a resume work.
 func TestClusterSuspendBlobStoreDown(t *testing.T) {
-	url := pgtest.URL(t)
-	s3 := blobtest.StartS3(t)
-	bucket := s3.CreateBucket(t)
-	args := []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
-	env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_FAULTS=suspend:stored=3s"}
+	url, s3, env, args := sharedStores(t)
+	env = append(env, "SBX_FAULTS=suspend:stored=3s")
 	a := startNodeEnv(t, url, "node-a", env, args...)
 	ctx := ctxT(t)
 	sb, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "s"})
@@ -678,4 +663,18 @@ func TestClusterSuspendBlobStoreDown(t *testing.T) {
 	if out := mustSh(t, got, "cat /workspace/kept"); out != "kept\n" {
 		t.Fatalf("after suspend and resume: %q", out)
 	}
+}
+
+// sharedStores starts what the nodes of a test cluster share: a
+// PostgreSQL database (its URL) and an S3 server with a bucket. env and
+// args give an sbxd the bucket (its keys, --blob-store) and a 3 s node
+// lease.
+func sharedStores(t *testing.T) (url string, s3 *blobtest.S3Server, env, args []string) {
+	t.Helper()
+	url = pgtest.URL(t)
+	s3 = blobtest.StartS3(t)
+	bucket := s3.CreateBucket(t)
+	args = []string{"--blob-store", "s3://" + bucket + "/sbx?endpoint=" + s3.Endpoint}
+	env = []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "SBX_NODE_LEASE_TTL=3s"}
+	return url, s3, env, args
 }
