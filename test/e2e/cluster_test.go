@@ -343,6 +343,10 @@ func TestClusterNodeLoss(t *testing.T) {
 	if err != nil || placed.Node != to.name {
 		t.Fatalf("a create through draining %s: %+v %v", from.name, placed, err)
 	}
+	// An exec through the node the create went to reaches it on its node.
+	if got := mustSh(t, placed, "hostname"); got != "placed\n" || runscHas(t, from.harness, placed.ID) || !runscHas(t, to.harness, placed.ID) {
+		t.Fatalf("exec through %s on the sandbox placed on %s: %q", from.name, to.name, got)
+	}
 	if n, err := from.c.DrainNode(ctx, from.name, false); err != nil || n.State != api.NodeActive {
 		t.Fatalf("end the drain: %+v %v", n, err)
 	}
