@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -166,12 +168,19 @@ func (s *Store) HoldDuty(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// wakeChannel is the LISTEN/NOTIFY channel of wakes: payload "NODE ID".
-const wakeChannel = "sbx_wake"
+// wakeChannel is node's LISTEN/NOTIFY channel of wakes, payload "NODE ID":
+// "sbx_wake_" and 16 hex digits of the SHA-256 of its name (a name may be
+// longer than an identifier, or need quoting). One channel per node, so a
+// wake is delivered to the one connection that listens for it, not to
+// every node's.
+func wakeChannel(node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return "sbx_wake_" + hex.EncodeToString(sum[:8])
+}
 
 // NotifyWake implements store.Cluster.
 func (s *Store) NotifyWake(ctx context.Context, node, sandboxID string) error {
-	_, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, node+" "+sandboxID)
+	_, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel(node), node+" "+sandboxID)
 	return err
 }
 
@@ -203,7 +212,7 @@ func (s *Store) listenWakes(ctx context.Context, node string, listening func(), 
 	}
 	conn := c.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN `+wakeChannel); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+wakeChannel(node)); err != nil {
 		return err
 	}
 	if listening != nil {
@@ -214,8 +223,9 @@ func (s *Store) listenWakes(ctx context.Context, node string, listening func(), 
 		if err != nil {
 			return err
 		}
-		if to, id, ok := strings.Cut(n.Payload, " "); ok && to == node {
-			wake(id)
+		// The id has no space; a node's name might.
+		if i := strings.LastIndexByte(n.Payload, ' '); i > 0 && n.Payload[:i] == node {
+			wake(n.Payload[i+1:])
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,5 +328,46 @@ func TestRemoveNode(t *testing.T) {
 	}
 	if err := s.RemoveNode(ctx, "gone"); !errdefs.IsNotFound(err) {
 		t.Fatalf("remove it again: %v", err)
+	}
+}
+
+// TestWakes: a wake reaches the node it is sent to, on its own channel,
+// and no other; a node name that is no identifier works.
+func TestWakes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := open(t, pgtest.URL(t))
+	heard := map[string]chan string{}
+	for _, n := range []string{"node-a", `b "quoted"; DROP TABLE nodes`} {
+		ch := make(chan string, 4)
+		heard[n] = ch
+		ready := make(chan struct{})
+		var once sync.Once
+		go s.ListenWakes(ctx, n, func() { once.Do(func() { close(ready) }) }, func(id string) { ch <- id })
+		<-ready
+	}
+	for n, id := range map[string]string{"node-a": "sbx_a", `b "quoted"; DROP TABLE nodes`: "sbx_b"} {
+		if err := s.NotifyWake(ctx, n, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, want := range map[string]string{"node-a": "sbx_a", `b "quoted"; DROP TABLE nodes`: "sbx_b"} {
+		select {
+		case got := <-heard[n]:
+			if got != want {
+				t.Fatalf("node %q heard %q, want %q", n, got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("node %q heard nothing", n)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	for n, ch := range heard {
+		if len(ch) != 0 {
+			t.Fatalf("node %q heard another node's wake: %q", n, <-ch)
+		}
+	}
+	if _, err := s.ListNodes(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
