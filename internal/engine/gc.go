@@ -191,9 +191,9 @@ func (e *Engine) gcLoop() {
 	}
 	if err := e.blobGCOff(); err != nil {
 		e.log.Warn("blob collection is off: the blob store grows until it is on", "reason", err)
-		e.every(gcInterval, func() {
-			before(e.ctx)
-			after(e.ctx)
+		e.every(gcInterval, 10*time.Minute, func(ctx context.Context) {
+			before(ctx)
+			after(ctx)
 		})
 		return
 	}

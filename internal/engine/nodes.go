@@ -293,13 +293,13 @@ func placeOn(nodes []*store.Node, imageID, self string, needImage bool) string {
 func (e *Engine) wakeLoop(cl store.Cluster) {
 	defer e.bg.Done()
 	n := 0
-	e.every(orphanInterval, func() {
+	e.every(orphanInterval, roundBound, func(ctx context.Context) {
 		n++
-		if _, shared := e.distributesImages(); shared && e.holdsDuty(e.ctx) {
-			e.wakeOrphans(e.ctx, cl)
+		if _, shared := e.distributesImages(); shared && e.holdsDuty(ctx) {
+			e.wakeOrphans(ctx, cl)
 		}
 		if n%int(ownWakeInterval/orphanInterval) == 0 {
-			e.wakeDelivered(e.ctx)
+			e.wakeDelivered(ctx)
 		}
 	})
 }
@@ -308,8 +308,11 @@ func (e *Engine) wakeLoop(cl store.Cluster) {
 // sandboxes that an event reached and that still sleep.
 const ownWakeInterval = 10 * time.Second
 
-// every calls fn every interval until the engine closes.
-func (e *Engine) every(interval time.Duration, fn func()) {
+// every calls fn every interval until the engine closes, each time with
+// a context that ends with the engine or after bound: a round waits on
+// nothing for ever (a database that takes connections and never answers,
+// say), and the next round tries again.
+func (e *Engine) every(interval, bound time.Duration, fn func(ctx context.Context)) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -318,9 +321,20 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 			return
 		case <-tick.C:
 		}
-		fn()
+		ctx, cancel := context.WithTimeout(e.ctx, bound)
+		fn(ctx)
+		cancel()
 	}
 }
+
+// roundBound bounds a background round of database calls and wakes
+// (every).
+const roundBound = time.Minute
+
+// captureRoundBound bounds a background round that may capture a sandbox
+// (a drain's suspend, a recovery snapshot): a capture's own limit, and
+// time to store what it took.
+func (e *Engine) captureRoundBound() time.Duration { return e.cfg.CaptureTimeout + 5*time.Minute }
 
 // wakeOrphans is the duty holder's round over the nodes that are not
 // live: it wakes, on placed nodes, their suspended sandboxes that an
@@ -481,14 +495,14 @@ func (e *Engine) RemoveNode(ctx context.Context, name string) error {
 // drainLoop moves this node's running sandboxes away while it drains.
 func (e *Engine) drainLoop(cl store.Cluster) {
 	defer e.bg.Done()
-	e.every(drainInterval, func() {
-		nodes, err := cl.ListNodes(e.ctx)
+	e.every(drainInterval, e.captureRoundBound(), func(ctx context.Context) {
+		nodes, err := cl.ListNodes(ctx)
 		if err != nil {
 			return
 		}
 		for _, n := range nodes {
 			if n.Name == e.cfg.Node && n.State == api.NodeDraining {
-				e.drainOnce(e.ctx, cl, nodes)
+				e.drainOnce(ctx, cl, nodes)
 			}
 		}
 	})

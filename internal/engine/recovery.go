@@ -87,8 +87,8 @@ type recoveryClock struct {
 // recover the sandboxes of lost nodes.
 func (e *Engine) recoveryLoop() {
 	defer e.bg.Done()
-	e.every(recoveryTick, func() {
-		sbs, err := e.localSandboxes(e.ctx, store.SandboxFilter{})
+	e.every(recoveryTick, e.captureRoundBound(), func(ctx context.Context) {
+		sbs, err := e.localSandboxes(ctx, store.SandboxFilter{})
 		if err != nil {
 			return
 		}
@@ -117,10 +117,10 @@ func (e *Engine) recoveryLoop() {
 		c.since = seen
 		c.mu.Unlock()
 		for _, sb := range due {
-			if e.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
-			if err := e.takeRecoverySnapshot(e.ctx, sb); err != nil {
+			if err := e.takeRecoverySnapshot(ctx, sb); err != nil {
 				e.log.Warn("recovery snapshot failed; the next is tried an interval later", "sandbox", sb.Name, "err", err)
 			}
 			c.mu.Lock()
