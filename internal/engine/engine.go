@@ -122,6 +122,8 @@ type Engine struct {
 	recoveryClock recoveryClock
 	// peers reaches the other nodes (SetPeers); nil on a single sbxd.
 	peers Peers
+	// capCache is this node's capacity for placement (nodes.go).
+	capCache capacityCache
 	// pub remembers the images published to the blob store (imagedist.go).
 	pub published
 	// publishKick asks publishLoop to publish soon.

@@ -47,6 +47,31 @@ func (e *Engine) NodeCapacity(ctx context.Context) api.NodeCapacity {
 	return c
 }
 
+// capacityTTL is how long placement uses a reading of this node's
+// capacity (placementCapacity): a burst of creates does not list images,
+// stat each and query usage once each.
+const capacityTTL = time.Second
+
+// capacityCache is this node's last capacity reading for placement.
+type capacityCache struct {
+	mu sync.Mutex
+	at time.Time
+	c  api.NodeCapacity
+}
+
+// placementCapacity is NodeCapacity as read at most capacityTTL ago
+// (the other nodes' are as of their last heartbeat, a quarter lease ago
+// at most).
+func (e *Engine) placementCapacity(ctx context.Context) api.NodeCapacity {
+	c := &e.capCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > capacityTTL {
+		c.c, c.at = e.NodeCapacity(ctx), time.Now()
+	}
+	return c.c
+}
+
 // localSandboxes lists the sandboxes f selects whose node is this one
 // (running here, or suspended by it); on a single sbxd, every one f
 // selects. Work on the host (reconcile, idle suspends, metering, the
@@ -232,10 +257,9 @@ func (e *Engine) place(ctx context.Context, imageID string) (string, error) {
 	}
 	for _, n := range recs {
 		if n.Name == e.cfg.Node {
-			// This node's capacity as of now, not of its last heartbeat.
-			c := *n
-			c.Capacity = e.NodeCapacity(ctx)
-			*n = c
+			// This node's capacity as of now (a second at most), not of
+			// its last heartbeat.
+			n.Capacity = e.placementCapacity(ctx)
 		}
 	}
 	_, shared := e.distributesImages()
@@ -693,7 +717,7 @@ func (e *Engine) placeCopies(ctx context.Context, sb *store.Sandbox, n int) []st
 	}
 	for _, r := range recs {
 		if r.Name == e.cfg.Node {
-			r.Capacity = e.NodeCapacity(ctx)
+			r.Capacity = e.placementCapacity(ctx)
 		}
 	}
 	for i := range out {
