@@ -80,6 +80,36 @@ func (s *Sandboxes) List(ctx context.Context, labels map[string]string) ([]*Sand
 	return res, nil
 }
 
+// ListPage lists one page of the sandboxes carrying all of labels, oldest
+// first: at most limit (1 to 1000), after the page that token ended (""
+// the first). next is the token of the page after it, "" on the last page
+// (GET /v1/sandboxes?limit=&page_token=, its X-Next-Page-Token header).
+// Errors: *Error with code invalid_argument (limit, page_token).
+func (s *Sandboxes) ListPage(ctx context.Context, labels map[string]string, limit int, token string) (page []*Sandbox, next string, err error) {
+	q := url.Values{}
+	for k, v := range labels {
+		q.Add("label", k+"="+v)
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	if token != "" {
+		q.Set("page_token", token)
+	}
+	resp, err := s.c.request(ctx, http.MethodGet, "/v1/sandboxes", q, nil, "", "application/json")
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	var out []api.Sandbox
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, "", fmt.Errorf("decode GET /v1/sandboxes answer: %w", err)
+	}
+	page = make([]*Sandbox, 0, len(out))
+	for _, v := range out {
+		page = append(page, s.wrap(v))
+	}
+	return page, resp.Header.Get("X-Next-Page-Token"), nil
+}
+
 // Delete stops a sandbox and deletes everything it owns.
 func (s *Sandboxes) Delete(ctx context.Context, name string) error {
 	return s.c.doJSON(ctx, http.MethodDelete, sbPath(name), nil, nil, nil)

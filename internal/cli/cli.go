@@ -333,6 +333,9 @@ func (a *app) createCmd() *cobra.Command {
 	return cmd
 }
 
+// lsPageSize is how many sandboxes sbx ls asks for at a time.
+const lsPageSize = 500
+
 func (a *app) lsCmd() *cobra.Command {
 	var labels []string
 	cmd := &cobra.Command{
@@ -348,9 +351,18 @@ func (a *app) lsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sbs, err := a.c.Sandboxes.List(cmd.Context(), l)
-			if err != nil {
-				return err
+			// In pages, so that no one answer holds every sandbox of a
+			// large cluster (an sbxd without pages answers all at once).
+			var sbs []*client.Sandbox
+			for token := ""; ; {
+				page, next, err := a.c.Sandboxes.ListPage(cmd.Context(), l, lsPageSize, token)
+				if err != nil {
+					return err
+				}
+				sbs = append(sbs, page...)
+				if token = next; token == "" {
+					break
+				}
 			}
 			if a.output == "json" {
 				out := make([]api.Sandbox, 0, len(sbs))

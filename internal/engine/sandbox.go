@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sbxhq/sbx/api"
@@ -341,6 +343,42 @@ func (e *Engine) Get(ctx context.Context, idOrName string) (*store.Sandbox, erro
 // those ctx's caller may see.
 func (e *Engine) List(ctx context.Context, labels map[string]string) ([]*store.Sandbox, error) {
 	return e.st.ListSandboxes(ctx, store.SandboxFilter{Labels: labels, Owners: CallerOf(ctx).owners()})
+}
+
+// MaxPageSize bounds a page of a list (limit).
+const MaxPageSize = 1000
+
+// ListPage is one page of List: at most limit sandboxes (1 to
+// MaxPageSize), oldest first, after the page that token ended ("" the
+// first page). next is the token of the page after it, "" when this one
+// is the last. A token is opaque to callers: base64url of the last
+// sandbox's create time and id, so a page is not thrown off by sandboxes
+// made or deleted meanwhile.
+//
+// Errors: ErrInvalidArgument (limit, page_token); the store's.
+func (e *Engine) ListPage(ctx context.Context, labels map[string]string, limit int, token string) (sbs []*store.Sandbox, next string, err error) {
+	if limit < 1 || limit > MaxPageSize {
+		return nil, "", errdefs.Invalid("limit", "%d is out of range [1, %d]", limit, MaxPageSize)
+	}
+	f := store.SandboxFilter{Labels: labels, Owners: CallerOf(ctx).owners(), Limit: limit + 1}
+	if token != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(token)
+		ts, id, ok := strings.Cut(string(raw), "|")
+		t, terr := time.Parse(time.RFC3339Nano, ts)
+		if err != nil || !ok || terr != nil || id == "" {
+			return nil, "", errdefs.Invalid("page_token", "not a token this API gave (X-Next-Page-Token)")
+		}
+		f.After = &store.PageKey{CreateTime: t, ID: id}
+	}
+	if sbs, err = e.st.ListSandboxes(ctx, f); err != nil {
+		return nil, "", err
+	}
+	if len(sbs) > limit {
+		sbs = sbs[:limit]
+		last := sbs[limit-1]
+		next = base64.RawURLEncoding.EncodeToString([]byte(last.CreateTime.UTC().Format(time.RFC3339Nano) + "|" + last.ID))
+	}
+	return sbs, next, nil
 }
 
 // Delete stops sandbox idOrName and deletes everything it owns. Another

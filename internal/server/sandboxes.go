@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/sbxhq/sbx/api"
@@ -81,6 +82,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 // listSandboxes filters by ?label=k=v (repeatable; all must match).
+// DefaultPageSize is a page's size when a list gives page_token and no
+// limit.
+const DefaultPageSize = 100
+
+// NextPageHeader carries the token of a list's next page (page_token);
+// absent on the last page.
+const NextPageHeader = "X-Next-Page-Token"
+
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	labels := map[string]string{}
 	for _, l := range r.URL.Query()["label"] {
@@ -91,7 +100,24 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 		labels[k] = v
 	}
-	sbs, err := s.eng.List(r.Context(), labels)
+	q := r.URL.Query()
+	var sbs []*store.Sandbox
+	var err error
+	if q.Has("limit") || q.Has("page_token") {
+		limit := DefaultPageSize
+		if q.Has("limit") {
+			if limit, err = strconv.Atoi(q.Get("limit")); err != nil {
+				s.writeError(w, r, errdefs.Invalid("limit", "%q is not a number", q.Get("limit")))
+				return
+			}
+		}
+		var next string
+		if sbs, next, err = s.eng.ListPage(r.Context(), labels, limit, q.Get("page_token")); err == nil && next != "" {
+			w.Header().Set(NextPageHeader, next)
+		}
+	} else {
+		sbs, err = s.eng.List(r.Context(), labels)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

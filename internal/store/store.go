@@ -388,6 +388,18 @@ type SandboxFilter struct {
 	// that event key (an index serves it: an event's post reads only
 	// them).
 	WakeOn string
+	// After, when not nil, selects the sandboxes after it in the list's
+	// order (CreateTime, then ID): the next page of a list.
+	After *PageKey
+	// Limit, when above 0, returns at most that many.
+	Limit int
+}
+
+// PageKey is where a page of a list ends: the CreateTime and ID of its
+// last sandbox.
+type PageKey struct {
+	CreateTime time.Time
+	ID         string
 }
 
 // Key is the record of an API key (docs/api.md "API keys and tenants").

@@ -354,7 +354,14 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		}
 		q += ` AND labels @> ` + arg(want) + `::jsonb`
 	}
-	rows, err := s.pool.Query(ctx, q+` ORDER BY create_time, id`, args...)
+	if f.After != nil {
+		q += ` AND (create_time, id) > (` + arg(f.After.CreateTime.UTC()) + `, ` + arg(f.After.ID) + `)`
+	}
+	q += ` ORDER BY create_time, id`
+	if f.Limit > 0 {
+		q += ` LIMIT ` + arg(f.Limit)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
 	return collect(rows, err, scanSandbox)
 }
 

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -215,6 +216,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		q += ` AND wake_on = ? AND state = ?`
 		args = append(args, f.WakeOn, string(api.StateSuspended))
 	}
+	// Labels, the page's start and its limit are applied here, after the
+	// query, in the order of time values (the text column's order differs
+	// where a time has no fraction of a second).
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY create_time, id`, args...)
 	if err != nil {
 		return nil, err
@@ -230,7 +234,26 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 			out = append(out, sb)
 		}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b *store.Sandbox) int {
+		if c := a.CreateTime.Compare(b.CreateTime); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	if k := f.After; k != nil {
+		i := 0
+		for i < len(out) && (out[i].CreateTime.Before(k.CreateTime) || (out[i].CreateTime.Equal(k.CreateTime) && out[i].ID <= k.ID)) {
+			i++
+		}
+		out = out[i:]
+	}
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
 }
 
 // SandboxUsage implements store.Store with one aggregate query.

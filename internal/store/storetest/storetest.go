@@ -37,6 +37,53 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Owners", func(t *testing.T) { testOwners(t, open(t)) })
 	t.Run("Nodes", func(t *testing.T) { testSandboxNodes(t, open(t)) })
 	t.Run("Secrets", func(t *testing.T) { testSecrets(t, open(t)) })
+	t.Run("Pages", func(t *testing.T) { testPages(t, open(t)) })
+}
+
+// testPages: a list read in pages (Limit, After) gives every sandbox once,
+// in order of creation then id, times without a fraction of a second
+// included; labels select before the limit.
+func testPages(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	times := []time.Time{t0.Add(1500 * time.Millisecond), t0, t0.Add(time.Second), t0.Add(100 * time.Millisecond), t0, t0.Add(2 * time.Second)}
+	for i, ct := range times {
+		labels := map[string]string{}
+		if i%2 == 0 {
+			labels["even"] = "yes"
+		}
+		if err := s.CreateSandbox(ctx, &store.Sandbox{ID: fmt.Sprintf("sbx_%d", i), Name: fmt.Sprintf("s%d", i), State: api.StateRunning,
+			Image: "default", CreateTime: ct, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"sbx_1", "sbx_4", "sbx_3", "sbx_2", "sbx_0", "sbx_5"}
+	page := func(f store.SandboxFilter) []string {
+		var got []string
+		for {
+			l, err := s.ListSandboxes(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sb := range l {
+				got = append(got, sb.ID)
+			}
+			if len(l) < f.Limit {
+				return got
+			}
+			last := l[len(l)-1]
+			f.After = &store.PageKey{CreateTime: last.CreateTime, ID: last.ID}
+		}
+	}
+	if got := page(store.SandboxFilter{Limit: 2}); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("in pages of 2: %v, want %v", got, want)
+	}
+	if got := page(store.SandboxFilter{Limit: 4}); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("in pages of 4: %v, want %v", got, want)
+	}
+	if got := page(store.SandboxFilter{Limit: 1, Labels: map[string]string{"even": "yes"}}); strings.Join(got, " ") != "sbx_4 sbx_2 sbx_0" {
+		t.Fatalf("even ones in pages of 1: %v", got)
+	}
 }
 
 func testKeys(t *testing.T, s store.Store) {
