@@ -85,6 +85,19 @@ func BenchmarkScale(b *testing.B) {
 			}
 		}
 	})
+	b.Run("page-100-in-the-middle", func(b *testing.B) {
+		mid, err := s.ListSandboxes(ctx, store.SandboxFilter{Limit: scaleSandboxes / 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		last := mid[len(mid)-1]
+		after := &store.PageKey{CreateTime: last.CreateTime, ID: last.ID}
+		for b.Loop() {
+			if l, err := s.ListSandboxes(ctx, store.SandboxFilter{Limit: 100, After: after}); err != nil || len(l) != 100 {
+				b.Fatal(len(l), err)
+			}
+		}
+	})
 	b.Run("event-waiting", func(b *testing.B) {
 		for b.Loop() {
 			if l, err := s.ListSandboxes(ctx, store.SandboxFilter{WakeOn: "approval"}); err != nil || len(l) != scaleWaiting {
