@@ -118,6 +118,11 @@ func (p *proxy) terminate(a *attachment, client net.Conn, head []byte, host stri
 	}
 	if err := <-upDone; err != nil {
 		a.audit.refuse("tls", host, "", port, fmt.Sprintf("the upstream's certificate: %v", err))
+		// The 502 answers the sandbox's request: read its head first
+		// (an answer before it, on a connection the client thinks idle,
+		// is dropped by HTTP clients as unsolicited).
+		_ = tc.SetReadDeadline(time.Now().Add(sniffTimeout))
+		_, _ = http.ReadRequest(bufio.NewReader(tc))
 		refuseHTTP(tc, 502, "Bad Gateway", fmt.Sprintf("sbx: %s: the upstream's TLS certificate does not verify against the host's trust store: %v", host, err))
 		return
 	}
