@@ -524,6 +524,13 @@ func TestClusterRecovery(t *testing.T) {
 	}
 	t.Logf("rec recovered on %s %v after a was lost (lease 3 s); its recovery snapshot was of %s",
 		onRec.Node, time.Since(lost).Round(time.Millisecond), snapAt.Format(time.RFC3339Nano))
+	if log, err := os.ReadFile(map[string]*node{"node-b": b, "node-c": c}[onRec.Node].logPath); err == nil {
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, `msg=resumed`) && strings.Contains(l, "sandbox=rec ") {
+				t.Logf("%s's log: %s", onRec.Node, l) // the resume on another node
+			}
+		}
+	}
 	if !strings.HasPrefix(onRec.StateReason, "recovered: ") || !strings.Contains(onRec.StateReason, "recovery snapshot") {
 		t.Fatalf("rec's state_reason: %q", onRec.StateReason)
 	}
