@@ -145,10 +145,18 @@ func (e *Engine) Nodes(ctx context.Context) ([]api.Node, error) {
 		node := api.Node{Name: n.Name, URL: n.URL, State: n.State, Version: n.Version, Protocol: n.Protocol,
 			Epoch: n.Epoch, Self: n.Name == e.cfg.Node, JoinTime: n.JoinTime, HeartbeatTime: &hb,
 			LeaseExpireTime: &exp, Capacity: n.Capacity}
-		if node.Self {
+		switch {
+		case node.Self:
 			// The answering node's capacity as of now, not as of its
 			// last heartbeat.
 			node.Capacity = e.NodeCapacity(ctx)
+		case !n.Live:
+			// Its last heartbeat's count is stale: its sandboxes may
+			// have been recovered elsewhere or deleted since. The
+			// records that still name it (what RemoveNode waits for).
+			if u, err := e.st.SandboxUsage(ctx, n.Name); err == nil {
+				node.Capacity.Sandboxes = u.Count
+			}
 		}
 		out = append(out, node)
 	}
@@ -201,6 +209,20 @@ func (e *Engine) node(ctx context.Context, name string) (*store.Node, error) {
 // is lost or stopped (requests reach the sandbox again when the node is
 // back) or advertises no URL.
 func (e *Engine) Route(ctx context.Context, idOrName string) (string, error) {
+	return e.route(ctx, idOrName, false)
+}
+
+// RouteDelete is Route for a delete of the sandbox: one whose node is not
+// live is deleted by this node (its record, and whatever this host has of
+// it; what its node's host has goes when that node is back, with the
+// orphans its reconcile removes), so that a node that will not come back
+// leaves no sandbox that cannot be deleted, nor a record that cannot be
+// removed (RemoveNode).
+func (e *Engine) RouteDelete(ctx context.Context, idOrName string) (string, error) {
+	return e.route(ctx, idOrName, true)
+}
+
+func (e *Engine) route(ctx context.Context, idOrName string, del bool) (string, error) {
 	if e.cfg.Node == "" {
 		return "", nil
 	}
@@ -221,7 +243,7 @@ func (e *Engine) Route(ctx context.Context, idOrName string) (string, error) {
 		// A draining node wakes nothing: this one does.
 		return "", nil
 	case n == nil || !n.Live:
-		if suspended {
+		if suspended || del {
 			return "", nil
 		}
 		state := api.NodeLost

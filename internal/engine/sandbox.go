@@ -493,7 +493,14 @@ func (e *Engine) deleteSandboxLocked(ctx context.Context, sb *store.Sandbox) err
 	e.fault("delete:marked")
 	// The stores of its checkpoints end before their snapshots go.
 	letStores := e.endStores(sb.ID)
-	e.removeAll(ctx, sb.ID)
+	if sb.Node == "" || sb.Node == e.cfg.Node {
+		e.removeAll(ctx, sb.ID)
+	} else {
+		// A sandbox of a node that is not live (RouteDelete): its host
+		// parts are that node's, removed with the orphans its reconcile
+		// finds if it comes back.
+		e.log.Info("delete: a sandbox of a node that is not live; its host keeps what it has until it is back", "sandbox", sb.Name, "node", sb.Node)
+	}
 	letStores()
 	if err := e.st.DeleteSandbox(ctx, sb.ID); err != nil {
 		return err

@@ -106,15 +106,19 @@ func (s *Server) forwarded(r *http.Request) (engine.Caller, bool) {
 }
 
 // forward serves r by forwarding it to the node sandbox name runs on, when
-// that is another node (engine.Route), and reports whether it did: it
-// answered r (forwarded, or an error) and the caller must not. A request
-// that another node forwarded is served here or refused, never forwarded
-// again.
+// that is another node (engine.Route; engine.RouteDelete for a delete of
+// the sandbox), and reports whether it did: it answered r (forwarded, or
+// an error) and the caller must not. A request that another node forwarded
+// is served here or refused, never forwarded again.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, name string) bool {
 	if s.cfg.Node == "" {
 		return false
 	}
-	to, err := s.eng.Route(r.Context(), name)
+	route := s.eng.Route
+	if r.Method == http.MethodDelete && !strings.Contains(strings.TrimPrefix(r.URL.Path, "/v1/sandboxes/"), "/") {
+		route = s.eng.RouteDelete
+	}
+	to, err := route(r.Context(), name)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrUnavailable) {
 			s.writeError(w, r, err)

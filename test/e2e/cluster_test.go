@@ -493,6 +493,15 @@ func TestClusterRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSh(t, cp, "echo after > /workspace/after")
+	// st is stopped: it is not recovered (it runs nothing), and is deleted
+	// through another node while a is lost.
+	st, err := a.c.Sandboxes.Create(ctx, api.CreateSandboxRequest{Name: "st"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var snapAt time.Time
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		got, err := a.c.Sandboxes.Get(ctx, "rec")
@@ -560,7 +569,36 @@ func TestClusterRecovery(t *testing.T) {
 		t.Fatalf("the node that recovered cp could not use its secrets:\n%s", notDebug(recNode.logPath))
 	}
 
-	// a comes back: the sandboxes stay where they were recovered, and a
+	// A node that will not come back: its stopped sandbox is deleted
+	// through b, then its record is removed (refused while st named it).
+	sandboxesOn := func(name string) int {
+		nodes, err := b.c.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if n.Name == name {
+				return n.Capacity.Sandboxes
+			}
+		}
+		return -1
+	}
+	if n := sandboxesOn("node-a"); n != 1 {
+		t.Fatalf("lost node-a lists %d sandboxes, want 1 (st)", n)
+	}
+	wantCode(t, b.c.RemoveNode(ctx, "node-a"), api.CodeConflict)
+	if err := b.c.Sandboxes.Delete(ctx, "st"); err != nil {
+		t.Fatalf("delete a lost node's stopped sandbox through another node: %v", err)
+	}
+	if err := b.c.RemoveNode(ctx, "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := sandboxesOn("node-a"); n != -1 {
+		t.Fatalf("node-a is still listed after its removal (%d)", n)
+	}
+
+	// a comes back (it joins again): the sandboxes stay where they were
+	// recovered, and a
 	// runs neither.
 	if err := a.start(); err != nil {
 		t.Fatal(err)
