@@ -276,8 +276,8 @@ func (a *app) updateCmd() *cobra.Command {
 			if labels == "" {
 				labels = "none"
 			}
-			fmt.Fprintf(a.stdout, "%s: labels %s, timeout %v, keep alive while running %v\n", clean(sb.Name), clean(labels),
-				time.Duration(sb.TimeoutMS)*time.Millisecond, sb.KeepAliveWhileRunning)
+			fmt.Fprintf(a.stdout, "%s: labels %s, timeout %v, keep alive while running %v, recovery interval %v\n", clean(sb.Name), clean(labels),
+				time.Duration(sb.TimeoutMS)*time.Millisecond, sb.KeepAliveWhileRunning, time.Duration(sb.RecoveryIntervalMS)*time.Millisecond)
 			return nil
 		},
 	}

@@ -57,7 +57,7 @@ func (e *Engine) validateRecoveryInterval(ms int64, vols []api.Volume, secrets b
 		return errdefs.Invalid(field, "%d is out of range: 0 (none) or [%d, %d]", ms, MinRecoveryIntervalMS, MaxRecoveryIntervalMS)
 	}
 	if _, shared := e.distributesImages(); !shared {
-		return errdefs.Invalid(field, "recovery snapshots are for a cluster's nodes that share a blob store (sbxd --store postgres://… --node … --blob-store s3://…): on this sbxd no other node could recover the sandbox from one")
+		return errdefs.Invalid(field, "recovery snapshots are for a cluster's nodes that share a blob store (sbxd --store postgres://… --node NAME --blob-store DIR or s3://…, the same for every node): on this sbxd no other node could recover the sandbox from one")
 	}
 	if len(vols) > 0 {
 		return errdefs.Invalid(field, "a sandbox with volumes is not captured (volumes are this host's directories) and cannot be recovered on another node")
