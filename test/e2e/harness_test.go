@@ -656,13 +656,14 @@ func secondEnv(t *testing.T, env []string, args ...string) *harness {
 		// sbxd refuses a CIDR overlapping another sbxd's.
 		d.netTag, d.netCIDR = netIdentity('f')
 	}
-	if err := d.start(); err != nil {
-		t.Fatal(err)
-	}
+	// Cleaned up even when it does not start (what it mounted goes).
 	t.Cleanup(func() {
 		d.cleanup()
 		os.RemoveAll(tmp)
 		os.RemoveAll(d.netnsDir)
 	})
+	if err := d.start(); err != nil {
+		t.Fatal(err)
+	}
 	return d
 }
