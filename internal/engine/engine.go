@@ -11,13 +11,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/sbxhq/sbx/api"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
+	"github.com/sbxhq/sbx/api"
 	"github.com/sbxhq/sbx/internal/blob"
 	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
@@ -124,6 +126,9 @@ type Engine struct {
 	peers Peers
 	// capCache is this node's capacity for placement (nodes.go).
 	capCache capacityCache
+	// hotStores makes concurrent stores of one snapshot's hot image one
+	// (hot.go).
+	hotStores singleflight.Group
 	// pub remembers the images published to the blob store (imagedist.go).
 	pub published
 	// publishKick asks publishLoop to publish soon.

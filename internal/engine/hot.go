@@ -202,6 +202,15 @@ func pendingHot(sn *store.Snapshot) bool {
 // One whose hot image is gone can never be stored: its record is deleted,
 // logged; a suspended sandbox's stays, and the error says why.
 func (e *Engine) storeHot(ctx context.Context, sn *store.Snapshot) error {
+	// One store of a snapshot at a time: the ingester's round and a
+	// caller that needs it stored now (a suspend, a recovery snapshot or
+	// a fork in a cluster) share it instead of storing it twice.
+	_, err, _ := e.hotStores.Do(sn.ID, func() (any, error) { return nil, e.storeHotOnce(ctx, sn) })
+	return err
+}
+
+// storeHotOnce is storeHot's work.
+func (e *Engine) storeHotOnce(ctx context.Context, sn *store.Snapshot) error {
 	ctx, release := e.withLease(ctx)
 	defer release()
 	dir, done, ok := e.openHot(sn.ID)

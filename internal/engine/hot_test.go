@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sbxhq/sbx/internal/disk"
 	"github.com/sbxhq/sbx/internal/errdefs"
 	"github.com/sbxhq/sbx/internal/snapshot"
 	"github.com/sbxhq/sbx/internal/store"
@@ -274,5 +276,44 @@ func TestHotImageGoneWithItsRecord(t *testing.T) {
 	}
 	if strings.Contains(f.logs.String(), "lost its memory image") {
 		t.Fatalf("a deleted snapshot was logged as lost:\n%s", f.logs.String())
+	}
+}
+
+// TestStoreHotOnce: the stores of one snapshot's memory image that run at
+// once (the ingester's round, and a suspend or recovery snapshot that
+// needs it stored now) are one store, not one each.
+func TestStoreHotOnce(t *testing.T) {
+	t.Parallel()
+	f := startFakeEngine(t, newFakeDataDir(t), Config{})
+	ctx := context.Background()
+	sb := f.create(t, "a")
+	dir := filepath.Join(f.e.snapshotsDir(), "tmp-snap_test")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pages.img"), bytes.Repeat([]byte("memory"), 1<<16), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sn := newSnapshotRecord(sb, "snap_test", &captured{dir: dir, disk: &disk.Manifest{}}, snapshotKind{suspend: true})
+	hold := f.e.holdHot(sn.ID)
+	defer hold()
+	if err := f.e.recordHot(ctx, sn, &captured{dir: dir, disk: &disk.Manifest{}}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f.e.storeHot(ctx, sn); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	f.e.kickIngest()
+	time.Sleep(200 * time.Millisecond)
+	if n := strings.Count(f.logs.String(), `msg="snapshot stored" snapshot=snap_test`); n != 1 {
+		t.Fatalf("the memory image was stored %d times, want once\n%s", n, f.logs.String())
 	}
 }
