@@ -268,8 +268,10 @@ func (e *Engine) wakeDelivered(ctx context.Context) {
 	for _, sb := range sbs {
 		switch {
 		case recovered(sb):
-			e.wake(ctx, sb, "recovered from a lost node, not yet running")
-		case sb.State == api.StateSuspended && sb.WakeOn != "" && e.deliveredSince(ctx, sb):
+			if e.wakeDue(sb.ID) {
+				e.wake(ctx, sb, "recovered from a lost node, not yet running")
+			}
+		case sb.State == api.StateSuspended && sb.WakeOn != "" && e.deliveredSince(ctx, sb) && e.wakeDue(sb.ID):
 			e.wake(ctx, sb, "an event delivered to it, not yet woken")
 		}
 	}

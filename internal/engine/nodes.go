@@ -404,7 +404,7 @@ func (e *Engine) wakeOrphans(ctx context.Context, cl store.Cluster) {
 			e.recoverLost(ctx, cl, n.Name, sbs)
 		}
 		for _, sb := range sbs {
-			if sb.State != api.StateSuspended || !(recovered(sb) || (sb.WakeOn != "" && e.deliveredSince(ctx, sb))) {
+			if sb.State != api.StateSuspended || !(recovered(sb) || (sb.WakeOn != "" && e.deliveredSince(ctx, sb))) || !e.wakeDue(sb.ID) {
 				continue
 			}
 			to := placeOn(nodes, sb.ImageID, e.cfg.Node, false)

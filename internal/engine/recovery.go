@@ -80,6 +80,37 @@ type recoveryClock struct {
 	// unrecoverable are the lost nodes' sandboxes already logged as
 	// having no durable point (noteUnrecoverable).
 	unrecoverable map[string]bool
+	// woken is when this node last asked for each sandbox's wake by a
+	// sweep (wakeDue).
+	woken map[string]time.Time
+}
+
+// rewakeAfter is how long a sweep waits before it asks again for the wake
+// of a sandbox it asked for (a resume that takes long, or fails: no
+// capacity, a spending limit, a lost chunk), so that it neither piles up
+// resumes nor logs every round.
+const rewakeAfter = 30 * time.Second
+
+// wakeDue reports whether a sweep should ask for sandbox id's wake now:
+// not when it asked less than rewakeAfter ago. It records the ask.
+func (e *Engine) wakeDue(id string) bool {
+	c := &e.recoveryClock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if c.woken == nil {
+		c.woken = map[string]time.Time{}
+	}
+	if at, ok := c.woken[id]; ok && now.Sub(at) < rewakeAfter {
+		return false
+	}
+	for k, at := range c.woken {
+		if now.Sub(at) > 10*rewakeAfter {
+			delete(c.woken, k)
+		}
+	}
+	c.woken[id] = now
+	return true
 }
 
 // recoveryLoop takes the recovery snapshots due on this node, one at a
@@ -388,6 +419,7 @@ func (e *Engine) recoverSandbox(ctx context.Context, cl store.Cluster, sb *store
 		return nil
 	}
 	e.log.Warn("recovering a sandbox of a lost node", "sandbox", sb.Name, "id", sb.ID, "node", lost, "reason", sb.StateReason)
+	e.wakeDue(sb.ID) // the sweeps ask again only if it still sleeps a while later
 	e.wake(ctx, sb, "recovery from lost node "+lost)
 	return nil
 }
