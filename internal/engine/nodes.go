@@ -459,14 +459,10 @@ func (e *Engine) claim(ctx context.Context, cl store.Cluster, sb *store.Sandbox)
 		// sbxd: fencing stops it if the node comes back (its writes are
 		// refused, and its reconcile and fence check stop what another
 		// node owns).
-		complete, _, err := e.takeOverOps(ctx, sb)
-		if err != nil {
+		// (A suspend completes only for a running sandbox: this one is
+		// suspended, so nothing completes here.)
+		if _, _, err := e.takeOverOps(ctx, sb); err != nil {
 			return err
-		}
-		if complete != nil {
-			// Only a running sandbox's suspend completes; this one is
-			// suspended already: the snapshot is not its.
-			_ = e.removeSnapshot(ctx, complete.ID)
 		}
 	}
 	return cl.ClaimSandbox(ctx, sb, e.cfg.Node)
