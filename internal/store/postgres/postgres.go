@@ -210,6 +210,17 @@ const sandboxCols = `id, name, state, state_reason, image, image_id, cpus, memor
 	suspend_snapshot, wake_on, keep_alive, suspend_time, owner, secrets, node,
 	recovery_interval_ms, recovery_snapshot, recovery_time`
 
+// nodeParam is the parameter ("$N") of the node column in sandboxArgs,
+// sandboxCols' order.
+var nodeParam = func() string {
+	for i, c := range strings.Split(sandboxCols, ",") {
+		if strings.TrimSpace(c) == "node" {
+			return fmt.Sprintf("$%d", i+1)
+		}
+	}
+	panic("postgres: sandboxCols has no node column")
+}()
+
 func scanSandbox(r row) (*store.Sandbox, error) {
 	var sb store.Sandbox
 	var env, labels, network, volumes, secrets []byte
@@ -385,9 +396,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	// The node column is $27: the update keeps it, and happens only
+	// The update keeps the node column (nodeParam), and happens only
 	// while the record names it (fencing, see store.Store).
-	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+setList(sandboxCols)+` WHERE id = $1 AND node = $27`, args...)
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+setList(sandboxCols)+` WHERE id = $1 AND node = `+nodeParam, args...)
 	if err != nil {
 		return sandboxNameTaken(err, sb)
 	}
@@ -422,7 +433,7 @@ func (s *Store) TakeOverSandbox(ctx context.Context, sb *store.Sandbox, seen tim
 		return err
 	}
 	args = append(args, seen.UTC())
-	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+setList(sandboxCols)+` WHERE id = $1 AND node = $27 AND update_time = $`+fmt.Sprint(len(args)), args...)
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET `+setList(sandboxCols)+` WHERE id = $1 AND node = `+nodeParam+` AND update_time = $`+fmt.Sprint(len(args)), args...)
 	if err == nil && tag.RowsAffected() == 0 {
 		err = s.notUpdated(ctx, sb)
 		if errdefs.IsNotFound(err) {
