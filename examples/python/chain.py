@@ -21,7 +21,8 @@ def main() -> int:
     sb = runtime.sandboxes.create(cpus=1, memory_mb=512, network={"internet": False})
     try:
         # A process whose memory is part of every snapshot: it counts on.
-        sb.start("i=0; while :; do i=$((i+1)); echo $i > /tmp/ticks; sleep 0.2; done")
+        # Written whole each time (a rename): a reader never finds it empty.
+        sb.start("i=0; while :; do i=$((i+1)); echo $i > /tmp/ticks.new && mv /tmp/ticks.new /tmp/ticks; sleep 0.2; done")
         for n in range(1, 6):
             assert sb.exec(f"echo step-{n} >> /workspace/log.txt").exit_code == 0
             snap = remember(sb, f"step-{n}")

@@ -12,7 +12,7 @@ export async function main() {
     name: `ex-chain-${randomSuffix()}`, cpus: 1, memoryMb: 512, network: { internet: false },
   });
   // A process whose memory only a snapshot keeps: it counts the steps.
-  await sb.start(['sh', '-c', 'n=0; while sleep 0.2; do n=$((n+1)); echo $n > /tmp/ticks; done']);
+  await sb.start(['sh', '-c', 'n=0; while sleep 0.2; do n=$((n+1)); echo $n > /tmp/ticks.new && mv /tmp/ticks.new /tmp/ticks; done']);
   const ids: string[] = [];
   try {
     for (let i = 1; i <= 5; i++) {
